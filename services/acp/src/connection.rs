@@ -1,0 +1,401 @@
+//! One JSON-RPC connection over an agent's stdio.
+//!
+//! A reader task owns stdout, a writer task owns stdin. Our requests and the agent's
+//! requests live in independent id spaces: a response is matched only against our
+//! pending table, and an agent request is routed by its `method`, never by its id.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::framing::{FrameReader, ReadFrame};
+use crate::message::{Classified, RequestId, RpcError, classify};
+
+/// How many decoded inbound messages may wait for the consumer before the reader
+/// stops reading stdout (so the pipe pushes back on the agent instead of memory growing).
+const INBOUND_QUEUE: usize = 1024;
+/// Outgoing lines waiting for the writer task.
+const OUTBOUND_QUEUE: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AcpError {
+    #[error("the agent connection is closed")]
+    Closed,
+    #[error("{0}")]
+    Rpc(RpcError),
+    #[error("writing to the agent failed: {0}")]
+    Write(String),
+    #[error("encoding a message failed: {0}")]
+    Encode(String),
+}
+
+/// Something the agent sent that the owner of the connection must look at.
+#[derive(Debug)]
+pub enum Inbound {
+    Request(AgentRequest),
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// A line that is not a valid JSON-RPC message; it was skipped.
+    Invalid {
+        reason: String,
+    },
+    /// A line over [`crate::MAX_FRAME_BYTES`]; it was skipped whole.
+    Oversized {
+        bytes: usize,
+    },
+    /// A response whose id matches none of our pending requests.
+    UnmatchedResponse {
+        id: RequestId,
+    },
+    /// stdout reached EOF (or failed). Every pending request of ours has failed with
+    /// [`AcpError::Closed`]. Nothing follows.
+    Closed {
+        truncated_last_line: bool,
+    },
+}
+
+pub type InboundStream = mpsc::Receiver<Inbound>;
+
+/// An agent→client request. It must be answered exactly once through
+/// [`AgentRequest::respond`]; if it is dropped unanswered (a bug, or the owner gave
+/// up), an internal error is sent so that the agent never waits forever.
+#[derive(Debug)]
+pub struct AgentRequest {
+    pub id: RequestId,
+    pub method: String,
+    pub params: Value,
+    out: Option<mpsc::Sender<Outgoing>>,
+}
+
+impl AgentRequest {
+    /// Writes the response and resolves once it has been written and flushed to the
+    /// agent's stdin: proof of transport hand-off, not of the agent's acknowledgement.
+    pub async fn respond(mut self, result: Result<Value, RpcError>) -> Result<(), AcpError> {
+        let out = self.out.take().ok_or(AcpError::Closed)?;
+        let line = encode_response(&self.id, result)?;
+        send_flushed(&out, line).await
+    }
+}
+
+impl Drop for AgentRequest {
+    fn drop(&mut self) {
+        if let Some(out) = self.out.take() {
+            let error = RpcError::new(crate::INTERNAL_ERROR, "request dropped by the client");
+            if let Ok(line) = encode_response(&self.id, Err(error)) {
+                let _ = out.try_send(Outgoing::Line {
+                    line,
+                    flushed: None,
+                });
+            }
+        }
+    }
+}
+
+enum Outgoing {
+    Line {
+        line: Vec<u8>,
+        flushed: Option<oneshot::Sender<Result<(), AcpError>>>,
+    },
+    CloseStdin,
+}
+
+type PendingTable = Mutex<HashMap<i64, oneshot::Sender<Result<Value, RpcError>>>>;
+
+struct Shared {
+    out: mpsc::Sender<Outgoing>,
+    pending: PendingTable,
+    next_id: AtomicI64,
+}
+
+/// The client half of a connection. Cheap to clone.
+#[derive(Clone)]
+pub struct AcpConnection {
+    shared: Arc<Shared>,
+}
+
+impl AcpConnection {
+    /// Starts the reader and writer tasks.
+    pub fn spawn<W, R>(stdin: W, stdout: R) -> (Self, InboundStream)
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+        R: AsyncRead + Unpin + Send + 'static,
+    {
+        let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
+        let shared = Arc::new(Shared {
+            out: out_tx,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicI64::new(1),
+        });
+        tokio::spawn(write_loop(stdin, out_rx));
+        tokio::spawn(read_loop(FrameReader::new(stdout), shared.clone(), in_tx));
+        (Self { shared }, in_rx)
+    }
+
+    /// Sends a request and waits for its response.
+    pub async fn request<P: Serialize>(&self, method: &str, params: P) -> Result<Value, AcpError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
+        let line =
+            encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let (tx, rx) = oneshot::channel();
+        self.pending().insert(id, tx);
+        if let Err(e) = send_flushed(&self.shared.out, line).await {
+            self.pending().remove(&id);
+            return Err(e);
+        }
+        match rx.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(AcpError::Rpc(error)),
+            Err(_) => Err(AcpError::Closed),
+        }
+    }
+
+    /// Sends a notification (never answered).
+    pub async fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), AcpError> {
+        let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
+        let line = encode(&json!({"jsonrpc": "2.0", "method": method, "params": params}))?;
+        send_flushed(&self.shared.out, line).await
+    }
+
+    /// Closes the agent's stdin after everything queued before it is written.
+    pub async fn close_stdin(&self) {
+        let _ = self.shared.out.send(Outgoing::CloseStdin).await;
+    }
+
+    fn pending(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<Result<Value, RpcError>>>> {
+        lock(&self.shared.pending)
+    }
+}
+
+fn lock(
+    table: &PendingTable,
+) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<Result<Value, RpcError>>>> {
+    table
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn encode(value: &Value) -> Result<Vec<u8>, AcpError> {
+    serde_json::to_vec(value).map_err(|e| AcpError::Encode(e.to_string()))
+}
+
+fn encode_response(id: &RequestId, result: Result<Value, RpcError>) -> Result<Vec<u8>, AcpError> {
+    match result {
+        Ok(result) => encode(&json!({"jsonrpc": "2.0", "id": id, "result": result})),
+        Err(error) => encode(&json!({"jsonrpc": "2.0", "id": id, "error": error})),
+    }
+}
+
+async fn send_flushed(out: &mpsc::Sender<Outgoing>, line: Vec<u8>) -> Result<(), AcpError> {
+    let (tx, rx) = oneshot::channel();
+    out.send(Outgoing::Line {
+        line,
+        flushed: Some(tx),
+    })
+    .await
+    .map_err(|_| AcpError::Closed)?;
+    rx.await.map_err(|_| AcpError::Closed)?
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outgoing>) {
+    let mut stdin = Some(stdin);
+    while let Some(message) = rx.recv().await {
+        match message {
+            Outgoing::CloseStdin => {
+                if let Some(mut w) = stdin.take() {
+                    let _ = w.shutdown().await;
+                }
+            }
+            Outgoing::Line { mut line, flushed } => {
+                let result = match stdin.as_mut() {
+                    None => Err(AcpError::Closed),
+                    Some(w) => {
+                        line.push(b'\n');
+                        match write_line(w, &line).await {
+                            Ok(()) => Ok(()),
+                            Err(e) => {
+                                stdin = None;
+                                Err(AcpError::Write(e.to_string()))
+                            }
+                        }
+                    }
+                };
+                if let Some(flushed) = flushed {
+                    let _ = flushed.send(result);
+                }
+            }
+        }
+    }
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::Result<()> {
+    w.write_all(line).await?;
+    w.flush().await
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut reader: FrameReader<R>,
+    shared: Arc<Shared>,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    let truncated_last_line = loop {
+        let frame = match reader.next_frame().await {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading agent stdout failed");
+                break false;
+            }
+        };
+        let message = match frame {
+            ReadFrame::Eof { partial } => break partial.is_some(),
+            ReadFrame::Oversized { bytes } => Inbound::Oversized { bytes },
+            ReadFrame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => continue,
+            ReadFrame::Line(line) => match classify(&line) {
+                Classified::Request { id, method, params } => Inbound::Request(AgentRequest {
+                    id,
+                    method,
+                    params,
+                    out: Some(shared.out.clone()),
+                }),
+                Classified::Notification { method, params } => {
+                    Inbound::Notification { method, params }
+                }
+                Classified::Invalid { reason } => Inbound::Invalid { reason },
+                Classified::Response { id, result } => {
+                    let waiter = match &id {
+                        RequestId::Number(n) => lock(&shared.pending).remove(n),
+                        _ => None,
+                    };
+                    match waiter {
+                        Some(waiter) => {
+                            let _ = waiter.send(result);
+                            continue;
+                        }
+                        None => Inbound::UnmatchedResponse { id },
+                    }
+                }
+            },
+        };
+        if inbound.send(message).await.is_err() {
+            // Nobody listens any more; keep draining stdout so the agent never blocks.
+            continue;
+        }
+    };
+    lock(&shared.pending).clear();
+    let _ = inbound
+        .send(Inbound::Closed {
+            truncated_last_line,
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, BufReader, duplex};
+
+    struct Peer {
+        lines: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
+        write: tokio::io::DuplexStream,
+    }
+
+    impl Peer {
+        async fn send(&mut self, v: Value) {
+            let mut line = v.to_string().into_bytes();
+            line.push(b'\n');
+            self.write.write_all(&line).await.unwrap();
+        }
+        async fn recv(&mut self) -> Value {
+            let line = self.lines.next_line().await.unwrap().unwrap();
+            serde_json::from_str(&line).unwrap()
+        }
+    }
+
+    fn pair() -> (AcpConnection, InboundStream, Peer) {
+        let (client_stdin, agent_reads) = duplex(1 << 16);
+        let (agent_writes, client_stdout) = duplex(1 << 16);
+        let (conn, inbound) = AcpConnection::spawn(client_stdin, client_stdout);
+        let peer = Peer {
+            lines: BufReader::new(agent_reads).lines(),
+            write: agent_writes,
+        };
+        (conn, inbound, peer)
+    }
+
+    #[tokio::test]
+    async fn an_agent_request_with_our_pending_id_is_routed_as_a_request() {
+        let (conn, mut inbound, mut peer) = pair();
+        let call = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.request("session/prompt", json!({})).await }
+        });
+        let sent = peer.recv().await;
+        let our_id = sent["id"].clone();
+        peer.send(json!({"jsonrpc":"2.0","id":our_id,"method":"cursor/ask_question","params":{}}))
+            .await;
+        let Some(Inbound::Request(req)) = inbound.recv().await else {
+            panic!("expected a request")
+        };
+        assert_eq!(req.method, "cursor/ask_question");
+        req.respond(Ok(json!({"ok":true}))).await.unwrap();
+        assert_eq!(peer.recv().await["result"], json!({"ok":true}));
+        peer.send(json!({"jsonrpc":"2.0","id":our_id,"result":{"stopReason":"end_turn"}}))
+            .await;
+        assert_eq!(call.await.unwrap().unwrap()["stopReason"], "end_turn");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_agent_request_is_answered_with_an_internal_error() {
+        let (_conn, mut inbound, mut peer) = pair();
+        peer.send(json!({"jsonrpc":"2.0","id":0,"method":"x"}))
+            .await;
+        let Some(Inbound::Request(req)) = inbound.recv().await else {
+            panic!()
+        };
+        drop(req);
+        let answer = peer.recv().await;
+        assert_eq!(answer["id"], 0);
+        assert_eq!(answer["error"]["code"], crate::INTERNAL_ERROR);
+    }
+
+    #[tokio::test]
+    async fn eof_fails_pending_requests_and_reports_closed() {
+        let (conn, mut inbound, mut peer) = pair();
+        let call = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.request("initialize", json!({})).await }
+        });
+        let _ = peer.recv().await;
+        peer.send(json!({"jsonrpc":"2.0","method":"n"})).await;
+        drop(peer);
+        assert_eq!(call.await.unwrap(), Err(AcpError::Closed));
+        assert!(matches!(
+            inbound.recv().await,
+            Some(Inbound::Notification { .. })
+        ));
+        assert!(matches!(inbound.recv().await, Some(Inbound::Closed { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_response_to_an_unknown_id_is_reported_not_matched() {
+        let (_conn, mut inbound, mut peer) = pair();
+        peer.send(json!({"jsonrpc":"2.0","id":999,"result":{}}))
+            .await;
+        assert!(matches!(
+            inbound.recv().await,
+            Some(Inbound::UnmatchedResponse {
+                id: RequestId::Number(999)
+            })
+        ));
+    }
+}

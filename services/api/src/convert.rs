@@ -1,0 +1,218 @@
+//! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
+
+use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_executions::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
+use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind};
+use serde_json::Value;
+
+use crate::pb;
+
+pub fn timestamp(ms: i64) -> Timestamp {
+    Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+pub fn to_struct(json: &str) -> Option<Struct> {
+    match serde_json::from_str::<Value>(json).ok()? {
+        Value::Object(map) => Some(Struct {
+            fields: map.into_iter().map(|(k, v)| (k, to_value(v))).collect(),
+        }),
+        _ => None,
+    }
+}
+
+fn to_value(v: Value) -> ProtoValue {
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s),
+        Value::Array(a) => Kind::ListValue(ListValue {
+            values: a.into_iter().map(to_value).collect(),
+        }),
+        Value::Object(map) => Kind::StructValue(Struct {
+            fields: map.into_iter().map(|(k, v)| (k, to_value(v))).collect(),
+        }),
+    };
+    ProtoValue { kind: Some(kind) }
+}
+
+pub fn execution(r: ExecutionRecord) -> pb::Execution {
+    let state = match ExecutionState::parse(&r.state) {
+        Some(ExecutionState::Starting) => pb::ExecutionState::Starting,
+        Some(ExecutionState::Ready) => pb::ExecutionState::Ready,
+        Some(ExecutionState::Closing) => pb::ExecutionState::Closing,
+        Some(ExecutionState::Closed) => pb::ExecutionState::Closed,
+        Some(ExecutionState::Failed) => pb::ExecutionState::Failed,
+        Some(ExecutionState::Lost) => pb::ExecutionState::Lost,
+        None => pb::ExecutionState::Unspecified,
+    };
+    let exited = r.exit_code.is_some() || r.exit_signal.is_some();
+    pb::Execution {
+        execution_id: r.id,
+        tenant_id: r.tenant_id,
+        state: state as i32,
+        generation: r.generation,
+        workspace: r.workspace,
+        session_id: r.session_id.unwrap_or_default(),
+        active_turn_id: r.active_turn_id.unwrap_or_default(),
+        turn_count: r.turn_count,
+        pid: r.pid,
+        exit_status: exited.then(|| pb::ExitStatus {
+            exit_code: r.exit_code.map(|c| c as i32),
+            signal: r.exit_signal.map(|s| s as i32),
+        }),
+        failure_reason: r.failure_reason.unwrap_or_default(),
+        failure_message: r.failure_message.unwrap_or_default(),
+        acked_sequence: r.acked_sequence,
+        create_time: Some(timestamp(r.created_at_ms)),
+        update_time: Some(timestamp(r.updated_at_ms)),
+    }
+}
+
+pub fn turn(r: TurnRecord) -> pb::Turn {
+    let state = match TurnState::parse(&r.state) {
+        Some(TurnState::Running) => pb::TurnState::Running,
+        Some(TurnState::Completed) => pb::TurnState::Completed,
+        Some(TurnState::Failed) => pb::TurnState::Failed,
+        Some(TurnState::Cancelled) => pb::TurnState::Cancelled,
+        Some(TurnState::Interrupted) => pb::TurnState::Interrupted,
+        None => pb::TurnState::Unspecified,
+    };
+    pb::Turn {
+        turn_id: r.id,
+        execution_id: r.execution_id,
+        tenant_id: r.tenant_id,
+        generation: r.generation,
+        turn_number: r.turn_number,
+        state: state as i32,
+        stop_reason: r.stop_reason.unwrap_or_default(),
+        failure_reason: r.failure_reason.unwrap_or_default(),
+        failure_message: r.failure_message.unwrap_or_default(),
+        start_time: Some(timestamp(r.started_at_ms)),
+        end_time: r.ended_at_ms.map(timestamp),
+    }
+}
+
+pub fn interaction_state(state: &str) -> pb::InteractionState {
+    match InteractionState::parse(state) {
+        Some(InteractionState::Pending) => pb::InteractionState::Pending,
+        Some(InteractionState::Answered) => pb::InteractionState::Answered,
+        Some(InteractionState::Delivered) => pb::InteractionState::Delivered,
+        Some(InteractionState::Cancelled) => pb::InteractionState::Cancelled,
+        Some(InteractionState::Expired) => pb::InteractionState::Expired,
+        None => pb::InteractionState::Unspecified,
+    }
+}
+
+pub fn interaction_state_name(state: pb::InteractionState) -> Option<InteractionState> {
+    match state {
+        pb::InteractionState::Unspecified => None,
+        pb::InteractionState::Pending => Some(InteractionState::Pending),
+        pb::InteractionState::Answered => Some(InteractionState::Answered),
+        pb::InteractionState::Delivered => Some(InteractionState::Delivered),
+        pb::InteractionState::Cancelled => Some(InteractionState::Cancelled),
+        pb::InteractionState::Expired => Some(InteractionState::Expired),
+    }
+}
+
+pub fn interaction(r: InteractionRecord) -> pb::Interaction {
+    let kind = match r.kind.as_str() {
+        "question" => pb::InteractionKind::Question,
+        "plan" => pb::InteractionKind::Plan,
+        "permission" => pb::InteractionKind::Permission,
+        _ => pb::InteractionKind::Unspecified,
+    };
+    pb::Interaction {
+        state: interaction_state(&r.state) as i32,
+        interaction_id: r.id,
+        execution_id: r.execution_id,
+        tenant_id: r.tenant_id,
+        turn_id: r.turn_id,
+        generation: r.generation,
+        kind: kind as i32,
+        etag: r.etag,
+        request: to_struct(&r.request),
+        outcome: r.outcome.as_deref().and_then(to_struct),
+        reason: r.reason.unwrap_or_default(),
+        delivery: r.delivery.unwrap_or_default(),
+        replay_allowed: r.replay_allowed,
+        create_time: Some(timestamp(r.created_at_ms)),
+        update_time: Some(timestamp(r.updated_at_ms)),
+    }
+}
+
+pub fn event(r: EventRecord) -> pb::ActivityEvent {
+    pb::ActivityEvent {
+        execution_id: r.execution_id,
+        sequence: r.sequence,
+        event_id: r.event_id,
+        generation: r.generation,
+        turn_id: r.turn_id.unwrap_or_default(),
+        item_id: r.item_id.unwrap_or_default(),
+        event_type: r.event_type,
+        priority: r.priority as i32,
+        schema_version: r.schema_version as i32,
+        emit_time: Some(timestamp(r.emitted_at_ms)),
+        payload: to_struct(&r.payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_split_milliseconds_exactly() {
+        assert_eq!(
+            timestamp(1_500),
+            Timestamp {
+                seconds: 1,
+                nanos: 500_000_000
+            }
+        );
+        assert_eq!(
+            timestamp(-1),
+            Timestamp {
+                seconds: -1,
+                nanos: 999_000_000
+            }
+        );
+    }
+
+    #[test]
+    fn json_objects_become_structs_and_others_do_not() {
+        let s = to_struct(r#"{"a":[1,"x",null,{"b":true}]}"#).unwrap();
+        assert!(s.fields.contains_key("a"));
+        assert!(to_struct("[1]").is_none());
+        assert!(to_struct("not json").is_none());
+    }
+}
+
+/// `google.protobuf.Struct` → JSON, for clients that print or inspect payloads.
+pub fn struct_to_json(s: &Struct) -> Value {
+    Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_to_json(v)))
+            .collect(),
+    )
+}
+
+fn value_to_json(v: &ProtoValue) -> Value {
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.0e15 => {
+            Value::from(*n as i64)
+        }
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
+        Some(Kind::StructValue(s)) => struct_to_json(s),
+    }
+}

@@ -1,0 +1,359 @@
+//! `RunnerService`: each method reads the tenant, translates the request, calls the
+//! engine, and translates the result.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cursor_runner_executions::question::Selection;
+use cursor_runner_executions::{
+    AnswerCommand, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason,
+    RequestMeta, StreamItem,
+};
+use prost::Message;
+use sha2::{Digest, Sha256};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::pb;
+use crate::status::to_status;
+
+/// Request metadata naming the caller's tenant (authentication replaces it later).
+pub const TENANT_METADATA: &str = "x-tenant-id";
+/// Longest tenant id accepted.
+pub const MAX_TENANT_ID_CHARS: usize = 128;
+
+pub struct RunnerApi {
+    engine: Arc<Engine>,
+}
+
+impl RunnerApi {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine }
+    }
+}
+
+fn tenant<T>(request: &Request<T>) -> Result<String, Status> {
+    let refuse = |message: &str| {
+        to_status(EngineError::new(
+            cursor_runner_executions::ErrorKind::InvalidArgument,
+            Reason::TenantRequired,
+            message,
+        ))
+    };
+    let value = request
+        .metadata()
+        .get(TENANT_METADATA)
+        .ok_or_else(|| refuse("the x-tenant-id metadata is required"))?;
+    let tenant = value
+        .to_str()
+        .map_err(|_| refuse("x-tenant-id must be ASCII"))?
+        .trim();
+    if tenant.is_empty() || tenant.chars().count() > MAX_TENANT_ID_CHARS {
+        return Err(refuse("x-tenant-id must have 1 to 128 characters"));
+    }
+    Ok(tenant.to_owned())
+}
+
+/// A digest of the request body without its `request_id`, to tell a retry from reuse.
+fn meta<M: Message + Clone>(
+    tenant_id: String,
+    request_id: &str,
+    body: &M,
+    clear: impl FnOnce(&mut M),
+) -> RequestMeta {
+    let mut without_id = body.clone();
+    clear(&mut without_id);
+    RequestMeta {
+        tenant_id,
+        request_id: request_id.to_owned(),
+        request_digest: hex::encode(Sha256::digest(without_id.encode_to_vec())),
+    }
+}
+
+fn required(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(to_status(EngineError::invalid(
+            Reason::InvalidArgument,
+            format!("{field} is required"),
+        )));
+    }
+    Ok(())
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::StreamEventsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::runner_service_server::RunnerService for RunnerApi {
+    async fn create_execution(
+        &self,
+        request: Request<pb::CreateExecutionRequest>,
+    ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let record = self
+            .engine
+            .create_execution(
+                meta,
+                CreateExecutionCommand {
+                    workspace: body.workspace,
+                },
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::CreateExecutionResponse {
+            execution: Some(convert::execution(record)),
+        }))
+    }
+
+    async fn get_execution(
+        &self,
+        request: Request<pb::GetExecutionRequest>,
+    ) -> Result<Response<pb::GetExecutionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let record = self
+            .engine
+            .get_execution(&tenant_id, &body.execution_id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::GetExecutionResponse {
+            execution: Some(convert::execution(record)),
+        }))
+    }
+
+    async fn list_executions(
+        &self,
+        request: Request<pb::ListExecutionsRequest>,
+    ) -> Result<Response<pb::ListExecutionsResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        let (page, next) = self
+            .engine
+            .list_executions(&tenant_id, i64::from(body.page_size), &body.page_token)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ListExecutionsResponse {
+            executions: page.into_iter().map(convert::execution).collect(),
+            next_page_token: next,
+        }))
+    }
+
+    async fn close_execution(
+        &self,
+        request: Request<pb::CloseExecutionRequest>,
+    ) -> Result<Response<pb::CloseExecutionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let record = self
+            .engine
+            .close_execution(meta, &body.execution_id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::CloseExecutionResponse {
+            execution: Some(convert::execution(record)),
+        }))
+    }
+
+    async fn start_turn(
+        &self,
+        request: Request<pb::StartTurnRequest>,
+    ) -> Result<Response<pb::StartTurnResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let mut prompt = String::new();
+        for block in &body.prompt {
+            match &block.content {
+                Some(pb::prompt_block::Content::Text(text)) => prompt.push_str(text),
+                None => {
+                    return Err(to_status(EngineError::invalid(
+                        Reason::InvalidArgument,
+                        "a prompt block has no content",
+                    )));
+                }
+            }
+        }
+        let turn = self
+            .engine
+            .start_turn(meta, &body.execution_id, prompt)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::StartTurnResponse {
+            turn: Some(convert::turn(turn)),
+        }))
+    }
+
+    async fn cancel_turn(
+        &self,
+        request: Request<pb::CancelTurnRequest>,
+    ) -> Result<Response<pb::CancelTurnResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        required("turn_id", &body.turn_id)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let turn = self
+            .engine
+            .cancel_turn(meta, &body.execution_id, &body.turn_id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::CancelTurnResponse {
+            turn: Some(convert::turn(turn)),
+        }))
+    }
+
+    type StreamEventsStream = EventStream;
+
+    async fn stream_events(
+        &self,
+        request: Request<pb::StreamEventsRequest>,
+    ) -> Result<Response<Self::StreamEventsStream>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let items = self
+            .engine
+            .stream_events(&tenant_id, &body.execution_id, body.after_sequence)
+            .await
+            .map_err(to_status)?;
+        let stream = tokio_stream::wrappers::ReceiverStream::new(items);
+        let stream = tokio_stream::StreamExt::map(stream, |item| {
+            let frame = match item.map_err(to_status)? {
+                StreamItem::Event(event) => {
+                    pb::stream_events_response::Frame::Event(convert::event(event))
+                }
+                StreamItem::CaughtUp { head_sequence } => {
+                    pb::stream_events_response::Frame::CaughtUp(pb::CaughtUp { head_sequence })
+                }
+                StreamItem::Heartbeat { head_sequence } => {
+                    pb::stream_events_response::Frame::Heartbeat(pb::Heartbeat {
+                        head_sequence,
+                        time: Some(convert::timestamp(chrono::Utc::now().timestamp_millis())),
+                    })
+                }
+            };
+            Ok(pb::StreamEventsResponse { frame: Some(frame) })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn ack_events(
+        &self,
+        request: Request<pb::AckEventsRequest>,
+    ) -> Result<Response<pb::AckEventsResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let acked = self
+            .engine
+            .ack_events(&tenant_id, &body.execution_id, body.through_sequence)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::AckEventsResponse {
+            acked_sequence: acked,
+        }))
+    }
+
+    async fn list_interactions(
+        &self,
+        request: Request<pb::ListInteractionsRequest>,
+    ) -> Result<Response<pb::ListInteractionsResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        let state = pb::InteractionState::try_from(body.state).map_err(|_| {
+            to_status(EngineError::invalid(
+                Reason::InvalidArgument,
+                "unknown interaction state",
+            ))
+        })?;
+        let (page, next) = self
+            .engine
+            .list_interactions(
+                &tenant_id,
+                (!body.execution_id.is_empty()).then_some(body.execution_id),
+                convert::interaction_state_name(state).map(|s| s.as_str().to_owned()),
+                i64::from(body.page_size),
+                &body.page_token,
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ListInteractionsResponse {
+            interactions: page.into_iter().map(convert::interaction).collect(),
+            next_page_token: next,
+        }))
+    }
+
+    async fn get_interaction(
+        &self,
+        request: Request<pb::GetInteractionRequest>,
+    ) -> Result<Response<pb::GetInteractionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("interaction_id", &body.interaction_id)?;
+        let record = self
+            .engine
+            .get_interaction(&tenant_id, &body.interaction_id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::GetInteractionResponse {
+            interaction: Some(convert::interaction(record)),
+        }))
+    }
+
+    async fn answer_interaction(
+        &self,
+        request: Request<pb::AnswerInteractionRequest>,
+    ) -> Result<Response<pb::AnswerInteractionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("interaction_id", &body.interaction_id)?;
+        required("etag", &body.etag)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let answer = match body.answer {
+            Some(pb::answer_interaction_request::Answer::Questions(q)) => {
+                InteractionAnswer::Questions(
+                    q.selections
+                        .into_iter()
+                        .map(|s| Selection {
+                            question_id: s.question_id,
+                            option_ids: s.option_ids,
+                        })
+                        .collect(),
+                )
+            }
+            Some(pb::answer_interaction_request::Answer::Decline(d)) => {
+                InteractionAnswer::Decline {
+                    reason: (!d.reason.is_empty()).then_some(d.reason),
+                }
+            }
+            Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
+            None => {
+                return Err(to_status(EngineError::invalid(
+                    Reason::AnswerInvalid,
+                    "an answer (questions, decline or cancel) is required",
+                )));
+            }
+        };
+        let record = self
+            .engine
+            .answer_interaction(
+                meta,
+                AnswerCommand {
+                    interaction_id: body.interaction_id,
+                    etag: body.etag,
+                    answer,
+                },
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::AnswerInteractionResponse {
+            interaction: Some(convert::interaction(record)),
+        }))
+    }
+}

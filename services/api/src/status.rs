@@ -1,0 +1,23 @@
+//! Domain errors → gRPC status, once, with `google.rpc.ErrorInfo`.
+
+use cursor_runner_executions::{EngineError, ErrorKind};
+use tonic::Code;
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// `ErrorInfo.domain` of every error this service returns.
+pub const ERROR_DOMAIN: &str = "cursor-runner";
+
+pub fn to_status(error: EngineError) -> tonic::Status {
+    let code = match error.kind {
+        ErrorKind::InvalidArgument => Code::InvalidArgument,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::FailedPrecondition => Code::FailedPrecondition,
+        ErrorKind::Aborted => Code::Aborted,
+        ErrorKind::OutOfRange => Code::OutOfRange,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Internal => Code::Internal,
+    };
+    let metadata: std::collections::HashMap<String, String> = error.metadata.into_iter().collect();
+    let details = ErrorDetails::with_error_info(error.reason.as_str(), ERROR_DOMAIN, metadata);
+    tonic::Status::with_error_details(code, error.message, details)
+}

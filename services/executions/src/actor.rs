@@ -1,0 +1,957 @@
+//! One execution's actor: it owns the agent process and its connection, and is the
+//! only writer of the execution's turns, interactions and events. Commands from the
+//! engine and messages from the agent are handled one at a time, so fences and state
+//! transitions never race inside one replica; the store's compare-and-set updates
+//! guard them across replicas and restarts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cursor_runner_acp::cursor::{self, AskQuestionOutcome, AskQuestionParams};
+use cursor_runner_acp::{
+    AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema,
+};
+use cursor_runner_activity::*;
+use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord, now_ms};
+use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchSpec};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::engine::{EngineConfig, kind_of, not_pending};
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::events::EventWriter;
+use crate::question::{InteractionAnswer, QuestionRequest};
+use crate::state::{ExecutionState, InteractionState, TurnState};
+
+type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
+
+pub(crate) enum Command {
+    StartTurn {
+        prompt: String,
+        reply: Reply<TurnRecord>,
+    },
+    CancelTurn {
+        turn_id: String,
+        reply: Reply<TurnRecord>,
+    },
+    Answer {
+        record: InteractionRecord,
+        etag: String,
+        request_id: String,
+        answer: InteractionAnswer,
+        reply: Reply<InteractionRecord>,
+    },
+    Close {
+        reply: Reply<ExecutionRecord>,
+    },
+}
+
+struct ActiveTurn {
+    record: TurnRecord,
+    normalizer: TurnNormalizer,
+    cancel_deadline: Option<Instant>,
+}
+
+struct PendingInteraction {
+    record: InteractionRecord,
+    request: AgentRequest,
+}
+
+struct Actor {
+    store: Arc<dyn Store>,
+    config: Arc<EngineConfig>,
+    record: ExecutionRecord,
+    events: EventWriter,
+    process: AgentProcess,
+    connection: AcpConnection,
+    session_id: String,
+    turn: Option<ActiveTurn>,
+    session_normalizer: TurnNormalizer,
+    pending: HashMap<String, PendingInteraction>,
+    prompt_results: mpsc::Sender<(String, Result<Value, AcpError>)>,
+}
+
+/// Launches the agent, runs the handshake, and on success leaves an actor running.
+pub(crate) async fn launch(
+    store: Arc<dyn Store>,
+    config: Arc<EngineConfig>,
+    mut record: ExecutionRecord,
+    mut events: EventWriter,
+    commands: mpsc::Receiver<Command>,
+) -> Result<ExecutionRecord, EngineError> {
+    let spec = LaunchSpec {
+        command: config.agent_command.clone(),
+        workspace: record.workspace.clone().into(),
+        private_home: config.state_dir.join("homes").join(&record.id),
+    };
+    let (mut process, stdin, stdout) = match AgentProcess::spawn(&spec) {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            let error = EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::AgentLaunchFailed,
+                e.to_string(),
+            );
+            fail_execution(&store, &mut record, &error, None).await;
+            return Err(error);
+        }
+    };
+    record.pid = Some(i64::from(process.pid()));
+    events
+        .emit(
+            None,
+            vec![ActivityPayload::ProcessSpawned(ProcessSpawned {
+                pid: process.pid(),
+                distribution: spec.command.distribution_label().into(),
+                program: spec.command.program.display().to_string(),
+            })],
+        )
+        .await?;
+    let (connection, inbound) = AcpConnection::spawn(stdin, stdout);
+    match handshake(&connection, &record.workspace, config.handshake_timeout).await {
+        Ok(session_id) => {
+            record.session_id = Some(session_id.clone());
+            record.state = ExecutionState::Ready.as_str().into();
+            record.updated_at_ms = now_ms();
+            store.update_execution(&record).await?;
+            let (prompt_tx, prompt_rx) = mpsc::channel(4);
+            let actor = Actor {
+                store,
+                config,
+                record: record.clone(),
+                events,
+                process,
+                connection,
+                session_id,
+                turn: None,
+                session_normalizer: TurnNormalizer::new("session"),
+                pending: HashMap::new(),
+                prompt_results: prompt_tx,
+            };
+            tokio::spawn(actor.run(commands, inbound, prompt_rx));
+            Ok(record)
+        }
+        Err(failure) => {
+            connection.close_stdin().await;
+            let exit = process.stop(config.stop_grace).await;
+            let mut error = failure;
+            if error.reason == Reason::AgentExited {
+                error.message = exit_message(&exit, &process.stderr_tail());
+            }
+            let _ = events
+                .emit(None, vec![exited(&process, exit, "agent")])
+                .await;
+            fail_execution(&store, &mut record, &error, Some(exit)).await;
+            Err(error)
+        }
+    }
+}
+
+async fn handshake(
+    connection: &AcpConnection,
+    workspace: &str,
+    limit: Duration,
+) -> Result<String, EngineError> {
+    let initialize =
+        schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1).client_info(
+            schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")),
+        );
+    let mut initialize =
+        serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
+    // Cursor's SDK strips unknown top-level capability keys; its opt-ins go in `_meta`.
+    initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true});
+    timed(limit, connection.request("initialize", initialize)).await?;
+    let new_session = schema::NewSessionRequest::new(workspace);
+    let result = timed(limit, connection.request("session/new", new_session)).await?;
+    result["sessionId"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::ProtocolError,
+                "session/new returned no sessionId",
+            )
+        })
+}
+
+async fn timed(
+    limit: Duration,
+    call: impl Future<Output = Result<Value, AcpError>>,
+) -> Result<Value, EngineError> {
+    match tokio::time::timeout(limit, call).await {
+        Err(_) => Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::AgentUnresponsive,
+            format!("the agent did not answer within {limit:?}"),
+        )),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::AUTH_REQUIRED => {
+            Err(EngineError::precondition(
+                Reason::AuthRequired,
+                "the agent requires authentication (-32000)",
+            ))
+        }
+        Ok(Err(AcpError::Rpc(e))) => Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::ProtocolError,
+            e.to_string(),
+        )),
+        Ok(Err(_)) => Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::AgentExited,
+            "the agent exited",
+        )),
+    }
+}
+
+async fn fail_execution(
+    store: &Arc<dyn Store>,
+    record: &mut ExecutionRecord,
+    error: &EngineError,
+    exit: Option<ExitProof>,
+) {
+    record.state = ExecutionState::Failed.as_str().into();
+    record.failure_reason = Some(error.reason.as_str().into());
+    record.failure_message = Some(error.message.clone());
+    if let Some(exit) = exit {
+        record.exit_code = exit.exit_code.map(i64::from);
+        record.exit_signal = exit.signal.map(i64::from);
+    }
+    record.updated_at_ms = now_ms();
+    if let Err(e) = store.update_execution(record).await {
+        tracing::error!(execution_id = %record.id, error = %e, "recording a failed execution failed");
+    }
+}
+
+fn exited(process: &AgentProcess, exit: ExitProof, initiated_by: &str) -> ActivityPayload {
+    ActivityPayload::ProcessExited(ProcessExited {
+        pid: process.pid(),
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        initiated_by: initiated_by.into(),
+    })
+}
+
+fn exit_message(exit: &ExitProof, stderr_tail: &str) -> String {
+    let status = match (exit.exit_code, exit.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => "unknown status".into(),
+    };
+    let tail = stderr_tail.trim();
+    if tail.is_empty() {
+        format!("the agent exited ({status})")
+    } else {
+        format!("the agent exited ({status}); stderr tail: {tail}")
+    }
+}
+
+/// How an actor's loop ends.
+enum Ending {
+    Continue,
+    Stop,
+}
+
+impl Actor {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut inbound: InboundStream,
+        mut prompt_results: mpsc::Receiver<(String, Result<Value, AcpError>)>,
+    ) {
+        loop {
+            let deadline = self.turn.as_ref().and_then(|t| t.cancel_deadline);
+            let ending = tokio::select! {
+                Some(command) = commands.recv() => self.on_command(command).await,
+                message = inbound.recv() => match message {
+                    Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
+                    Some(message) => self.on_inbound(message).await,
+                },
+                Some((turn_id, result)) = prompt_results.recv() => self.on_prompt_result(&turn_id, result).await,
+                () = sleep_until(deadline) => self.on_cancel_timeout().await,
+            };
+            match ending {
+                Ok(Ending::Continue) => {}
+                Ok(Ending::Stop) => break,
+                Err(e) => {
+                    tracing::error!(execution_id = %self.record.id, error = %e, "execution actor failed; stopping its agent");
+                    let _ = self.stop_process("runner").await;
+                    self.record.state = ExecutionState::Lost.as_str().into();
+                    self.record.failure_reason = Some(e.reason.as_str().into());
+                    self.record.failure_message = Some(e.message);
+                    let _ = self.save_record().await;
+                    break;
+                }
+            }
+        }
+        // Refuse what is still queued: the execution is over.
+        commands.close();
+        while let Some(command) = commands.recv().await {
+            self.refuse(command);
+        }
+    }
+
+    fn refuse(&self, command: Command) {
+        let error = || {
+            EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!("execution `{}` is {}", self.record.id, self.record.state),
+            )
+            .with("state", self.record.state.clone())
+        };
+        match command {
+            Command::StartTurn { reply, .. } => drop(reply.send(Err(error()))),
+            Command::CancelTurn { reply, .. } => drop(reply.send(Err(error()))),
+            Command::Answer { reply, .. } => drop(reply.send(Err(error()))),
+            Command::Close { reply } => drop(reply.send(Ok(self.record.clone()))),
+        }
+    }
+
+    async fn on_command(&mut self, command: Command) -> Result<Ending, EngineError> {
+        match command {
+            Command::StartTurn { prompt, reply } => {
+                let result = self.start_turn(prompt).await;
+                let _ = reply.send(result);
+            }
+            Command::CancelTurn { turn_id, reply } => {
+                let result = self.cancel_turn(&turn_id).await;
+                let _ = reply.send(result);
+            }
+            Command::Answer {
+                record,
+                etag,
+                request_id,
+                answer,
+                reply,
+            } => {
+                let result = self.answer(record, &etag, &request_id, answer).await;
+                let _ = reply.send(result);
+            }
+            Command::Close { reply } => {
+                let result = self.close().await;
+                let _ = reply.send(result);
+                return Ok(Ending::Stop);
+            }
+        }
+        Ok(Ending::Continue)
+    }
+
+    async fn start_turn(&mut self, prompt: String) -> Result<TurnRecord, EngineError> {
+        if let Some(turn) = &self.turn {
+            return Err(EngineError::precondition(
+                Reason::TurnActive,
+                format!("turn `{}` is still running", turn.record.id),
+            )
+            .with("turn_id", turn.record.id.clone()));
+        }
+        let turn_number = self.record.turn_count + 1;
+        let record = TurnRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            execution_id: self.record.id.clone(),
+            tenant_id: self.record.tenant_id.clone(),
+            generation: self.record.generation,
+            turn_number,
+            state: TurnState::Running.as_str().into(),
+            stop_reason: None,
+            failure_reason: None,
+            failure_message: None,
+            started_at_ms: now_ms(),
+            ended_at_ms: None,
+        };
+        self.store.insert_turn(&record).await?;
+        self.record.turn_count = turn_number;
+        self.record.active_turn_id = Some(record.id.clone());
+        self.save_record().await?;
+        self.events
+            .emit(
+                Some(&record.id),
+                vec![ActivityPayload::TurnStarted(TurnStarted {
+                    turn_id: record.id.clone(),
+                    turn_number,
+                    prompt_chars: prompt.chars().count() as u64,
+                })],
+            )
+            .await?;
+        let request = schema::PromptRequest::new(
+            self.session_id.clone(),
+            vec![schema::ContentBlock::Text(schema::TextContent::new(prompt))],
+        );
+        let connection = self.connection.clone();
+        let results = self.prompt_results.clone();
+        let turn_id = record.id.clone();
+        tokio::spawn(async move {
+            let result = connection.request("session/prompt", request).await;
+            let _ = results.send((turn_id, result)).await;
+        });
+        self.turn = Some(ActiveTurn {
+            normalizer: TurnNormalizer::new(record.id.clone()),
+            record: record.clone(),
+            cancel_deadline: None,
+        });
+        Ok(record)
+    }
+
+    async fn cancel_turn(&mut self, turn_id: &str) -> Result<TurnRecord, EngineError> {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.record.id == turn_id) else {
+            return Err(EngineError::precondition(
+                Reason::NoActiveTurn,
+                format!("turn `{turn_id}` is not running"),
+            ));
+        };
+        if turn.cancel_deadline.is_none() {
+            turn.cancel_deadline = Some(Instant::now() + self.config.cancel_grace);
+            let notify = schema::CancelNotification::new(self.session_id.clone());
+            if let Err(e) = self.connection.notify("session/cancel", notify).await {
+                tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
+            }
+            self.settle_pending("turn_cancelled").await?;
+        }
+        self.turn
+            .as_ref()
+            .map(|t| t.record.clone())
+            .ok_or_else(|| EngineError::internal("a cancelled turn stays active until it settles"))
+    }
+
+    async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
+        match message {
+            Inbound::Request(request) => self.on_agent_request(request).await?,
+            Inbound::Notification { method, params } => {
+                if method == "session/update" {
+                    self.on_session_update(&params).await?;
+                }
+            }
+            Inbound::Invalid { reason } => {
+                self.notice(
+                    "protocol_invalid_frame",
+                    format!("skipped a malformed line from the agent: {reason}"),
+                )
+                .await?;
+            }
+            Inbound::Oversized { bytes } => {
+                self.notice(
+                    "protocol_oversized_frame",
+                    format!("skipped a {bytes}-byte line over the frame bound"),
+                )
+                .await?;
+            }
+            Inbound::UnmatchedResponse { id } => {
+                self.notice(
+                    "protocol_unmatched_response",
+                    format!("a response to unknown request id {id}"),
+                )
+                .await?;
+            }
+            Inbound::Closed { .. } => return self.on_process_lost().await,
+        }
+        Ok(Ending::Continue)
+    }
+
+    async fn on_session_update(&mut self, params: &Value) -> Result<(), EngineError> {
+        let session = params.get("sessionId").and_then(Value::as_str);
+        if session != Some(self.session_id.as_str()) {
+            return self
+                .notice(
+                    "unknown_session_update",
+                    "dropped a session/update for a session this execution does not own",
+                )
+                .await;
+        }
+        let update = params.get("update").cloned().unwrap_or(Value::Null);
+        let (turn_id, payloads) = match self.turn.as_mut() {
+            Some(turn) => (
+                Some(turn.record.id.clone()),
+                turn.normalizer.on_update(&update),
+            ),
+            None => (None, self.session_normalizer.on_update(&update)),
+        };
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    async fn on_agent_request(&mut self, request: AgentRequest) -> Result<(), EngineError> {
+        match request.method.as_str() {
+            cursor::ASK_QUESTION => self.on_question(request).await,
+            cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
+                let method = request.method.clone();
+                respond(request, Ok(json!({}))).await;
+                self.notice(
+                    "unprojected_cursor_extension",
+                    format!("`{method}` was acknowledged; it is not projected yet"),
+                )
+                .await
+            }
+            cursor::CREATE_PLAN | "session/request_permission" => {
+                // Fail closed until these kinds are durable interactions: never let a
+                // plan or a tool run without a human.
+                let method = request.method.clone();
+                respond(request, Ok(json!({"outcome": {"outcome": "cancelled"}}))).await;
+                self.notice(
+                    "interaction_kind_unsupported",
+                    format!("`{method}` was answered `cancelled`: not supported yet"),
+                )
+                .await
+            }
+            method => {
+                let error = RpcError::method_not_found(method);
+                respond(request, Err(error)).await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_question(&mut self, request: AgentRequest) -> Result<(), EngineError> {
+        let refuse = |why: String| why;
+        let parsed = serde_json::from_value::<AskQuestionParams>(request.params.clone())
+            .map_err(|e| refuse(format!("malformed cursor/ask_question: {e}")))
+            .and_then(|p| QuestionRequest::from_native(p).map_err(|e| e.0));
+        let (question, turn) = match (parsed, self.turn.as_ref()) {
+            (Ok(question), Some(turn)) if turn.cancel_deadline.is_none() => {
+                (question, turn.record.clone())
+            }
+            (Ok(_), _) => {
+                respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
+                return self
+                    .notice(
+                        "interaction_outside_turn",
+                        "a question arrived with no running turn; answered `cancelled`",
+                    )
+                    .await;
+            }
+            (Err(why), _) => {
+                respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
+                return self
+                    .notice(
+                        "interaction_refused",
+                        format!("question refused and answered `cancelled`: {why}"),
+                    )
+                    .await;
+            }
+        };
+        let id = uuid::Uuid::now_v7().to_string();
+        let request_json =
+            serde_json::to_value(&question).map_err(|e| EngineError::internal(e.to_string()))?;
+        let now = now_ms();
+        let record = InteractionRecord {
+            etag: etag(&id, self.record.generation, &turn.id),
+            id,
+            execution_id: self.record.id.clone(),
+            tenant_id: self.record.tenant_id.clone(),
+            generation: self.record.generation,
+            turn_id: turn.id.clone(),
+            native_request_id: serde_json::to_string(&request.id).unwrap_or_default(),
+            kind: "question".into(),
+            state: InteractionState::Pending.as_str().into(),
+            request: request_json.to_string(),
+            outcome: None,
+            answer_request_id: None,
+            answer_fingerprint: None,
+            reason: None,
+            delivery: None,
+            replay_allowed: false,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        // Persist before expose: the row commits before the event is appended.
+        if let Err(e) = self.store.insert_interaction(&record).await {
+            respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
+            return Err(e.into());
+        }
+        self.events
+            .emit(
+                Some(&turn.id),
+                vec![ActivityPayload::RuntimeRequestCreated(
+                    RuntimeRequestCreated {
+                        interaction_id: record.id.clone(),
+                        kind: InteractionKind::Question,
+                        etag: record.etag.clone(),
+                        turn_id: turn.id.clone(),
+                        request: request_json,
+                    },
+                )],
+            )
+            .await?;
+        self.pending
+            .insert(record.id.clone(), PendingInteraction { record, request });
+        Ok(())
+    }
+
+    async fn answer(
+        &mut self,
+        record: InteractionRecord,
+        etag: &str,
+        request_id: &str,
+        answer: InteractionAnswer,
+    ) -> Result<InteractionRecord, EngineError> {
+        let Some(pending) = self.pending.get(&record.id) else {
+            let current = self
+                .store
+                .get_interaction(&record.tenant_id, &record.id)
+                .await?
+                .unwrap_or(record);
+            return Err(not_pending(&current));
+        };
+        let current = pending.record.clone();
+        if etag != current.etag {
+            return Err(EngineError::precondition(
+                Reason::StaleEtag,
+                "the etag is not the interaction's current one",
+            ));
+        }
+        let question: QuestionRequest = serde_json::from_str(&current.request)
+            .map_err(|e| EngineError::internal(format!("stored request: {e}")))?;
+        let outcome = question.outcome_for(&answer)?.to_result();
+        let mut answered = current.clone();
+        answered.state = InteractionState::Answered.as_str().into();
+        answered.outcome = Some(outcome.to_string());
+        answered.answer_request_id = Some(request_id.to_owned());
+        answered.answer_fingerprint = Some(answer.fingerprint());
+        answered.updated_at_ms = now_ms();
+        if !self
+            .store
+            .transition_interaction(InteractionState::Pending.as_str(), &answered)
+            .await?
+        {
+            let now = self
+                .store
+                .get_interaction(&current.tenant_id, &current.id)
+                .await?
+                .unwrap_or(current);
+            return Err(not_pending(&now));
+        }
+        let pending = self
+            .pending
+            .remove(&answered.id)
+            .ok_or_else(|| EngineError::internal("pending entry vanished"))?;
+        // Record `delivered` only after the response is written and flushed.
+        let written = pending.request.respond(Ok(outcome.clone())).await;
+        let mut settled = answered.clone();
+        settled.updated_at_ms = now_ms();
+        match written {
+            Ok(()) => {
+                settled.state = InteractionState::Delivered.as_str().into();
+                settled.delivery = Some("pipe_written".into());
+                self.store
+                    .transition_interaction(InteractionState::Answered.as_str(), &settled)
+                    .await?;
+                self.events
+                    .emit(
+                        Some(&settled.turn_id),
+                        vec![ActivityPayload::RuntimeRequestResolved(
+                            RuntimeRequestResolved {
+                                interaction_id: settled.id.clone(),
+                                kind: kind_of(&settled.kind),
+                                turn_id: settled.turn_id.clone(),
+                                outcome,
+                                delivery: "pipe_written".into(),
+                            },
+                        )],
+                    )
+                    .await?;
+                Ok(settled)
+            }
+            Err(_) => {
+                settled.state = InteractionState::Expired.as_str().into();
+                settled.delivery = Some("unknown".into());
+                settled.reason = Some("provider_process_lost".into());
+                self.store
+                    .transition_interaction(InteractionState::Answered.as_str(), &settled)
+                    .await?;
+                self.emit_ended(&settled, false).await?;
+                Err(not_pending(&settled))
+            }
+        }
+    }
+
+    /// Answers every pending interaction `cancelled` on the wire and records it:
+    /// questions expire (not replayable, full request kept for a durable hand-off).
+    async fn settle_pending(&mut self, reason: &str) -> Result<(), EngineError> {
+        let pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
+        for p in pending {
+            let written = p
+                .request
+                .respond(Ok(AskQuestionOutcome::Cancelled.to_result()))
+                .await;
+            let mut record = p.record;
+            record.state = InteractionState::Expired.as_str().into();
+            record.reason = Some(reason.into());
+            record.delivery = Some(
+                if written.is_ok() {
+                    "pipe_written"
+                } else {
+                    "not_sent"
+                }
+                .into(),
+            );
+            record.replay_allowed = false;
+            record.outcome = Some(AskQuestionOutcome::Cancelled.to_result().to_string());
+            record.updated_at_ms = now_ms();
+            if self
+                .store
+                .transition_interaction(InteractionState::Pending.as_str(), &record)
+                .await?
+            {
+                self.emit_ended(&record, true).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn emit_ended(
+        &mut self,
+        record: &InteractionRecord,
+        with_request: bool,
+    ) -> Result<(), EngineError> {
+        let ended = RuntimeRequestEnded {
+            interaction_id: record.id.clone(),
+            kind: kind_of(&record.kind),
+            turn_id: record.turn_id.clone(),
+            reason: record.reason.clone().unwrap_or_default(),
+            replay_allowed: false,
+            delivery: record.delivery.clone().unwrap_or_default(),
+            request: with_request
+                .then(|| serde_json::from_str(&record.request).ok())
+                .flatten(),
+        };
+        let payload = if record.state == InteractionState::Cancelled.as_str() {
+            ActivityPayload::RuntimeRequestCancelled(ended)
+        } else {
+            ActivityPayload::RuntimeRequestExpired(ended)
+        };
+        self.events.emit(Some(&record.turn_id), vec![payload]).await
+    }
+
+    async fn on_prompt_result(
+        &mut self,
+        turn_id: &str,
+        result: Result<Value, AcpError>,
+    ) -> Result<Ending, EngineError> {
+        if self.turn.as_ref().map(|t| t.record.id.as_str()) != Some(turn_id) {
+            return Ok(Ending::Continue);
+        }
+        let settlement = match result {
+            Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
+                Some("cancelled") => (
+                    TurnState::Cancelled,
+                    Some("cancelled".to_owned()),
+                    None,
+                    None,
+                ),
+                Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
+                None => (
+                    TurnState::Failed,
+                    None,
+                    Some(TurnFailureReason::ProtocolError),
+                    Some("the prompt result has no stopReason".to_owned()),
+                ),
+            },
+            Err(AcpError::Rpc(e)) if e.code == cursor_runner_acp::AUTH_REQUIRED => (
+                TurnState::Failed,
+                None,
+                Some(TurnFailureReason::AuthRequired),
+                Some(e.to_string()),
+            ),
+            Err(AcpError::Rpc(e)) => (
+                TurnState::Failed,
+                None,
+                Some(TurnFailureReason::ProtocolError),
+                Some(e.to_string()),
+            ),
+            // The connection is gone: the process-loss path settles the turn with the exit status.
+            Err(_) => return Ok(Ending::Continue),
+        };
+        let (state, stop_reason, failure, message) = settlement;
+        self.settle_turn(state, stop_reason, failure, message)
+            .await?;
+        Ok(Ending::Continue)
+    }
+
+    async fn settle_turn(
+        &mut self,
+        state: TurnState,
+        stop_reason: Option<String>,
+        failure: Option<TurnFailureReason>,
+        message: Option<String>,
+    ) -> Result<(), EngineError> {
+        let reason = if state == TurnState::Cancelled {
+            "turn_cancelled"
+        } else {
+            "turn_settled"
+        };
+        self.settle_pending(reason).await?;
+        let Some(mut turn) = self.turn.take() else {
+            return Ok(());
+        };
+        let turn_id = turn.record.id.clone();
+        let mut payloads = turn.normalizer.finish();
+        turn.record.state = state.as_str().into();
+        turn.record.stop_reason = stop_reason.clone();
+        turn.record.failure_reason = failure.map(|f| f.as_str().to_owned());
+        turn.record.failure_message = message.clone();
+        turn.record.ended_at_ms = Some(now_ms());
+        self.store.settle_turn(&turn.record).await?;
+        let settled = TurnSettled {
+            turn_id: turn_id.clone(),
+            stop_reason,
+            failure_reason: failure,
+            message,
+        };
+        payloads.push(match state {
+            TurnState::Completed | TurnState::Running => ActivityPayload::TurnCompleted(settled),
+            TurnState::Cancelled => ActivityPayload::TurnCancelled(settled),
+            TurnState::Interrupted => ActivityPayload::TurnInterrupted(settled),
+            TurnState::Failed => ActivityPayload::TurnFailed(settled),
+        });
+        self.events.emit(Some(&turn_id), payloads).await?;
+        self.record.active_turn_id = None;
+        self.save_record().await
+    }
+
+    async fn on_cancel_timeout(&mut self) -> Result<Ending, EngineError> {
+        self.stop_process("runner").await?;
+        self.settle_turn(
+            TurnState::Interrupted,
+            None,
+            Some(TurnFailureReason::CancelTimeout),
+            Some(format!(
+                "the agent did not settle within {:?} of the cancel; it was stopped",
+                self.config.cancel_grace
+            )),
+        )
+        .await?;
+        self.mark_lost("cancel_timeout").await?;
+        Ok(Ending::Stop)
+    }
+
+    async fn on_process_lost(&mut self) -> Result<Ending, EngineError> {
+        let exit = match self.process.wait_for(self.config.stop_grace).await {
+            Some(exit) => exit,
+            None => self.process.stop(self.config.stop_grace).await,
+        };
+        let message = exit_message(&exit, &self.process.stderr_tail());
+        self.record.exit_code = exit.exit_code.map(i64::from);
+        self.record.exit_signal = exit.signal.map(i64::from);
+        self.events
+            .emit(None, vec![exited(&self.process, exit, "agent")])
+            .await?;
+        self.settle_pending_lost().await?;
+        if self.turn.is_some() {
+            self.settle_turn(
+                TurnState::Failed,
+                None,
+                Some(TurnFailureReason::AgentExited),
+                Some(message.clone()),
+            )
+            .await?;
+        }
+        self.record.failure_message = Some(message);
+        self.mark_lost(Reason::AgentExited.as_str()).await?;
+        Ok(Ending::Stop)
+    }
+
+    /// The process is gone: pending interactions expire and are never re-sent.
+    async fn settle_pending_lost(&mut self) -> Result<(), EngineError> {
+        let pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
+        for p in pending {
+            let mut record = p.record;
+            record.state = InteractionState::Expired.as_str().into();
+            record.reason = Some("provider_process_lost".into());
+            record.delivery = Some("not_sent".into());
+            record.replay_allowed = false;
+            record.updated_at_ms = now_ms();
+            if self
+                .store
+                .transition_interaction(InteractionState::Pending.as_str(), &record)
+                .await?
+            {
+                self.emit_ended(&record, true).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<ExecutionRecord, EngineError> {
+        self.record.state = ExecutionState::Closing.as_str().into();
+        self.save_record().await?;
+        if self.turn.is_some() {
+            let notify = schema::CancelNotification::new(self.session_id.clone());
+            let _ = self.connection.notify("session/cancel", notify).await;
+        }
+        self.settle_pending("turn_cancelled").await?;
+        let exit = self.stop_process("runner").await?;
+        if self.turn.is_some() {
+            self.settle_turn(
+                TurnState::Interrupted,
+                None,
+                None,
+                Some("the execution was closed".into()),
+            )
+            .await?;
+        }
+        self.record.exit_code = exit.exit_code.map(i64::from);
+        self.record.exit_signal = exit.signal.map(i64::from);
+        self.record.state = ExecutionState::Closed.as_str().into();
+        self.save_record().await?;
+        Ok(self.record.clone())
+    }
+
+    /// The stop ladder: close stdin, SIGTERM the group, grace, SIGKILL, reap.
+    async fn stop_process(&mut self, initiated_by: &str) -> Result<ExitProof, EngineError> {
+        self.connection.close_stdin().await;
+        let exit = self.process.stop(self.config.stop_grace).await;
+        self.events
+            .emit(None, vec![exited(&self.process, exit, initiated_by)])
+            .await?;
+        Ok(exit)
+    }
+
+    async fn mark_lost(&mut self, reason: &str) -> Result<(), EngineError> {
+        self.record.state = ExecutionState::Lost.as_str().into();
+        self.record.failure_reason = Some(reason.to_owned());
+        self.save_record().await
+    }
+
+    async fn notice(
+        &mut self,
+        category: &str,
+        summary: impl Into<String>,
+    ) -> Result<(), EngineError> {
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        let notice = ProviderNotice::warning(category, NoticeScope::Turn, summary);
+        self.events
+            .emit(
+                turn_id.as_deref(),
+                vec![ActivityPayload::ProviderNotice(notice)],
+            )
+            .await
+    }
+
+    async fn save_record(&mut self) -> Result<(), EngineError> {
+        self.record.updated_at_ms = now_ms();
+        self.store.update_execution(&self.record).await?;
+        Ok(())
+    }
+}
+
+/// Answers an agent request; a write failure means the process is gone, which the
+/// reader reports separately.
+async fn respond(request: AgentRequest, result: Result<Value, RpcError>) {
+    if let Err(e) = request.respond(result).await {
+        tracing::debug!(error = %e, "answering an agent request failed");
+    }
+}
+
+/// An opaque token naming the interaction's fence (execution generation and turn).
+fn etag(interaction_id: &str, generation: i64, turn_id: &str) -> String {
+    let digest = Sha256::digest(format!("{interaction_id}|{generation}|{turn_id}").as_bytes());
+    hex::encode(&digest[..12])
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,818 @@
+//! The engine: admission, idempotency, routing commands to execution actors, and
+//! event streams. Everything the gRPC layer calls.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cursor_runner_activity::{
+    ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled,
+};
+use cursor_runner_store::{
+    EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery,
+    InteractionRecord, Store, TurnRecord, now_ms,
+};
+use cursor_runner_supervisor::AgentCommand;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::actor::{self, Command};
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::events::EventWriter;
+use crate::question::InteractionAnswer;
+use crate::state::{ExecutionState, InteractionState, TurnState};
+
+pub type ExecutionView = ExecutionRecord;
+
+/// Events read from the store per page while replaying.
+const REPLAY_PAGE: i64 = 512;
+/// Largest page a list call returns.
+pub const MAX_PAGE_SIZE: i64 = 500;
+/// Page size when the caller names none.
+pub const DEFAULT_PAGE_SIZE: i64 = 50;
+/// Stream items buffered per subscriber before the reader waits for it.
+const SUBSCRIBER_BUFFER: usize = 256;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub agent_command: AgentCommand,
+    /// Private per-process homes live under `<state_dir>/homes/`.
+    pub state_dir: PathBuf,
+    /// Bound on `initialize` and on `session/new`.
+    pub handshake_timeout: Duration,
+    /// How long a cancelled turn may take to settle before its process is stopped
+    /// (Cursor itself waits ~10 s for child agents).
+    pub cancel_grace: Duration,
+    /// SIGTERM → SIGKILL grace in the stop ladder.
+    pub stop_grace: Duration,
+    /// Idle time after which a stream gets a heartbeat.
+    pub heartbeat_interval: Duration,
+}
+
+impl EngineConfig {
+    pub fn new(agent_command: AgentCommand, state_dir: PathBuf) -> Self {
+        Self {
+            agent_command,
+            state_dir,
+            handshake_timeout: Duration::from_secs(60),
+            cancel_grace: Duration::from_secs(15),
+            stop_grace: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Identity of a mutating call.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    pub tenant_id: String,
+    pub request_id: String,
+    /// Digest of the request body without its `request_id`.
+    pub request_digest: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateExecutionCommand {
+    pub workspace: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct AnswerCommand {
+    pub interaction_id: String,
+    pub etag: String,
+    pub answer: InteractionAnswer,
+}
+
+/// One item of an event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    Event(EventRecord),
+    /// Replay reached the live head; live events follow.
+    CaughtUp {
+        head_sequence: i64,
+    },
+    Heartbeat {
+        head_sequence: i64,
+    },
+}
+
+struct ExecutionHandle {
+    commands: mpsc::Sender<Command>,
+    head: watch::Receiver<i64>,
+}
+
+type InFlight = watch::Receiver<Option<Result<Value, EngineError>>>;
+
+pub struct Engine {
+    store: Arc<dyn Store>,
+    config: Arc<EngineConfig>,
+    executions: Mutex<HashMap<String, ExecutionHandle>>,
+    in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
+}
+
+impl Engine {
+    /// Starts the engine and settles what a previous incarnation left live: its agents
+    /// are gone, so their turns fail and their pending interactions expire (never replayed).
+    pub async fn start(
+        store: Arc<dyn Store>,
+        config: EngineConfig,
+    ) -> Result<Arc<Self>, EngineError> {
+        let engine = Arc::new(Self {
+            store,
+            config: Arc::new(config),
+            executions: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+        });
+        engine.recover_after_restart().await?;
+        Ok(engine)
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub async fn create_execution(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        command: CreateExecutionCommand,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let workspace = validate_workspace(&command.workspace)?;
+        let engine = self.clone();
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let result = self
+            .idempotent(meta, "CreateExecution", move || async move {
+                let record = engine.launch_execution(&tenant_id, workspace).await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    async fn launch_execution(
+        self: &Arc<Self>,
+        tenant_id: &str,
+        workspace: PathBuf,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let now = now_ms();
+        let record = ExecutionRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            tenant_id: tenant_id.to_owned(),
+            state: ExecutionState::Starting.as_str().into(),
+            generation: 1,
+            workspace: workspace.display().to_string(),
+            session_id: None,
+            active_turn_id: None,
+            turn_count: 0,
+            pid: None,
+            exit_code: None,
+            exit_signal: None,
+            failure_reason: None,
+            failure_message: None,
+            acked_sequence: 0,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        self.store.insert_execution(&record).await?;
+        let events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0);
+        let (commands_tx, commands_rx) = mpsc::channel(64);
+        lock(&self.executions).insert(
+            record.id.clone(),
+            ExecutionHandle {
+                commands: commands_tx,
+                head: events.subscribe(),
+            },
+        );
+        actor::launch(
+            self.store.clone(),
+            self.config.clone(),
+            record,
+            events,
+            commands_rx,
+        )
+        .await
+    }
+
+    pub async fn get_execution(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<ExecutionRecord, EngineError> {
+        self.store
+            .get_execution(tenant_id, id)
+            .await?
+            .ok_or_else(|| {
+                EngineError::not_found(
+                    Reason::ExecutionNotFound,
+                    format!("execution `{id}` not found"),
+                )
+            })
+    }
+
+    pub async fn list_executions(
+        &self,
+        tenant_id: &str,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<ExecutionRecord>, String), EngineError> {
+        let limit = page_limit(page_size)?;
+        let after = (!page_token.is_empty()).then_some(page_token);
+        let page = self.store.list_executions(tenant_id, after, limit).await?;
+        let next = next_token(&page, limit, |e| &e.id);
+        Ok((page, next))
+    }
+
+    pub async fn start_turn(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        prompt: String,
+    ) -> Result<TurnRecord, EngineError> {
+        if prompt.trim().is_empty() {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                "prompt must not be empty",
+            ));
+        }
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, "StartTurn", move || async move {
+                let turn = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn {
+                        prompt,
+                        reply,
+                    })
+                    .await?;
+                Ok(json!({"turnId": turn.id}))
+            })
+            .await?;
+        self.turn_from_result(&caller, &result).await
+    }
+
+    pub async fn cancel_turn(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        turn_id: &str,
+    ) -> Result<TurnRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let (id, turn) = (execution_id.to_owned(), turn_id.to_owned());
+        let result = self
+            .idempotent(meta, "CancelTurn", move || async move {
+                let turn = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::CancelTurn {
+                        turn_id: turn,
+                        reply,
+                    })
+                    .await?;
+                Ok(json!({"turnId": turn.id}))
+            })
+            .await?;
+        self.turn_from_result(&caller, &result).await
+    }
+
+    pub async fn close_execution(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, "CloseExecution", move || async move {
+                let record = engine.get_execution(&tenant_id, &id).await?;
+                let state = ExecutionState::parse(&record.state);
+                if state.is_some_and(ExecutionState::is_terminal) {
+                    return Ok(json!({"executionId": record.id}));
+                }
+                let record = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::Close { reply })
+                    .await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    pub async fn get_interaction(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<InteractionRecord, EngineError> {
+        self.store
+            .get_interaction(tenant_id, id)
+            .await?
+            .ok_or_else(|| {
+                EngineError::not_found(
+                    Reason::InteractionNotFound,
+                    format!("interaction `{id}` not found"),
+                )
+            })
+    }
+
+    pub async fn list_interactions(
+        &self,
+        tenant_id: &str,
+        execution_id: Option<String>,
+        state: Option<String>,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<InteractionRecord>, String), EngineError> {
+        if let Some(state) = state.as_deref() {
+            if InteractionState::parse(state).is_none() {
+                return Err(EngineError::invalid(
+                    Reason::InvalidArgument,
+                    format!("unknown state `{state}`"),
+                ));
+            }
+        }
+        let limit = page_limit(page_size)?;
+        let page = self
+            .store
+            .list_interactions(&InteractionQuery {
+                tenant_id: tenant_id.to_owned(),
+                execution_id,
+                state,
+                after_id: (!page_token.is_empty()).then(|| page_token.to_owned()),
+                limit,
+            })
+            .await?;
+        let next = next_token(&page, limit, |i| &i.id);
+        Ok((page, next))
+    }
+
+    pub async fn answer_interaction(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        command: AnswerCommand,
+    ) -> Result<InteractionRecord, EngineError> {
+        let record = self
+            .get_interaction(&meta.tenant_id, &command.interaction_id)
+            .await?;
+        let fingerprint = command.answer.fingerprint();
+        // A retry of the answer that won: the stored result, whatever happened since.
+        if record.answer_request_id.as_deref() == Some(meta.request_id.as_str()) {
+            return if record.answer_fingerprint.as_deref() == Some(fingerprint.as_str()) {
+                Ok(record)
+            } else {
+                Err(EngineError::new(
+                    ErrorKind::Aborted,
+                    Reason::AnswerConflict,
+                    "this request_id already answered the interaction differently",
+                ))
+            };
+        }
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let result = self
+            .idempotent(meta.clone(), "AnswerInteraction", move || async move {
+                let execution_id = record.execution_id.clone();
+                let request_id = meta.request_id.clone();
+                let answered = engine
+                    .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
+                        record,
+                        etag: command.etag,
+                        request_id,
+                        answer: command.answer,
+                        reply,
+                    })
+                    .await;
+                match answered {
+                    Ok(record) => Ok(json!({"interactionId": record.id})),
+                    Err(e) if e.reason == Reason::ExecutionNotReady => Err(not_pending(
+                        &engine
+                            .get_interaction(&tenant_id, &command.interaction_id)
+                            .await?,
+                    )),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        let id = result["interactionId"].as_str().unwrap_or_default();
+        self.get_interaction(&caller, id).await
+    }
+
+    /// Replays committed events after `after_sequence`, then tails live ones.
+    pub async fn stream_events(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_sequence: i64,
+    ) -> Result<mpsc::Receiver<Result<StreamItem, EngineError>>, EngineError> {
+        let record = self.get_execution(tenant_id, execution_id).await?;
+        if after_sequence < 0 {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                "after_sequence must not be negative",
+            ));
+        }
+        let head = self.store.head_sequence(&record.id).await?;
+        if after_sequence > head {
+            return Err(EngineError::new(
+                ErrorKind::OutOfRange,
+                Reason::CursorAheadOfHead,
+                format!("after_sequence {after_sequence} is beyond the head {head}"),
+            )
+            .with("head_sequence", head.to_string()));
+        }
+        let mut head_rx = match lock(&self.executions).get(&record.id) {
+            Some(handle) => handle.head.clone(),
+            // Not live here: its head no longer moves.
+            None => watch::channel(head).1,
+        };
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let store = self.store.clone();
+        let heartbeat = self.config.heartbeat_interval;
+        tokio::spawn(async move {
+            let mut cursor = after_sequence;
+            let mut caught_up = false;
+            loop {
+                let page = match store.read_events(&record.id, cursor, REPLAY_PAGE).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                let full = page.len() as i64 == REPLAY_PAGE;
+                for event in page {
+                    cursor = event.sequence;
+                    if tx.send(Ok(StreamItem::Event(event))).await.is_err() {
+                        return;
+                    }
+                }
+                if full {
+                    continue;
+                }
+                if !caught_up {
+                    caught_up = true;
+                    if tx
+                        .send(Ok(StreamItem::CaughtUp {
+                            head_sequence: cursor,
+                        }))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                // Wait for the head to pass the cursor, or send a heartbeat when idle.
+                loop {
+                    if *head_rx.borrow_and_update() > cursor {
+                        break;
+                    }
+                    tokio::select! {
+                        changed = head_rx.changed() => {
+                            if changed.is_err() {
+                                // The execution's writer is gone; its head is final.
+                                let last = *head_rx.borrow();
+                                head_rx = watch::channel(last).1;
+                            }
+                        }
+                        () = tokio::time::sleep(heartbeat) => {
+                            if tx.send(Ok(StreamItem::Heartbeat { head_sequence: cursor })).await.is_err() {
+                                return;
+                            }
+                        }
+                        () = tx.closed() => return,
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Records the control plane's cumulative acknowledgement.
+    pub async fn ack_events(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        through: i64,
+    ) -> Result<i64, EngineError> {
+        let record = self.get_execution(tenant_id, execution_id).await?;
+        let head = self.store.head_sequence(&record.id).await?;
+        if through > head {
+            return Err(EngineError::invalid(
+                Reason::AckBeyondHead,
+                format!("through_sequence {through} is beyond the head {head}"),
+            ));
+        }
+        if through < record.acked_sequence {
+            return Err(EngineError::precondition(
+                Reason::AckRegression,
+                format!(
+                    "through_sequence {through} is below the acknowledged {}",
+                    record.acked_sequence
+                ),
+            ));
+        }
+        self.store
+            .set_acked_sequence(tenant_id, &record.id, through)
+            .await?;
+        Ok(through)
+    }
+
+    /// Closes every live execution (service shutdown): no agent outlives the service.
+    pub async fn shutdown(&self) {
+        let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions)
+            .values()
+            .map(|h| h.commands.clone())
+            .collect();
+        for commands in handles {
+            let (reply, rx) = oneshot::channel();
+            if commands.send(Command::Close { reply }).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+    }
+
+    async fn ask_actor<T>(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
+    ) -> Result<T, EngineError> {
+        let record = self.get_execution(tenant_id, execution_id).await?;
+        let commands = lock(&self.executions)
+            .get(&record.id)
+            .map(|h| h.commands.clone());
+        let not_ready = || {
+            EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!("execution `{}` is {}", record.id, record.state),
+            )
+            .with("state", record.state.clone())
+        };
+        let commands = commands.ok_or_else(not_ready)?;
+        let (reply, rx) = oneshot::channel();
+        commands.send(make(reply)).await.map_err(|_| not_ready())?;
+        rx.await.map_err(|_| not_ready())?
+    }
+
+    /// Runs `run` once per (tenant, operation, request_id). A retry with the same body
+    /// while the first call runs joins it; after it, gets its stored result; with
+    /// another body, is refused. The work runs in its own task, so a client that
+    /// disconnects cannot abandon it half-done.
+    async fn idempotent<F, Fut>(
+        &self,
+        meta: RequestMeta,
+        operation: &str,
+        run: F,
+    ) -> Result<Value, EngineError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Value, EngineError>> + Send + 'static,
+    {
+        if meta.request_id.is_empty() {
+            return Err(EngineError::invalid(
+                Reason::RequestIdRequired,
+                "request_id is required",
+            ));
+        }
+        let key = IdempotencyKey {
+            tenant_id: meta.tenant_id.clone(),
+            operation: operation.to_owned(),
+            request_id: meta.request_id.clone(),
+        };
+        let reused = || {
+            EngineError::new(
+                ErrorKind::Aborted,
+                Reason::RequestIdReused,
+                "request_id was used with another request",
+            )
+        };
+        let joined = {
+            let mut in_flight = lock(&self.in_flight);
+            match in_flight.get(&key) {
+                Some((digest, _)) if *digest != meta.request_digest => return Err(reused()),
+                Some((_, rx)) => Some(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    in_flight.insert(key.clone(), (meta.request_digest.clone(), rx));
+                    drop(in_flight);
+                    let store = self.store.clone();
+                    let digest = meta.request_digest.clone();
+                    let owner_key = key.clone();
+                    tokio::spawn(async move {
+                        let result = match store.claim_idempotency(&owner_key, &digest).await {
+                            Err(e) => Err(e.into()),
+                            Ok(IdempotencyClaim::Completed(stored)) => {
+                                EngineError::from_json(&stored).map_or(Ok(stored), Err)
+                            }
+                            Ok(IdempotencyClaim::DigestMismatch) => Err(reused()),
+                            Ok(IdempotencyClaim::InFlight) => Err(EngineError::new(
+                                ErrorKind::Aborted,
+                                Reason::RequestInFlight,
+                                "a call with this request_id is in flight elsewhere; retry later",
+                            )),
+                            Ok(IdempotencyClaim::Claimed) => {
+                                let result = run().await;
+                                let stored = match &result {
+                                    Ok(value) => value.clone(),
+                                    Err(e) => e.to_json(),
+                                };
+                                match store.complete_idempotency(&owner_key, &stored).await {
+                                    Ok(()) => result,
+                                    Err(e) => Err(e.into()),
+                                }
+                            }
+                        };
+                        tx.send_replace(Some(result));
+                    });
+                    None
+                }
+            }
+        };
+        let mut rx = match joined {
+            Some(rx) => rx,
+            None => lock(&self.in_flight)
+                .get(&key)
+                .map(|(_, rx)| rx.clone())
+                .ok_or_else(|| EngineError::internal("lost an in-flight call"))?,
+        };
+        let result = loop {
+            if let Some(result) = rx.borrow_and_update().clone() {
+                break result;
+            }
+            if rx.changed().await.is_err() {
+                break rx
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| Err(EngineError::internal("an in-flight call vanished")));
+            }
+        };
+        lock(&self.in_flight).remove(&key);
+        result
+    }
+
+    /// Stored results name resources of the caller's own tenant; reading them back
+    /// stays tenant-scoped.
+    async fn execution_from_result(
+        &self,
+        tenant_id: &str,
+        result: &Value,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let id = result["executionId"]
+            .as_str()
+            .ok_or_else(|| EngineError::internal("malformed stored result"))?;
+        self.get_execution(tenant_id, id).await
+    }
+
+    async fn turn_from_result(
+        &self,
+        tenant_id: &str,
+        result: &Value,
+    ) -> Result<TurnRecord, EngineError> {
+        let id = result["turnId"]
+            .as_str()
+            .ok_or_else(|| EngineError::internal("malformed stored result"))?;
+        self.store.get_turn(tenant_id, id).await?.ok_or_else(|| {
+            EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found"))
+        })
+    }
+
+    async fn recover_after_restart(&self) -> Result<(), EngineError> {
+        for mut execution in self.store.list_live_executions().await? {
+            let head = self.store.head_sequence(&execution.id).await?;
+            let mut events = EventWriter::new(
+                self.store.clone(),
+                execution.id.clone(),
+                execution.generation,
+                head,
+            );
+            for state in [InteractionState::Pending, InteractionState::Answered] {
+                let stranded = self
+                    .store
+                    .list_interactions(&InteractionQuery {
+                        tenant_id: execution.tenant_id.clone(),
+                        execution_id: Some(execution.id.clone()),
+                        state: Some(state.as_str().into()),
+                        after_id: None,
+                        limit: i64::MAX,
+                    })
+                    .await?;
+                for mut interaction in stranded {
+                    interaction.state = InteractionState::Expired.as_str().into();
+                    interaction.reason = Some("service_restarted".into());
+                    interaction.delivery = Some(
+                        if state == InteractionState::Answered {
+                            "unknown"
+                        } else {
+                            "not_sent"
+                        }
+                        .into(),
+                    );
+                    interaction.replay_allowed = false;
+                    interaction.updated_at_ms = now_ms();
+                    if self
+                        .store
+                        .transition_interaction(state.as_str(), &interaction)
+                        .await?
+                    {
+                        let payload = ActivityPayload::RuntimeRequestExpired(RuntimeRequestEnded {
+                            interaction_id: interaction.id.clone(),
+                            kind: kind_of(&interaction.kind),
+                            turn_id: interaction.turn_id.clone(),
+                            reason: "service_restarted".into(),
+                            replay_allowed: false,
+                            delivery: interaction.delivery.clone().unwrap_or_default(),
+                            request: serde_json::from_str(&interaction.request).ok(),
+                        });
+                        events
+                            .emit(Some(&interaction.turn_id), vec![payload])
+                            .await?;
+                    }
+                }
+            }
+            if let Some(turn_id) = execution.active_turn_id.take() {
+                if let Some(mut turn) = self.store.get_turn(&execution.tenant_id, &turn_id).await? {
+                    turn.state = TurnState::Failed.as_str().into();
+                    turn.failure_reason = Some(TurnFailureReason::ProviderLost.as_str().into());
+                    turn.failure_message =
+                        Some("the service restarted; the agent process is gone".into());
+                    turn.ended_at_ms = Some(now_ms());
+                    if self.store.settle_turn(&turn).await? {
+                        let payload = ActivityPayload::TurnFailed(TurnSettled {
+                            turn_id: turn.id.clone(),
+                            stop_reason: None,
+                            failure_reason: Some(TurnFailureReason::ProviderLost),
+                            message: turn.failure_message.clone(),
+                        });
+                        events.emit(Some(&turn.id), vec![payload]).await?;
+                    }
+                }
+            }
+            execution.state = ExecutionState::Lost.as_str().into();
+            execution.failure_reason = Some("service_restarted".into());
+            execution.updated_at_ms = now_ms();
+            self.store.update_execution(&execution).await?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn kind_of(kind: &str) -> InteractionKind {
+    match kind {
+        "plan" => InteractionKind::Plan,
+        "permission" => InteractionKind::Permission,
+        _ => InteractionKind::Question,
+    }
+}
+
+pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
+    EngineError::precondition(
+        Reason::InteractionNotPending,
+        format!("interaction `{}` is {}", record.id, record.state),
+    )
+    .with("state", record.state.clone())
+}
+
+fn validate_workspace(workspace: &str) -> Result<PathBuf, EngineError> {
+    let path = PathBuf::from(workspace);
+    if !path.is_absolute() {
+        return Err(EngineError::invalid(
+            Reason::WorkspaceInvalid,
+            "workspace must be an absolute path",
+        ));
+    }
+    match std::fs::canonicalize(&path) {
+        Ok(real) if real.is_dir() => Ok(real),
+        _ => Err(EngineError::precondition(
+            Reason::WorkspaceInvalid,
+            format!("workspace `{workspace}` is not an existing directory"),
+        )),
+    }
+}
+
+fn page_limit(page_size: i64) -> Result<i64, EngineError> {
+    match page_size {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n < 0 => Err(EngineError::invalid(
+            Reason::InvalidArgument,
+            "page_size must not be negative",
+        )),
+        n => Ok(n.min(MAX_PAGE_SIZE)),
+    }
+}
+
+fn next_token<T>(page: &[T], limit: i64, id: impl Fn(&T) -> &String) -> String {
+    if page.len() as i64 == limit {
+        page.last().map(|last| id(last).clone()).unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,180 @@
+//! Domain errors: a kind (mapped once to a gRPC code at the edge) and a stable reason
+//! from one catalog (`docs/errors.md`).
+
+use cursor_runner_store::StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidArgument,
+    NotFound,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unavailable,
+    Internal,
+}
+
+macro_rules! reasons {
+    ($($variant:ident => $text:literal: $doc:literal),+ $(,)?) => {
+        /// The catalog of stable error reasons (`google.rpc.ErrorInfo.reason`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Reason { $(#[doc = $doc] $variant),+ }
+
+        impl Reason {
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some(Self::$variant),)+ _ => None }
+            }
+
+            pub fn description(self) -> &'static str {
+                match self { $(Self::$variant => $doc),+ }
+            }
+        }
+    };
+}
+
+reasons! {
+    TenantRequired => "TENANT_REQUIRED": "The call carries no tenant (`x-tenant-id` metadata).",
+    RequestIdRequired => "REQUEST_ID_REQUIRED": "A mutating call carries no `request_id`.",
+    RequestIdReused => "REQUEST_ID_REUSED": "The `request_id` was used before with a different request body.",
+    RequestInFlight => "REQUEST_IN_FLIGHT": "A call with this `request_id` is still running in another incarnation of the service.",
+    InvalidArgument => "INVALID_ARGUMENT": "A field is missing or malformed; the message names it.",
+    WorkspaceInvalid => "WORKSPACE_INVALID": "The workspace is not an absolute path to an existing directory.",
+    ExecutionNotFound => "EXECUTION_NOT_FOUND": "No execution with this id exists for the caller's tenant.",
+    TurnNotFound => "TURN_NOT_FOUND": "No turn with this id exists for the caller's tenant.",
+    InteractionNotFound => "INTERACTION_NOT_FOUND": "No interaction with this id exists for the caller's tenant.",
+    ExecutionNotReady => "EXECUTION_NOT_READY": "The execution is not ready (closed, failed, or lost its agent); the message names its state.",
+    TurnActive => "TURN_ACTIVE": "A turn is already running: Cursor has no steering and a second prompt would cancel the first.",
+    NoActiveTurn => "NO_ACTIVE_TURN": "The named turn is not the execution's running turn.",
+    InteractionNotPending => "INTERACTION_NOT_PENDING": "The interaction is no longer pending; the message and metadata name its state.",
+    StaleEtag => "STALE_ETAG": "The etag does not match the interaction's current fence (generation, turn).",
+    AnswerConflict => "ANSWER_CONFLICT": "The interaction was already answered with this `request_id` and a different answer.",
+    AnswerInvalid => "ANSWER_INVALID": "The answer does not fit the persisted request (unknown, forged, duplicate or missing selections).",
+    CursorAheadOfHead => "CURSOR_AHEAD_OF_HEAD": "`after_sequence` is beyond the newest event of the execution.",
+    AckBeyondHead => "ACK_BEYOND_HEAD": "`through_sequence` is beyond the newest event of the execution.",
+    AckRegression => "ACK_REGRESSION": "`through_sequence` is below the sequence already acknowledged.",
+    AgentLaunchFailed => "AGENT_LAUNCH_FAILED": "The agent process could not be started.",
+    AgentExited => "AGENT_EXITED": "The agent process exited; the message carries its exit status and a bounded stderr tail.",
+    AgentUnresponsive => "AGENT_UNRESPONSIVE": "The agent did not answer `initialize` or `session/new` in time.",
+    AuthRequired => "AUTH_REQUIRED": "The agent answered -32000: it is not authenticated. Not retried.",
+    ProtocolError => "PROTOCOL_ERROR": "The agent answered with a JSON-RPC error or a malformed result.",
+    StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
+    Internal => "INTERNAL": "An internal invariant failed; the message says which.",
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct EngineError {
+    pub kind: ErrorKind,
+    pub reason: Reason,
+    pub message: String,
+    /// Extra `ErrorInfo` metadata (e.g. `state` for a non-pending interaction).
+    pub metadata: Vec<(String, String)>,
+}
+
+impl EngineError {
+    pub fn new(kind: ErrorKind, reason: Reason, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            reason,
+            message: message.into(),
+            metadata: Vec::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.metadata.push((key.to_owned(), value.into()));
+        self
+    }
+
+    pub fn invalid(reason: Reason, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, reason, message)
+    }
+
+    pub fn precondition(reason: Reason, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::FailedPrecondition, reason, message)
+    }
+
+    pub fn not_found(reason: Reason, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, reason, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, Reason::Internal, message)
+    }
+
+    /// The form kept in an idempotency row, so a retry gets the same error.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "kind": format!("{:?}", self.kind),
+                "reason": self.reason.as_str(),
+                "message": self.message,
+                "metadata": self.metadata,
+            }
+        })
+    }
+
+    pub fn from_json(value: &serde_json::Value) -> Option<Self> {
+        let error = value.get("error")?;
+        let kind = match error.get("kind")?.as_str()? {
+            "InvalidArgument" => ErrorKind::InvalidArgument,
+            "NotFound" => ErrorKind::NotFound,
+            "FailedPrecondition" => ErrorKind::FailedPrecondition,
+            "Aborted" => ErrorKind::Aborted,
+            "OutOfRange" => ErrorKind::OutOfRange,
+            "Unavailable" => ErrorKind::Unavailable,
+            _ => ErrorKind::Internal,
+        };
+        let reason = Reason::parse(error.get("reason")?.as_str()?).unwrap_or(Reason::Internal);
+        let metadata = serde_json::from_value(error.get("metadata").cloned().unwrap_or_default())
+            .unwrap_or_default();
+        Some(Self {
+            kind,
+            reason,
+            message: error.get("message")?.as_str()?.to_owned(),
+            metadata,
+        })
+    }
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        Self::new(
+            ErrorKind::Unavailable,
+            Reason::StoreUnavailable,
+            e.to_string(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_survive_the_idempotency_row() {
+        let e = EngineError::precondition(Reason::InteractionNotPending, "delivered")
+            .with("state", "delivered");
+        assert_eq!(EngineError::from_json(&e.to_json()), Some(e));
+    }
+
+    #[test]
+    fn every_reason_is_documented_in_the_catalog() {
+        let catalog =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/errors.md"))
+                .expect("docs/errors.md exists");
+        for reason in Reason::ALL {
+            assert!(
+                catalog.contains(&format!("`{}`", reason.as_str())),
+                "{} missing",
+                reason.as_str()
+            );
+        }
+    }
+}

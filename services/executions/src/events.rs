@@ -1,0 +1,72 @@
+//! The single writer of one execution's outbox: it assigns contiguous sequence
+//! numbers, commits, and only then advances the head that subscribers watch
+//! (persist before expose).
+
+use std::sync::Arc;
+
+use cursor_runner_activity::{ActivityPayload, SCHEMA_VERSION};
+use cursor_runner_store::{EventRecord, Store, now_ms};
+use tokio::sync::watch;
+
+use crate::error::EngineError;
+
+pub struct EventWriter {
+    store: Arc<dyn Store>,
+    execution_id: String,
+    generation: i64,
+    next_sequence: i64,
+    head: watch::Sender<i64>,
+}
+
+impl EventWriter {
+    pub fn new(store: Arc<dyn Store>, execution_id: String, generation: i64, head: i64) -> Self {
+        let (tx, _) = watch::channel(head);
+        Self {
+            store,
+            execution_id,
+            generation,
+            next_sequence: head + 1,
+            head: tx,
+        }
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.head.subscribe()
+    }
+
+    /// Appends events in one statement; nothing is visible before the commit.
+    pub async fn emit(
+        &mut self,
+        turn_id: Option<&str>,
+        payloads: Vec<ActivityPayload>,
+    ) -> Result<(), EngineError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let emitted_at_ms = now_ms();
+        let records: Vec<EventRecord> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, payload)| {
+                let (event_type, body) = payload.into_parts();
+                EventRecord {
+                    execution_id: self.execution_id.clone(),
+                    sequence: self.next_sequence + i as i64,
+                    event_id: uuid::Uuid::now_v7().to_string(),
+                    generation: self.generation,
+                    turn_id: turn_id.map(str::to_owned),
+                    item_id: payload.item_id().map(str::to_owned),
+                    event_type,
+                    priority: i64::from(payload.priority()),
+                    schema_version: i64::from(SCHEMA_VERSION),
+                    emitted_at_ms,
+                    payload: body.to_string(),
+                }
+            })
+            .collect();
+        self.store.append_events(&records).await?;
+        self.next_sequence += records.len() as i64;
+        self.head.send_replace(self.next_sequence - 1);
+        Ok(())
+    }
+}

@@ -1,0 +1,18 @@
+//! The execution domain: the execution, turn and interaction state machines, their
+//! fences, and the per-execution actor that drives one agent process. The gRPC layer
+//! calls [`Engine`]; it never decides anything itself.
+
+mod actor;
+mod engine;
+mod error;
+mod events;
+pub mod question;
+pub mod state;
+
+pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
+pub use engine::{
+    AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta,
+    StreamItem,
+};
+pub use error::{EngineError, ErrorKind, Reason};
+pub use question::InteractionAnswer;

@@ -1,0 +1,191 @@
+//! The three state machines. Every legal transition is listed here and nowhere else;
+//! the store enforces them with compare-and-set updates on the `state` column.
+
+macro_rules! states {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some(Self::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+states!(
+    /// An execution: one agent process and one ACP session.
+    ExecutionState {
+        Starting => "starting",
+        Ready => "ready",
+        Closing => "closing",
+        Closed => "closed",
+        Failed => "failed",
+        Lost => "lost",
+    }
+);
+
+impl ExecutionState {
+    pub fn can_become(self, next: Self) -> bool {
+        use ExecutionState::*;
+        matches!(
+            (self, next),
+            (Starting, Ready)
+                | (Starting, Failed)
+                | (Ready, Closing)
+                | (Ready, Lost)
+                | (Closing, Closed)
+                | (Closing, Lost)
+                | (Starting, Lost)
+        )
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Closed | Self::Failed | Self::Lost)
+    }
+}
+
+states!(
+    /// A turn: one prompt until it settles.
+    TurnState {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+        Interrupted => "interrupted",
+    }
+);
+
+impl TurnState {
+    pub fn can_become(self, next: Self) -> bool {
+        self == Self::Running && next != Self::Running
+    }
+}
+
+states!(
+    /// A durable human-facing request.
+    InteractionState {
+        Pending => "pending",
+        Answered => "answered",
+        Delivered => "delivered",
+        Cancelled => "cancelled",
+        Expired => "expired",
+    }
+);
+
+impl InteractionState {
+    pub fn can_become(self, next: Self) -> bool {
+        use InteractionState::*;
+        matches!(
+            (self, next),
+            (Pending, Answered)
+                | (Answered, Delivered)
+                | (Pending, Cancelled)
+                | (Pending, Expired)
+                | (Answered, Expired)
+        )
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Delivered | Self::Cancelled | Self::Expired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn legal<T: Copy + std::fmt::Display>(all: &[T], can: impl Fn(T, T) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        for &from in all {
+            for &to in all {
+                if can(from, to) {
+                    out.push(format!("{from}->{to}"));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn interaction_transitions_are_exactly_the_documented_ones() {
+        assert_eq!(
+            legal(InteractionState::ALL, InteractionState::can_become),
+            [
+                "pending->answered",
+                "pending->cancelled",
+                "pending->expired",
+                "answered->delivered",
+                "answered->expired"
+            ]
+        );
+    }
+
+    #[test]
+    fn terminal_interaction_states_never_change() {
+        for &from in InteractionState::ALL.iter().filter(|s| s.is_terminal()) {
+            for &to in InteractionState::ALL {
+                assert!(!from.can_become(to), "{from}->{to}");
+            }
+        }
+    }
+
+    #[test]
+    fn turns_settle_once_from_running() {
+        assert_eq!(
+            legal(TurnState::ALL, TurnState::can_become),
+            [
+                "running->completed",
+                "running->failed",
+                "running->cancelled",
+                "running->interrupted"
+            ]
+        );
+    }
+
+    #[test]
+    fn execution_transitions_are_exactly_the_documented_ones() {
+        assert_eq!(
+            legal(ExecutionState::ALL, ExecutionState::can_become),
+            [
+                "starting->ready",
+                "starting->failed",
+                "starting->lost",
+                "ready->closing",
+                "ready->lost",
+                "closing->closed",
+                "closing->lost"
+            ]
+        );
+        for &s in ExecutionState::ALL.iter().filter(|s| s.is_terminal()) {
+            assert!(ExecutionState::ALL.iter().all(|&n| !s.can_become(n)));
+        }
+    }
+
+    #[test]
+    fn spellings_round_trip() {
+        for &s in InteractionState::ALL {
+            assert_eq!(InteractionState::parse(s.as_str()), Some(s));
+        }
+        for &s in TurnState::ALL {
+            assert_eq!(TurnState::parse(s.as_str()), Some(s));
+        }
+        for &s in ExecutionState::ALL {
+            assert_eq!(ExecutionState::parse(s.as_str()), Some(s));
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! The protocol engine: answers the client's standard requests and plays the
+//! scenario's turn scripts.
+//!
+//! Threading: a reader thread turns stdin lines into [`Inbound`] items on an
+//! mpsc channel; everything else (answering, scripts, writing stdout) runs on
+//! the main thread. Whenever a script blocks (waiting for a response, for a
+//! cancel, or sleeping) the main thread keeps pumping the channel, so requests
+//! are still answered and `session/cancel` is still noted.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{self, BufRead, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigHandler, Signal};
+use serde_json::{Map, Value, json};
+
+use crate::scenario::{Scenario, Step, UpdateSession};
+
+/// Exit code when a response does not match a step's `expect`.
+pub const EXIT_EXPECTATION_FAILED: i32 = 97;
+/// Exit code when stdout is closed under us.
+pub const EXIT_STDOUT_CLOSED: i32 = 1;
+
+/// One item from the stdin reader thread.
+pub enum Inbound {
+    /// A line that parsed as JSON.
+    Msg(Value),
+    /// A line that did not parse as JSON.
+    Bad(String),
+    /// stdin reached end of file (or failed).
+    Eof,
+}
+
+/// Starts the stdin reader thread. Each line is appended verbatim to `record`
+/// (if any) before it is parsed; blank lines are recorded but not delivered.
+pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("stdin-reader".into())
+        .spawn(move || {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match input.read_until(b'\n', &mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        log(&format!("stdin read error: {e}"));
+                        break;
+                    }
+                }
+                let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                if let Some(file) = record.as_mut() {
+                    let written = file
+                        .write_all(line)
+                        .and_then(|()| file.write_all(b"\n"))
+                        .and_then(|()| file.flush());
+                    if let Err(e) = written {
+                        log(&format!(
+                            "cannot write the record file, recording stops: {e}"
+                        ));
+                        record = None;
+                    }
+                }
+                if line.trim_ascii().is_empty() {
+                    continue;
+                }
+                let item = match serde_json::from_slice::<Value>(line) {
+                    Ok(v) => Inbound::Msg(v),
+                    Err(e) => {
+                        log(&format!(
+                            "unparsable input line ({e}): {}",
+                            String::from_utf8_lossy(line)
+                        ));
+                        Inbound::Bad(e.to_string())
+                    }
+                };
+                if tx.send(item).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Inbound::Eof);
+        })
+        .expect("spawn the stdin reader thread");
+    rx
+}
+
+/// Writes a diagnostic line to stderr.
+pub fn log(msg: &str) {
+    eprintln!("fake-cursor: {msg}");
+}
+
+/// The prompt currently being played.
+struct Turn {
+    /// The id of the client's `session/prompt` request.
+    prompt_id: Value,
+    /// A `session/cancel` arrived during this turn.
+    cancelled: bool,
+    /// The prompt has been answered (by `stop_reason` or `prompt_error`).
+    answered: bool,
+}
+
+/// What a step tells the turn loop.
+enum Flow {
+    Continue,
+    EndTurn,
+}
+
+pub struct Agent {
+    sc: Scenario,
+    rx: Receiver<Inbound>,
+    /// stdin reached EOF (only kept running with `ignore_stdin_eof`).
+    eof: bool,
+    /// The next automatic id for an agent → client request.
+    next_request_id: i64,
+    /// Responses to our own requests, keyed by the compact JSON of their id.
+    responses: HashMap<String, Value>,
+    /// `session/prompt` ids waiting to be played, in arrival order.
+    prompts: VecDeque<Value>,
+    turn: Option<Turn>,
+    /// How many prompts have started; selects `turns[k]`.
+    turns_started: usize,
+}
+
+impl Agent {
+    pub fn new(sc: Scenario, rx: Receiver<Inbound>) -> Self {
+        Agent {
+            sc,
+            rx,
+            eof: false,
+            next_request_id: 0,
+            responses: HashMap::new(),
+            prompts: VecDeque::new(),
+            turn: None,
+            turns_started: 0,
+        }
+    }
+
+    /// Runs until stdin EOF (exit 0) or until a step ends the process.
+    pub fn run(mut self) -> ! {
+        loop {
+            if let Some(prompt_id) = self.prompts.pop_front() {
+                self.run_turn(prompt_id);
+            } else {
+                self.pump(None);
+            }
+        }
+    }
+
+    // ----- inbound -------------------------------------------------------
+
+    /// Handles one inbound item, waiting at most until `deadline`.
+    /// Returns false when the deadline passed with nothing to handle.
+    fn pump(&mut self, deadline: Option<Instant>) -> bool {
+        if self.eof {
+            self.after_eof(deadline);
+            return false;
+        }
+        let item = match deadline {
+            None => self.rx.recv().unwrap_or(Inbound::Eof),
+            Some(d) => match self
+                .rx
+                .recv_timeout(d.saturating_duration_since(Instant::now()))
+            {
+                Ok(item) => item,
+                Err(RecvTimeoutError::Timeout) => return false,
+                Err(RecvTimeoutError::Disconnected) => Inbound::Eof,
+            },
+        };
+        self.dispatch(item);
+        true
+    }
+
+    /// Handles everything already queued, without blocking. Stops at EOF so
+    /// that a turn in progress still gets to answer its prompt.
+    fn drain_ready(&mut self) {
+        while !self.eof {
+            match self.rx.try_recv() {
+                Ok(Inbound::Eof) | Err(mpsc::TryRecvError::Disconnected) => {
+                    log("stdin closed");
+                    self.eof = true;
+                }
+                Ok(item) => self.dispatch(item),
+                Err(mpsc::TryRecvError::Empty) => return,
+            }
+        }
+    }
+
+    fn dispatch(&mut self, item: Inbound) {
+        match item {
+            Inbound::Msg(v) => self.handle(v),
+            Inbound::Bad(err) => self.send(&json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {"code": -32700, "message": "Parse error", "data": err},
+            })),
+            Inbound::Eof => {
+                if !self.eof {
+                    log("stdin closed");
+                }
+                self.eof = true;
+                if !self.sc.ignore_stdin_eof {
+                    std::process::exit(0);
+                }
+            }
+        }
+    }
+
+    /// Called when stdin is gone: exit 0, or (with `ignore_stdin_eof`) idle
+    /// until the deadline / forever.
+    fn after_eof(&mut self, deadline: Option<Instant>) {
+        if !self.sc.ignore_stdin_eof {
+            std::process::exit(0);
+        }
+        match deadline {
+            Some(d) => thread::sleep(d.saturating_duration_since(Instant::now())),
+            None => loop {
+                thread::sleep(Duration::from_secs(3600));
+            },
+        }
+    }
+
+    fn handle(&mut self, msg: Value) {
+        let Value::Object(obj) = msg else {
+            let what = if msg.is_array() {
+                "batch"
+            } else {
+                "non-object message"
+            };
+            log(&format!("rejecting a {what}"));
+            self.send(&json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {"code": -32600, "message": "Invalid Request", "data": format!("{what} not supported")},
+            }));
+            return;
+        };
+        let params = obj.get("params").cloned().unwrap_or(Value::Null);
+        match (obj.get("method"), obj.get("id")) {
+            (Some(Value::String(method)), Some(id)) => {
+                self.handle_request(method, id.clone(), params)
+            }
+            (Some(Value::String(method)), None) => self.handle_notification(method, &params),
+            (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+                let key = id.to_string();
+                if self
+                    .responses
+                    .insert(key.clone(), Value::Object(obj))
+                    .is_some()
+                {
+                    log(&format!(
+                        "a second response for id {key} replaced the first"
+                    ));
+                }
+            }
+            (_, id) => {
+                log(&format!("invalid message: {}", Value::Object(obj.clone())));
+                if let Some(id) = id {
+                    self.send(&json!({
+                        "jsonrpc": "2.0",
+                        "id": id,
+                        "error": {"code": -32600, "message": "Invalid Request"},
+                    }));
+                }
+            }
+        }
+    }
+
+    fn handle_notification(&mut self, method: &str, params: &Value) {
+        match method {
+            "session/cancel" => {
+                let sid = params.get("sessionId").and_then(Value::as_str);
+                if sid.is_some_and(|s| s != self.sc.session_id) {
+                    log(&format!(
+                        "session/cancel names session {sid:?}, ours is {:?}; honouring it anyway",
+                        self.sc.session_id
+                    ));
+                }
+                match self.turn.as_mut() {
+                    Some(turn) => turn.cancelled = true,
+                    None => log("session/cancel with no turn running: ignored"),
+                }
+            }
+            other => log(&format!("ignoring notification {other}")),
+        }
+    }
+
+    fn handle_request(&mut self, method: &str, id: Value, params: Value) {
+        match method {
+            "initialize" => {
+                if self.sc.initialize_delay_ms > 0 {
+                    thread::sleep(Duration::from_millis(self.sc.initialize_delay_ms));
+                }
+                self.respond(
+                    id,
+                    json!({
+                        "protocolVersion": 1,
+                        "agentCapabilities": {
+                            "loadSession": true,
+                            "mcpCapabilities": {"http": true, "sse": true},
+                            "promptCapabilities": {"image": true, "audio": false, "embeddedContext": false},
+                            "sessionCapabilities": {"list": {}},
+                        },
+                        "authMethods": [{"id": "cursor_login", "name": "Cursor Login"}],
+                    }),
+                );
+            }
+            "authenticate" => self.respond(id, json!({})),
+            "session/new" => {
+                if let Some(err) = self.sc.session_new_error.clone() {
+                    self.respond_error(id, err);
+                    return;
+                }
+                let sid = self.sc.session_id.clone();
+                self.respond(
+                    id,
+                    json!({
+                        "sessionId": sid,
+                        "modes": {
+                            "currentModeId": "agent",
+                            "availableModes": [
+                                {"id": "agent", "name": "Agent"},
+                                {"id": "plan", "name": "Plan"},
+                                {"id": "ask", "name": "Ask"},
+                            ],
+                        },
+                        "models": {
+                            "currentModelId": "default[]",
+                            "availableModels": [
+                                {"modelId": "default[]", "name": "Auto"},
+                                {"modelId": "gpt-x[effort=high]", "name": "GPT X"},
+                            ],
+                        },
+                    }),
+                );
+                self.send_update(
+                    &UpdateSession::Default,
+                    json!({
+                        "sessionUpdate": "available_commands_update",
+                        "availableCommands": [
+                            {"name": "copy-request-id", "description": "Copy the last request id"},
+                        ],
+                    }),
+                );
+            }
+            "session/prompt" => {
+                if let Some(turn) = self.turn.as_mut()
+                    && !turn.answered
+                {
+                    log("a second session/prompt cancels the running turn");
+                    turn.cancelled = true;
+                }
+                self.prompts.push_back(id);
+            }
+            "session/set_mode" => {
+                let mode = params
+                    .get("modeId")
+                    .cloned()
+                    .unwrap_or_else(|| json!("agent"));
+                self.respond(id, json!({}));
+                self.send_update(
+                    &UpdateSession::Default,
+                    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+                );
+            }
+            "session/set_model" => self.respond(id, json!({})),
+            other => self.respond_error(
+                id,
+                json!({"code": -32601, "message": format!("\"Method not found\": {other}")}),
+            ),
+        }
+    }
+
+    // ----- turns -----------------------------------------------------------
+
+    fn run_turn(&mut self, prompt_id: Value) {
+        let index = self.turns_started;
+        self.turns_started += 1;
+        let steps = self.sc.turns.get(index).cloned().unwrap_or_default();
+        self.turn = Some(Turn {
+            prompt_id,
+            cancelled: false,
+            answered: false,
+        });
+        for step in steps {
+            self.drain_ready();
+            if let Flow::EndTurn = self.run_step(step) {
+                break;
+            }
+        }
+        self.drain_ready();
+        let turn = self.turn.take().expect("turn in progress");
+        if !turn.answered {
+            let reason = if turn.cancelled {
+                "cancelled"
+            } else {
+                "end_turn"
+            };
+            self.respond(turn.prompt_id, json!({"stopReason": reason}));
+        }
+    }
+
+    fn turn_mut(&mut self) -> &mut Turn {
+        self.turn.as_mut().expect("turn in progress")
+    }
+
+    fn run_step(&mut self, step: Step) -> Flow {
+        match step {
+            Step::Update { update, session } => self.send_update(&session, update),
+            Step::Notify { method, params } => {
+                let mut msg = json!({"jsonrpc": "2.0", "method": method});
+                if let Some(p) = params {
+                    msg["params"] = p;
+                }
+                self.send(&msg);
+            }
+            Step::Request {
+                method,
+                params,
+                id,
+                expect,
+                no_wait,
+            } => {
+                let id = id.unwrap_or_else(|| {
+                    let n = self.next_request_id;
+                    self.next_request_id += 1;
+                    json!(n)
+                });
+                let mut msg = json!({"jsonrpc": "2.0", "id": id, "method": method});
+                if let Some(p) = params {
+                    msg["params"] = p;
+                }
+                self.send(&msg);
+                if !no_wait {
+                    self.await_response(&id, expect.as_ref());
+                }
+            }
+            Step::Await { id, expect } => self.await_response(&id, expect.as_ref()),
+            Step::Raw { text, newline } => self.write_bytes(text.as_bytes(), newline),
+            Step::SleepMs(ms) => {
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                while Instant::now() < deadline {
+                    self.pump(Some(deadline));
+                }
+            }
+            Step::WaitForCancel { timeout_ms } => {
+                let deadline = timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+                while !self.turn_mut().cancelled {
+                    if !self.pump(deadline) && deadline.is_some_and(|d| Instant::now() >= d) {
+                        log("wait_for_cancel timed out");
+                        break;
+                    }
+                }
+            }
+            Step::StopReason(reason) => self.answer_prompt(json!({"stopReason": reason}), None),
+            Step::PromptError(err) => {
+                self.answer_prompt(Value::Null, Some(err));
+                return Flow::EndTurn;
+            }
+            Step::Exit { code, stderr } => {
+                if let Some(text) = stderr {
+                    let mut err = io::stderr().lock();
+                    let _ = err.write_all(text.as_bytes());
+                    if !text.ends_with('\n') {
+                        let _ = err.write_all(b"\n");
+                    }
+                    let _ = err.flush();
+                }
+                std::process::exit(code);
+            }
+            Step::Crash => std::process::abort(),
+            Step::KillSelf(sig) => {
+                if let Err(e) = nix::sys::signal::raise(sig) {
+                    log(&format!("raise({sig}) failed: {e}"));
+                }
+                log(&format!("still alive after raising {sig}"));
+            }
+            Step::Hang => {
+                log("hanging forever");
+                loop {
+                    thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            Step::Flood { count, text } => {
+                let sid = self.sc.session_id.clone();
+                let line = json!({
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": sid, "update": {
+                        "sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "text", "text": text},
+                    }},
+                })
+                .to_string();
+                for _ in 0..count {
+                    self.write_bytes(line.as_bytes(), true);
+                }
+            }
+            Step::SpawnSleeper {
+                setsid,
+                ignore_sigterm,
+                inherit_stdio,
+            } => self.spawn_sleeper(setsid, ignore_sigterm, inherit_stdio),
+            Step::EnvReport => self.env_report(),
+        }
+        Flow::Continue
+    }
+
+    /// Answers the open prompt once; later attempts are logged and dropped.
+    fn answer_prompt(&mut self, result: Value, error: Option<Value>) {
+        let turn = self.turn_mut();
+        if turn.answered {
+            log("the prompt was already answered; ignoring a second answer");
+            return;
+        }
+        turn.answered = true;
+        let id = turn.prompt_id.clone();
+        match error {
+            Some(err) => self.respond_error(id, err),
+            None => self.respond(id, result),
+        }
+    }
+
+    /// Blocks (while still serving other messages) until the response to our
+    /// request `id` arrives, then checks it against `expect`.
+    fn await_response(&mut self, id: &Value, expect: Option<&Value>) {
+        let key = id.to_string();
+        let response = loop {
+            if let Some(r) = self.responses.remove(&key) {
+                break r;
+            }
+            self.pump(None);
+        };
+        let actual = match response.get("result") {
+            Some(result) => result.clone(),
+            None => json!({"error": response.get("error").cloned().unwrap_or(Value::Null)}),
+        };
+        if let Some(expected) = expect
+            && &actual != expected
+        {
+            log(&format!(
+                "expectation failed: expected {expected} got {actual}"
+            ));
+            std::process::exit(EXIT_EXPECTATION_FAILED);
+        }
+    }
+
+    fn spawn_sleeper(&mut self, setsid: bool, ignore_sigterm: bool, inherit_stdio: bool) {
+        use std::os::unix::process::CommandExt;
+
+        let mut cmd = sleeper_command();
+        if !inherit_stdio {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+        }
+        let handler = if ignore_sigterm {
+            SigHandler::SigIgn
+        } else {
+            SigHandler::SigDfl
+        };
+        // SAFETY: setsid(2) and signal(2) are async-signal-safe, and the
+        // closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if setsid {
+                    nix::unistd::setsid().map_err(io::Error::from)?;
+                }
+                nix::sys::signal::signal(Signal::SIGTERM, handler).map_err(io::Error::from)?;
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let pid = child.id();
+                // Reap it when it dies so a killed sleeper does not linger as
+                // a zombie that still looks alive to kill(pid, 0).
+                thread::spawn(move || {
+                    let _ = child.wait();
+                });
+                log(&format!(
+                    "spawned sleeper pid {pid} (setsid={setsid}, ignore_sigterm={ignore_sigterm})"
+                ));
+                self.send(&json!({
+                    "jsonrpc": "2.0",
+                    "method": "fake/spawned",
+                    "params": {"pid": pid},
+                }));
+            }
+            Err(e) => log(&format!("cannot spawn the sleeper: {e}")),
+        }
+    }
+
+    fn env_report(&mut self) {
+        let env: Map<String, Value> = std::env::vars_os()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    Value::String(v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect();
+        let argv: Vec<String> = std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let cwd = std::env::current_dir()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "method": "fake/env",
+            "params": {
+                "env": env,
+                "argv": argv,
+                "uid": nix::unistd::getuid().as_raw(),
+                "gid": nix::unistd::getgid().as_raw(),
+                "cwd": cwd,
+                "pid": std::process::id(),
+                "ppid": nix::unistd::getppid().as_raw(),
+                "pgid": nix::unistd::getpgrp().as_raw(),
+                "sid": nix::unistd::getsid(None).map(|p| p.as_raw()).ok(),
+            },
+        }));
+    }
+
+    // ----- outbound --------------------------------------------------------
+
+    fn send_update(&mut self, session: &UpdateSession, update: Value) {
+        let mut params = Map::new();
+        match session {
+            UpdateSession::Default => {
+                params.insert("sessionId".into(), json!(self.sc.session_id));
+            }
+            UpdateSession::Id(s) => {
+                params.insert("sessionId".into(), json!(s));
+            }
+            UpdateSession::Omit => {}
+        }
+        params.insert("update".into(), update);
+        self.send(&json!({"jsonrpc": "2.0", "method": "session/update", "params": params}));
+    }
+
+    fn respond(&mut self, id: Value, result: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
+    fn respond_error(&mut self, id: Value, error: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+    }
+
+    fn send(&mut self, msg: &Value) {
+        self.write_bytes(msg.to_string().as_bytes(), true);
+    }
+
+    /// Writes one frame (plus `\n` when asked) and flushes it.
+    fn write_bytes(&mut self, bytes: &[u8], newline: bool) {
+        let mut out = io::stdout().lock();
+        let res = out
+            .write_all(bytes)
+            .and_then(|()| {
+                if newline {
+                    out.write_all(b"\n")
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| out.flush());
+        if let Err(e) = res {
+            log(&format!("stdout closed ({e}); exiting"));
+            std::process::exit(EXIT_STDOUT_CLOSED);
+        }
+    }
+}
+
+/// A command that sleeps "forever" without relying on `$PATH`.
+fn sleeper_command() -> Command {
+    for path in ["/bin/sleep", "/usr/bin/sleep"] {
+        if std::path::Path::new(path).exists() {
+            let mut cmd = Command::new(path);
+            cmd.arg("100000");
+            return cmd;
+        }
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| "fake-cursor".into());
+    let mut cmd = Command::new(exe);
+    cmd.arg("--sleep-forever");
+    cmd
+}

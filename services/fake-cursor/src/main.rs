@@ -1,0 +1,124 @@
+//! `fake-cursor`: a scripted stand-in for Cursor's `agent acp`.
+//!
+//! ```text
+//! fake-cursor --scenario <FILE.json> [--record <FILE.ndjson>] [--check]
+//! ```
+//!
+//! Speaks ACP (NDJSON JSON-RPC 2.0) on stdin/stdout, logs to stderr, and plays
+//! the turn scripts of the scenario file. See README.md for the format.
+//! Arguments it does not know (e.g. an `acp` subcommand or `--api-key K`
+//! appended by the launcher) are logged and ignored.
+
+mod agent;
+mod scenario;
+
+use std::fs::OpenOptions;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::{SigHandler, Signal};
+
+use crate::agent::{Agent, log, spawn_reader};
+use crate::scenario::Scenario;
+
+/// Exit code for bad arguments or an invalid scenario file.
+const EXIT_USAGE: i32 = 2;
+
+const USAGE: &str = "usage: fake-cursor --scenario <FILE.json> [--record <FILE.ndjson>] [--check]";
+
+struct Args {
+    scenario: String,
+    record: Option<String>,
+    check: bool,
+}
+
+fn parse_args() -> Result<Option<Args>> {
+    let mut scenario = None;
+    let mut record = None;
+    let mut check = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        match name.as_str() {
+            "--scenario" | "--record" => {
+                let value = match inline {
+                    Some(v) => v,
+                    None => args
+                        .next()
+                        .with_context(|| format!("{name} needs a value"))?,
+                };
+                if name == "--scenario" {
+                    scenario = Some(value);
+                } else {
+                    record = Some(value);
+                }
+            }
+            "--check" => check = true,
+            "--sleep-forever" => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            _ => log(&format!("ignoring argument {arg:?}")),
+        }
+    }
+    let Some(scenario) = scenario else {
+        bail!("--scenario is required\n{USAGE}");
+    };
+    Ok(Some(Args {
+        scenario,
+        record,
+        check,
+    }))
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => return,
+        Err(e) => {
+            log(&format!("{e:#}"));
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    let sc = match Scenario::load(&args.scenario) {
+        Ok(sc) => sc,
+        Err(e) => {
+            log(&format!("{e:#}"));
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    if args.check {
+        println!("{}: ok ({} turn(s))", args.scenario, sc.turns.len());
+        return;
+    }
+    if sc.ignore_sigterm {
+        // SAFETY: installing SIG_IGN runs no handler code.
+        if let Err(e) = unsafe { nix::sys::signal::signal(Signal::SIGTERM, SigHandler::SigIgn) } {
+            log(&format!("cannot ignore SIGTERM: {e}"));
+        }
+    }
+    let record = match args.record.as_deref() {
+        None => None,
+        Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                log(&format!("cannot open the record file {path}: {e}"));
+                std::process::exit(EXIT_USAGE);
+            }
+        },
+    };
+    log(&format!(
+        "pid {} playing {} ({} turn(s))",
+        std::process::id(),
+        args.scenario,
+        sc.turns.len()
+    ));
+    let rx = spawn_reader(record);
+    Agent::new(sc, rx).run()
+}

@@ -1,0 +1,503 @@
+//! The declarative scenario format (see README.md) and its validation.
+//!
+//! Scenario files are parsed strictly: unknown top-level fields, unknown step
+//! keys and wrongly typed values are rejected at startup, so a typo in a test
+//! fixture fails loudly instead of silently changing the script.
+
+use std::str::FromStr;
+
+use anyhow::{Context, Result, anyhow, bail};
+use nix::sys::signal::Signal;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Session id used when the scenario does not name one.
+pub const DEFAULT_SESSION_ID: &str = "fake-session-1";
+
+/// A whole scenario file.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub session_id: String,
+    pub initialize_delay_ms: u64,
+    pub session_new_error: Option<Value>,
+    pub ignore_sigterm: bool,
+    pub ignore_stdin_eof: bool,
+    pub turns: Vec<Vec<Step>>,
+}
+
+/// The raw file shape; turns stay raw JSON so steps get hand-written errors.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    initialize_delay_ms: u64,
+    #[serde(default)]
+    session_new_error: Option<Value>,
+    #[serde(default)]
+    ignore_sigterm: bool,
+    #[serde(default)]
+    ignore_stdin_eof: bool,
+    #[serde(default)]
+    turns: Vec<Vec<Value>>,
+}
+
+/// Where an `update` step sends its `session/update`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpdateSession {
+    /// The scenario's own session id.
+    Default,
+    /// An explicit (e.g. child or foreign) session id.
+    Id(String),
+    /// `"session_id": null`: omit `sessionId` from the params entirely.
+    Omit,
+}
+
+/// One step of a turn script.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Update {
+        update: Value,
+        session: UpdateSession,
+    },
+    Notify {
+        method: String,
+        params: Option<Value>,
+    },
+    Request {
+        method: String,
+        params: Option<Value>,
+        id: Option<Value>,
+        expect: Option<Value>,
+        no_wait: bool,
+    },
+    Await {
+        id: Value,
+        expect: Option<Value>,
+    },
+    Raw {
+        text: String,
+        newline: bool,
+    },
+    SleepMs(u64),
+    WaitForCancel {
+        timeout_ms: Option<u64>,
+    },
+    StopReason(String),
+    PromptError(Value),
+    Exit {
+        code: i32,
+        stderr: Option<String>,
+    },
+    Crash,
+    KillSelf(Signal),
+    Hang,
+    Flood {
+        count: u64,
+        text: String,
+    },
+    SpawnSleeper {
+        setsid: bool,
+        ignore_sigterm: bool,
+        inherit_stdio: bool,
+    },
+    EnvReport,
+}
+
+/// The keys that select a step kind; exactly one must be present.
+const PRIMARY_KEYS: &[&str] = &[
+    "update",
+    "notify",
+    "request",
+    "await",
+    "raw",
+    "raw_no_newline",
+    "sleep_ms",
+    "wait_for_cancel",
+    "stop_reason",
+    "prompt_error",
+    "exit",
+    "crash",
+    "kill_self",
+    "hang",
+    "flood",
+    "spawn_sleeper",
+    "env_report",
+];
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &str) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read scenario file {path}"))?;
+        Self::parse(&text).with_context(|| format!("invalid scenario file {path}"))
+    }
+
+    /// Parses and validates scenario JSON text.
+    pub fn parse(text: &str) -> Result<Self> {
+        let raw: RawScenario = serde_json::from_str(text)?;
+        if let Some(err) = &raw.session_new_error
+            && !err.is_null()
+        {
+            check_error_object(err).context("session_new_error")?;
+        }
+        let mut turns = Vec::with_capacity(raw.turns.len());
+        for (t, steps) in raw.turns.iter().enumerate() {
+            let mut parsed = Vec::with_capacity(steps.len());
+            for (s, step) in steps.iter().enumerate() {
+                parsed.push(parse_step(step).with_context(|| format!("turns[{t}][{s}]"))?);
+            }
+            turns.push(parsed);
+        }
+        Ok(Scenario {
+            session_id: raw
+                .session_id
+                .unwrap_or_else(|| DEFAULT_SESSION_ID.to_string()),
+            initialize_delay_ms: raw.initialize_delay_ms,
+            session_new_error: raw.session_new_error.filter(|v| !v.is_null()),
+            ignore_sigterm: raw.ignore_sigterm,
+            ignore_stdin_eof: raw.ignore_stdin_eof,
+            turns,
+        })
+    }
+}
+
+/// A JSON-RPC error object must have an integer `code` and a string `message`.
+fn check_error_object(v: &Value) -> Result<()> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| anyhow!("error must be an object {{code, message, data?}}"))?;
+    if !obj.get("code").is_some_and(|c| c.is_i64()) {
+        bail!("error.code must be an integer");
+    }
+    if !obj.get("message").is_some_and(Value::is_string) {
+        bail!("error.message must be a string");
+    }
+    Ok(())
+}
+
+/// Request ids are integers (including 0) or strings.
+fn check_id(v: &Value) -> Result<()> {
+    if v.is_i64() || v.is_u64() || v.is_string() {
+        Ok(())
+    } else {
+        bail!("id must be an integer or a string, got {v}")
+    }
+}
+
+fn parse_step(v: &Value) -> Result<Step> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| anyhow!("a step must be a JSON object"))?;
+    let primaries: Vec<&str> = PRIMARY_KEYS
+        .iter()
+        .copied()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    let key = match primaries.as_slice() {
+        [one] => *one,
+        [] => bail!(
+            "step has none of the known keys ({}): {v}",
+            PRIMARY_KEYS.join(", ")
+        ),
+        many => bail!("step has more than one step key ({}): {v}", many.join(", ")),
+    };
+    let val = &obj[key];
+    let step = match key {
+        "update" => {
+            allow_keys(obj, key, &["session_id"])?;
+            let session = match obj.get("session_id") {
+                None => UpdateSession::Default,
+                Some(Value::Null) => UpdateSession::Omit,
+                Some(Value::String(s)) => UpdateSession::Id(s.clone()),
+                Some(other) => bail!("session_id must be a string or null, got {other}"),
+            };
+            Step::Update {
+                update: val.clone(),
+                session,
+            }
+        }
+        "notify" => {
+            allow_keys(obj, key, &[])?;
+            let inner = val
+                .as_object()
+                .ok_or_else(|| anyhow!("notify must be an object {{method, params?}}"))?;
+            allow_keys(inner, "", &["method", "params"])?;
+            Step::Notify {
+                method: method_of(inner)?,
+                params: inner.get("params").cloned(),
+            }
+        }
+        "request" => {
+            allow_keys(obj, key, &["expect", "no_wait"])?;
+            let inner = val
+                .as_object()
+                .ok_or_else(|| anyhow!("request must be an object {{method, params?, id?}}"))?;
+            allow_keys(inner, "", &["method", "params", "id"])?;
+            let id = inner.get("id").cloned();
+            if let Some(id) = &id {
+                check_id(id)?;
+            }
+            let no_wait = opt_bool(obj, "no_wait")?.unwrap_or(false);
+            if no_wait && obj.contains_key("expect") {
+                bail!("a no_wait request cannot have expect; put it on the later await step");
+            }
+            Step::Request {
+                method: method_of(inner)?,
+                params: inner.get("params").cloned(),
+                id,
+                expect: obj.get("expect").cloned(),
+                no_wait,
+            }
+        }
+        "await" => {
+            allow_keys(obj, key, &["expect"])?;
+            check_id(val)?;
+            Step::Await {
+                id: val.clone(),
+                expect: obj.get("expect").cloned(),
+            }
+        }
+        "raw" | "raw_no_newline" => {
+            allow_keys(obj, key, &[])?;
+            Step::Raw {
+                text: val
+                    .as_str()
+                    .ok_or_else(|| anyhow!("{key} must be a string"))?
+                    .to_string(),
+                newline: key == "raw",
+            }
+        }
+        "sleep_ms" => {
+            allow_keys(obj, key, &[])?;
+            Step::SleepMs(as_u64(val, key)?)
+        }
+        "wait_for_cancel" => {
+            allow_keys(obj, key, &["timeout_ms"])?;
+            require_true(val, key)?;
+            let timeout_ms = match obj.get("timeout_ms") {
+                None | Some(Value::Null) => None,
+                Some(t) => Some(as_u64(t, "timeout_ms")?),
+            };
+            Step::WaitForCancel { timeout_ms }
+        }
+        "stop_reason" => {
+            allow_keys(obj, key, &[])?;
+            Step::StopReason(
+                val.as_str()
+                    .ok_or_else(|| anyhow!("stop_reason must be a string"))?
+                    .to_string(),
+            )
+        }
+        "prompt_error" => {
+            allow_keys(obj, key, &[])?;
+            check_error_object(val)?;
+            Step::PromptError(val.clone())
+        }
+        "exit" => {
+            allow_keys(obj, key, &["stderr"])?;
+            let code = val
+                .as_i64()
+                .and_then(|c| i32::try_from(c).ok())
+                .ok_or_else(|| anyhow!("exit must be an integer exit code"))?;
+            let stderr = match obj.get("stderr") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => bail!("stderr must be a string"),
+            };
+            Step::Exit { code, stderr }
+        }
+        "crash" => {
+            allow_keys(obj, key, &[])?;
+            require_true(val, key)?;
+            Step::Crash
+        }
+        "kill_self" => {
+            allow_keys(obj, key, &[])?;
+            Step::KillSelf(parse_signal(val)?)
+        }
+        "hang" => {
+            allow_keys(obj, key, &[])?;
+            require_true(val, key)?;
+            Step::Hang
+        }
+        "flood" => {
+            allow_keys(obj, key, &[])?;
+            let inner = val
+                .as_object()
+                .ok_or_else(|| anyhow!("flood must be an object {{count, text}}"))?;
+            allow_keys(inner, "", &["count", "text"])?;
+            let count = as_u64(
+                inner
+                    .get("count")
+                    .ok_or_else(|| anyhow!("flood.count is required"))?,
+                "flood.count",
+            )?;
+            let text = match inner.get("text") {
+                None => "x".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => bail!("flood.text must be a string"),
+            };
+            Step::Flood { count, text }
+        }
+        "spawn_sleeper" => {
+            allow_keys(obj, key, &[])?;
+            let inner = match val {
+                Value::Object(m) => m.clone(),
+                Value::Bool(true) => Map::new(),
+                _ => bail!(
+                    "spawn_sleeper must be an object {{setsid?, ignore_sigterm?, inherit_stdio?}}"
+                ),
+            };
+            allow_keys(&inner, "", &["setsid", "ignore_sigterm", "inherit_stdio"])?;
+            Step::SpawnSleeper {
+                setsid: opt_bool(&inner, "setsid")?.unwrap_or(false),
+                ignore_sigterm: opt_bool(&inner, "ignore_sigterm")?.unwrap_or(false),
+                inherit_stdio: opt_bool(&inner, "inherit_stdio")?.unwrap_or(false),
+            }
+        }
+        "env_report" => {
+            allow_keys(obj, key, &[])?;
+            require_true(val, key)?;
+            Step::EnvReport
+        }
+        other => unreachable!("unhandled primary key {other}"),
+    };
+    Ok(step)
+}
+
+/// Rejects keys other than `primary`, `extra` and the free-text `comment`.
+fn allow_keys(obj: &Map<String, Value>, primary: &str, extra: &[&str]) -> Result<()> {
+    for k in obj.keys() {
+        if k != primary && k != "comment" && !extra.contains(&k.as_str()) {
+            if primary.is_empty() {
+                bail!("unknown key {k:?} (allowed: {})", extra.join(", "));
+            }
+            bail!("unknown key {k:?} next to {primary:?}");
+        }
+    }
+    Ok(())
+}
+
+fn method_of(obj: &Map<String, Value>) -> Result<String> {
+    obj.get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("method (a string) is required"))
+}
+
+fn opt_bool(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => bail!("{key} must be a boolean"),
+    }
+}
+
+fn as_u64(v: &Value, what: &str) -> Result<u64> {
+    v.as_u64()
+        .ok_or_else(|| anyhow!("{what} must be a non-negative integer, got {v}"))
+}
+
+fn require_true(v: &Value, key: &str) -> Result<()> {
+    if v == &Value::Bool(true) {
+        Ok(())
+    } else {
+        bail!("{key} must be true")
+    }
+}
+
+/// Accepts `"SIGKILL"`, `"KILL"` or a signal number.
+fn parse_signal(v: &Value) -> Result<Signal> {
+    match v {
+        Value::String(s) => {
+            let name = s.trim().to_ascii_uppercase();
+            let name = if name.starts_with("SIG") {
+                name
+            } else {
+                format!("SIG{name}")
+            };
+            Signal::from_str(&name).map_err(|_| anyhow!("unknown signal {s:?}"))
+        }
+        Value::Number(n) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .and_then(|n| Signal::try_from(n).ok())
+            .ok_or_else(|| anyhow!("unknown signal number {n}")),
+        _ => bail!("kill_self must be a signal name or number"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_all_step_kinds() {
+        let text = json!({
+            "description": "all kinds",
+            "turns": [[
+                {"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}},
+                {"update": {"sessionUpdate": "plan", "entries": []}, "session_id": "child"},
+                {"update": {"sessionUpdate": "plan", "entries": []}, "session_id": null},
+                {"notify": {"method": "cursor/task", "params": {}}},
+                {"request": {"method": "cursor/ask_question", "params": {}, "id": 0}, "expect": {"x": 1}},
+                {"request": {"method": "cursor/task", "id": "s-1"}, "no_wait": true},
+                {"await": "s-1", "expect": {}},
+                {"raw": "not json"},
+                {"raw_no_newline": "{\"jsonrpc\""},
+                {"sleep_ms": 5},
+                {"wait_for_cancel": true, "timeout_ms": 100},
+                {"stop_reason": "end_turn"},
+                {"prompt_error": {"code": -32603, "message": "boom"}},
+                {"exit": 3, "stderr": "fatal"},
+                {"crash": true},
+                {"kill_self": "SIGKILL"},
+                {"kill_self": "term"},
+                {"hang": true, "comment": "forever"},
+                {"flood": {"count": 3, "text": "y"}},
+                {"spawn_sleeper": {"setsid": true, "ignore_sigterm": true}},
+                {"env_report": true}
+            ]]
+        })
+        .to_string();
+        let s = Scenario::parse(&text).unwrap();
+        assert_eq!(s.session_id, DEFAULT_SESSION_ID);
+        assert_eq!(s.turns[0].len(), 21);
+        assert_eq!(
+            s.turns[0][2],
+            Step::Update {
+                update: json!({"sessionUpdate": "plan", "entries": []}),
+                session: UpdateSession::Omit
+            }
+        );
+        assert_eq!(s.turns[0][16], Step::KillSelf(Signal::SIGTERM));
+    }
+
+    #[test]
+    fn rejects_bad_steps() {
+        for bad in [
+            json!({}),
+            json!({"update": {}, "raw": "x"}),
+            json!({"update": {}, "sesion_id": "typo"}),
+            json!({"request": {"params": {}}}),
+            json!({"request": {"method": "m", "id": 1.5}}),
+            json!({"request": {"method": "m"}, "no_wait": true, "expect": {}}),
+            json!({"await": null}),
+            json!({"exit": "3"}),
+            json!({"kill_self": "SIGNOPE"}),
+            json!({"prompt_error": {"message": "no code"}}),
+            json!({"crash": false}),
+        ] {
+            let text = json!({"turns": [[bad.clone()]]}).to_string();
+            assert!(Scenario::parse(&text).is_err(), "accepted {bad}");
+        }
+        assert!(Scenario::parse(r#"{"turns": [], "typo": 1}"#).is_err());
+        assert!(Scenario::parse(r#"{"session_new_error": {"code": "x"}}"#).is_err());
+    }
+}

@@ -1,0 +1,124 @@
+//! `cursor-runner`: serve the gRPC API, run migrations, or run the demo.
+
+mod demo;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use cursor_runner_executions::{Engine, EngineConfig};
+use cursor_runner_supervisor::AgentCommand;
+
+#[derive(Parser)]
+#[command(
+    name = "cursor-runner",
+    version,
+    about = "Runs Cursor's coding agent for a control plane over gRPC"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the gRPC API.
+    Serve(ServeArgs),
+    /// Create or upgrade the database schema, then exit.
+    Migrate {
+        #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
+        database_url: String,
+    },
+    /// Serve in-process on the embedded store, run a scripted turn against the fake
+    /// agent, answer its question through the API, and print the event stream.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address of the gRPC listener.
+    #[arg(long, env = "CURSOR_RUNNER_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// `postgres://…` (production) or `sqlite:PATH` (single node). Default: SQLite in the state directory.
+    #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
+    database_url: Option<String>,
+    /// The agent command line, e.g. `/opt/cursor/node /opt/cursor/index.js acp` or a fake agent.
+    #[arg(long, env = "CURSOR_RUNNER_AGENT_COMMAND")]
+    agent_command: String,
+    /// Where private agent homes and the default SQLite database live.
+    #[arg(
+        long,
+        env = "CURSOR_RUNNER_STATE_DIR",
+        default_value = ".cursor-runner"
+    )]
+    state_dir: PathBuf,
+    /// Seconds a cancelled turn may take to settle before its agent is stopped.
+    #[arg(long, env = "CURSOR_RUNNER_CANCEL_GRACE_SECS", default_value_t = 15)]
+    cancel_grace_secs: u64,
+    /// Seconds between SIGTERM and SIGKILL when stopping an agent.
+    #[arg(long, env = "CURSOR_RUNNER_STOP_GRACE_SECS", default_value_t = 5)]
+    stop_grace_secs: u64,
+    /// Seconds of silence before an event stream gets a heartbeat.
+    #[arg(long, env = "CURSOR_RUNNER_HEARTBEAT_SECS", default_value_t = 15)]
+    heartbeat_secs: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CURSOR_RUNNER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Migrate { database_url } => {
+                cursor_runner_store::connect(&database_url)
+                    .await
+                    .context("migrating")?;
+                println!("migrations applied");
+                Ok(())
+            }
+            Command::Demo(args) => demo::run(args).await,
+        }
+    })
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating {}", args.state_dir.display()))?;
+    let state_dir = std::fs::canonicalize(&args.state_dir)?;
+    let database_url = args
+        .database_url
+        .unwrap_or_else(|| format!("sqlite:{}", state_dir.join("cursor-runner.db").display()));
+    let store = cursor_runner_store::connect(&database_url)
+        .await
+        .context("opening the store")?;
+    let mut config = EngineConfig::new(AgentCommand::parse(&args.agent_command)?, state_dir);
+    config.cancel_grace = std::time::Duration::from_secs(args.cancel_grace_secs);
+    config.stop_grace = std::time::Duration::from_secs(args.stop_grace_secs);
+    config.heartbeat_interval = std::time::Duration::from_secs(args.heartbeat_secs);
+    let engine = Engine::start(store.clone(), config).await?;
+    let listener = cursor_runner_api::bind(args.listen)
+        .await
+        .context("binding the listener")?;
+    tracing::info!(address = %listener.local_addr()?, store = store.backend(), "serving");
+    cursor_runner_api::serve(engine.clone(), listener, shutdown_signal()).await?;
+    tracing::info!("shutting down: stopping every agent");
+    engine.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,130 @@
+//! Persistence: executions, turns, interactions, the event outbox and idempotency
+//! digests, behind one [`Store`] trait. PostgreSQL is the reference backend; SQLite is
+//! the embedded single-node default. Both run the same SQL text (positional `$N`
+//! parameters, TEXT JSON, millisecond timestamps), so they cannot drift apart.
+
+mod records;
+mod sql;
+
+pub use records::*;
+pub use sql::SqlStore;
+
+use async_trait::async_trait;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(String),
+    #[error("a row with this identity already exists")]
+    Duplicate,
+    #[error("migration failed: {0}")]
+    Migration(String),
+    #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]
+    UnsupportedUrl(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => Self::Duplicate,
+            _ => Self::Database(e.to_string()),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What a claim on an idempotency key found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyClaim {
+    /// The key is new and now belongs to the caller.
+    Claimed,
+    /// Another call with the same key and body is still running.
+    InFlight,
+    /// The same key and body completed before; here is its stored response.
+    Completed(serde_json::Value),
+    /// The key was used with a different request body.
+    DigestMismatch,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `postgres` or `sqlite`.
+    fn backend(&self) -> &'static str;
+
+    async fn claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<IdempotencyClaim>;
+    async fn complete_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        response: &serde_json::Value,
+    ) -> StoreResult<()>;
+    /// Drops a claim whose call failed before it changed anything, so a retry may run.
+    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
+
+    async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()>;
+    /// Writes the mutable columns, fenced by the row's generation.
+    async fn update_execution(&self, execution: &ExecutionRecord) -> StoreResult<bool>;
+    async fn get_execution(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ExecutionRecord>>;
+    /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
+    async fn list_executions(
+        &self,
+        tenant_id: &str,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>>;
+    /// Executions a previous incarnation left live.
+    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>>;
+
+    async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()>;
+    /// Settles a turn; only a `running` turn can be settled (compare-and-set).
+    async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool>;
+    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>>;
+
+    async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()>;
+    /// Compare-and-set: writes `next` only if the row is still in `expected_state`.
+    async fn transition_interaction(
+        &self,
+        expected_state: &str,
+        next: &InteractionRecord,
+    ) -> StoreResult<bool>;
+    async fn get_interaction(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<InteractionRecord>>;
+    async fn list_interactions(
+        &self,
+        query: &InteractionQuery,
+    ) -> StoreResult<Vec<InteractionRecord>>;
+
+    /// Appends events in one statement; sequences are assigned by the caller (the
+    /// execution's single writer) and the primary key refuses a duplicate.
+    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
+    async fn read_events(
+        &self,
+        execution_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRecord>>;
+    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
+    /// Records a cumulative acknowledgement.
+    async fn set_acked_sequence(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        through: i64,
+    ) -> StoreResult<()>;
+}
+
+/// Opens the store a URL names and runs its migrations.
+pub async fn connect(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    Ok(std::sync::Arc::new(SqlStore::connect(url).await?))
+}

@@ -1,0 +1,99 @@
+//! Rows as the store reads and writes them. States are the domain's spellings; the
+//! domain crate owns what they mean and which transitions are legal.
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey {
+    pub tenant_id: String,
+    pub operation: String,
+    pub request_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ExecutionRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub state: String,
+    pub generation: i64,
+    pub workspace: String,
+    pub session_id: Option<String>,
+    pub active_turn_id: Option<String>,
+    pub turn_count: i64,
+    pub pid: Option<i64>,
+    pub exit_code: Option<i64>,
+    pub exit_signal: Option<i64>,
+    pub failure_reason: Option<String>,
+    pub failure_message: Option<String>,
+    pub acked_sequence: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct TurnRecord {
+    pub id: String,
+    pub execution_id: String,
+    pub tenant_id: String,
+    pub generation: i64,
+    pub turn_number: i64,
+    pub state: String,
+    pub stop_reason: Option<String>,
+    pub failure_reason: Option<String>,
+    pub failure_message: Option<String>,
+    pub started_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct InteractionRecord {
+    pub id: String,
+    pub execution_id: String,
+    pub tenant_id: String,
+    pub generation: i64,
+    pub turn_id: String,
+    /// The agent's JSON-RPC id, JSON-encoded (`0`, `"abc"`).
+    pub native_request_id: String,
+    pub kind: String,
+    pub state: String,
+    pub etag: String,
+    /// JSON of the persisted request.
+    pub request: String,
+    /// JSON of the outcome sent (or to be sent) to the agent.
+    pub outcome: Option<String>,
+    pub answer_request_id: Option<String>,
+    pub answer_fingerprint: Option<String>,
+    pub reason: Option<String>,
+    pub delivery: Option<String>,
+    pub replay_allowed: bool,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct EventRecord {
+    pub execution_id: String,
+    pub sequence: i64,
+    pub event_id: String,
+    pub generation: i64,
+    pub turn_id: Option<String>,
+    pub item_id: Option<String>,
+    pub event_type: String,
+    pub priority: i64,
+    pub schema_version: i64,
+    pub emitted_at_ms: i64,
+    /// JSON of the payload.
+    pub payload: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct InteractionQuery {
+    pub tenant_id: String,
+    pub execution_id: Option<String>,
+    pub state: Option<String>,
+    pub after_id: Option<String>,
+    pub limit: i64,
+}
+
+/// Milliseconds since the Unix epoch, the store's time unit.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,505 @@
+//! The SQL implementation shared by both backends.
+
+use async_trait::async_trait;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::{PgPool, QueryBuilder, SqlitePool};
+use std::str::FromStr;
+
+use crate::*;
+
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// Connections a service opens to PostgreSQL.
+const PG_MAX_CONNECTIONS: u32 = 8;
+
+enum Pool {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Runs the same expression against whichever pool this store has; the expression is
+/// compiled once per backend.
+macro_rules! on_pool {
+    ($self:ident, |$pool:ident| $body:expr) => {
+        match &$self.pool {
+            Pool::Postgres($pool) => $body,
+            Pool::Sqlite($pool) => $body,
+        }
+    };
+}
+
+pub struct SqlStore {
+    pool: Pool,
+}
+
+impl SqlStore {
+    /// `postgres://…` or `sqlite:PATH` / `sqlite::memory:`; migrations run on connect.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Pool::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(PG_MAX_CONNECTIONS)
+                    .connect(url)
+                    .await?,
+            )
+        } else if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .busy_timeout(std::time::Duration::from_secs(10))
+                .foreign_keys(true);
+            // An in-memory database lives in one connection; a file may have several.
+            let max = if url.contains(":memory:") { 1 } else { 4 };
+            Pool::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(max)
+                    .connect_with(options)
+                    .await?,
+            )
+        } else {
+            return Err(StoreError::UnsupportedUrl(redact_url(url)));
+        };
+        let store = Self { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        let result = match &self.pool {
+            Pool::Postgres(pool) => PG_MIGRATOR.run(pool).await,
+            Pool::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await,
+        };
+        result.map_err(|e| StoreError::Migration(e.to_string()))
+    }
+}
+
+/// A URL with its password removed, for error messages.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms";
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.pool {
+            Pool::Postgres(_) => "postgres",
+            Pool::Sqlite(_) => "sqlite",
+        }
+    }
+
+    async fn claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<IdempotencyClaim> {
+        let inserted = on_pool!(self, |pool| {
+            sqlx::query(
+            "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms) \
+             VALUES ($1, $2, $3, $4, 'in_flight', $5) ON CONFLICT DO NOTHING"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .bind(request_digest)
+        .bind(now_ms())
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        if inserted == 1 {
+            return Ok(IdempotencyClaim::Claimed);
+        }
+        let row: Option<(String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT request_digest, state, response FROM idempotency_keys \
+             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .fetch_optional(pool)
+        .await?);
+        Ok(match row {
+            // Released between our insert and our read: the caller may simply retry.
+            None => IdempotencyClaim::InFlight,
+            Some((digest, _, _)) if digest != request_digest => IdempotencyClaim::DigestMismatch,
+            Some((_, state, Some(response))) if state == "done" => IdempotencyClaim::Completed(
+                serde_json::from_str(&response).unwrap_or(serde_json::Value::Null),
+            ),
+            Some(_) => IdempotencyClaim::InFlight,
+        })
+    }
+
+    async fn complete_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        response: &serde_json::Value,
+    ) -> StoreResult<()> {
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE idempotency_keys SET state = 'done', response = $4 \
+             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .bind(response.to_string())
+        .execute(pool)
+        .await?
+        .rows_affected());
+        Ok(())
+    }
+
+    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
+        on_pool!(self, |pool| {
+            sqlx::query(
+            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 AND state = 'in_flight'"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(())
+    }
+
+    async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
+        on_pool!(self, |pool| {
+            sqlx::query(
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        )
+        .bind(&e.id)
+        .bind(&e.tenant_id)
+        .bind(&e.state)
+        .bind(e.generation)
+        .bind(&e.workspace)
+        .bind(&e.session_id)
+        .bind(&e.active_turn_id)
+        .bind(e.turn_count)
+        .bind(e.pid)
+        .bind(e.exit_code)
+        .bind(e.exit_signal)
+        .bind(&e.failure_reason)
+        .bind(&e.failure_message)
+        .bind(e.acked_sequence)
+        .bind(e.created_at_ms)
+        .bind(e.updated_at_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(())
+    }
+
+    async fn update_execution(&self, e: &ExecutionRecord) -> StoreResult<bool> {
+        let n = on_pool!(self, |pool| {
+            sqlx::query(
+            "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
+             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10 \
+             WHERE id = $11 AND generation = $12"
+        )
+        .bind(&e.state)
+        .bind(&e.session_id)
+        .bind(&e.active_turn_id)
+        .bind(e.turn_count)
+        .bind(e.pid)
+        .bind(e.exit_code)
+        .bind(e.exit_signal)
+        .bind(&e.failure_reason)
+        .bind(&e.failure_message)
+        .bind(e.updated_at_ms)
+        .bind(&e.id)
+        .bind(e.generation)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    async fn get_execution(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ExecutionRecord>> {
+        let sql =
+            format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id = $2");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
+            sql.clone()
+        ))
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?))
+    }
+
+    async fn list_executions(
+        &self,
+        tenant_id: &str,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
+            sql.clone()
+        ))
+        .bind(tenant_id)
+        .bind(after_id.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?))
+    }
+
+    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE state IN ('starting', 'ready', 'closing') ORDER BY id"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
+            sql.clone()
+        ))
+        .fetch_all(pool)
+        .await?))
+    }
+
+    async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
+        on_pool!(self, |pool| {
+            sqlx::query(
+            "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        )
+        .bind(&t.id)
+        .bind(&t.execution_id)
+        .bind(&t.tenant_id)
+        .bind(t.generation)
+        .bind(t.turn_number)
+        .bind(&t.state)
+        .bind(&t.stop_reason)
+        .bind(&t.failure_reason)
+        .bind(&t.failure_message)
+        .bind(t.started_at_ms)
+        .bind(t.ended_at_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(())
+    }
+
+    async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
+        let n = on_pool!(self, |pool| {
+            sqlx::query(
+            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5 \
+             WHERE id = $6 AND generation = $7 AND state = 'running'"
+        )
+        .bind(&t.state)
+        .bind(&t.stop_reason)
+        .bind(&t.failure_reason)
+        .bind(&t.failure_message)
+        .bind(t.ended_at_ms)
+        .bind(&t.id)
+        .bind(t.generation)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
+        Ok(on_pool!(self, |pool| {
+            sqlx::query_as(
+            "SELECT id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms \
+             FROM turns WHERE tenant_id = $1 AND id = $2"
+        )
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        }))
+    }
+
+    async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
+        on_pool!(self, |pool| {
+            sqlx::query(
+            "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+        )
+        .bind(&i.id)
+        .bind(&i.execution_id)
+        .bind(&i.tenant_id)
+        .bind(i.generation)
+        .bind(&i.turn_id)
+        .bind(&i.native_request_id)
+        .bind(&i.kind)
+        .bind(&i.state)
+        .bind(&i.etag)
+        .bind(&i.request)
+        .bind(&i.outcome)
+        .bind(&i.answer_request_id)
+        .bind(&i.answer_fingerprint)
+        .bind(&i.reason)
+        .bind(&i.delivery)
+        .bind(i.replay_allowed)
+        .bind(i.created_at_ms)
+        .bind(i.updated_at_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(())
+    }
+
+    async fn transition_interaction(
+        &self,
+        expected_state: &str,
+        i: &InteractionRecord,
+    ) -> StoreResult<bool> {
+        let n = on_pool!(self, |pool| {
+            sqlx::query(
+            "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
+             reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
+             WHERE id = $9 AND generation = $10 AND state = $11"
+        )
+        .bind(&i.state)
+        .bind(&i.outcome)
+        .bind(&i.answer_request_id)
+        .bind(&i.answer_fingerprint)
+        .bind(&i.reason)
+        .bind(&i.delivery)
+        .bind(i.replay_allowed)
+        .bind(i.updated_at_ms)
+        .bind(&i.id)
+        .bind(i.generation)
+        .bind(expected_state)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    async fn get_interaction(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<InteractionRecord>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT * FROM interactions WHERE tenant_id = $1 AND id = $2"
+        )
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?))
+    }
+
+    async fn list_interactions(&self, q: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT * FROM interactions WHERE tenant_id = $1 AND ($2 = '' OR execution_id = $2) \
+             AND ($3 = '' OR state = $3) AND id > $4 ORDER BY id LIMIT $5"
+        )
+        .bind(&q.tenant_id)
+        .bind(q.execution_id.as_deref().unwrap_or(""))
+        .bind(q.state.as_deref().unwrap_or(""))
+        .bind(q.after_id.as_deref().unwrap_or(""))
+        .bind(q.limit)
+        .fetch_all(pool)
+        .await?))
+    }
+
+    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, |pool| {
+            let mut builder = QueryBuilder::new(
+                "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) ",
+            );
+            builder.push_values(events, |mut row, e| {
+                row.push_bind(&e.execution_id)
+                    .push_bind(e.sequence)
+                    .push_bind(&e.event_id)
+                    .push_bind(e.generation)
+                    .push_bind(&e.turn_id)
+                    .push_bind(&e.item_id)
+                    .push_bind(&e.event_type)
+                    .push_bind(e.priority)
+                    .push_bind(e.schema_version)
+                    .push_bind(e.emitted_at_ms)
+                    .push_bind(&e.payload);
+            });
+            builder.build().execute(pool).await?.rows_affected()
+        });
+        Ok(())
+    }
+
+    async fn read_events(
+        &self,
+        execution_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRecord>> {
+        Ok(on_pool!(self, |pool| {
+            sqlx::query_as(
+            "SELECT * FROM events WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
+        )
+        .bind(execution_id)
+        .bind(after_sequence)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?
+        }))
+    }
+
+    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {
+        let (head,): (Option<i64>,) = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT MAX(sequence) FROM events WHERE execution_id = $1"
+        )
+        .bind(execution_id)
+        .fetch_one(pool)
+        .await?);
+        Ok(head.unwrap_or(0))
+    }
+
+    async fn set_acked_sequence(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        through: i64,
+    ) -> StoreResult<()> {
+        on_pool!(self, |pool| {
+            sqlx::query(
+            "UPDATE executions SET acked_sequence = $1 WHERE tenant_id = $2 AND id = $3 AND acked_sequence <= $1"
+        )
+        .bind(through)
+        .bind(tenant_id)
+        .bind(execution_id)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(redact_url("mysql://u:secret@h/db"), "mysql://…@h/db");
+        assert!(!redact_url("x://a:b@c").contains('b') || redact_url("x://a:b@c").ends_with("@c"));
+    }
+}

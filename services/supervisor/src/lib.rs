@@ -1,0 +1,9 @@
+//! Agent process supervision: a closed launch environment, one process group per
+//! agent, a bounded stderr tail, and the stop ladder that always ends in a reaped
+//! process with a recorded exit status.
+
+mod launch;
+mod process;
+
+pub use launch::{AgentCommand, FIXED_PATH, LaunchError, LaunchSpec};
+pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
