@@ -7,10 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = prost_build::Config::new();
     if std::env::var_os("PROTOC").is_none() {
         config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-        config.protoc_arg(format!(
-            "-I{}",
-            protoc_bin_vendored::include_path()?.display()
-        ));
+        config.protoc_arg(format!("-I{}", protoc_bin_vendored::include_path()?.display()));
     }
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("cursor_runner_descriptor.bin"))

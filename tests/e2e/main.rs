@@ -1,1 +1,32 @@
+//! End-to-end behaviour through the real gRPC API, with the fake agent as a real
+//! child process and a real database. Every behavioural test runs on PostgreSQL (the
+//! reference store) and on the embedded SQLite store.
 
+/// Instantiates `async fn name(backend: Backend)` tests once per backend.
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(cursor_runner_e2e::Backend::Postgres).await
+                }
+            )+
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(cursor_runner_e2e::Backend::Sqlite).await
+                }
+            )+
+        }
+    };
+}
+
+mod api_surface;
+mod idempotency;
+mod interactions;
+mod process;
+mod streaming;
+mod turns;

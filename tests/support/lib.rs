@@ -1,1 +1,418 @@
+//! Test support for the end-to-end suite: a real service on a loopback port, a real
+//! gRPC client, the fake agent as a real child process, and a throwaway database per
+//! test (PostgreSQL or the embedded SQLite store).
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cursor_runner_api::pb::runner_service_client::RunnerServiceClient;
+use cursor_runner_api::pb::{self, stream_events_response::Frame};
+use cursor_runner_executions::{Engine, EngineConfig};
+use cursor_runner_store::Store;
+use cursor_runner_supervisor::AgentCommand;
+use serde_json::Value;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub use cursor_runner_api::pb as proto;
+
+/// The server every Postgres test uses unless `DATABASE_URL` names another.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// Bound on any single wait in a test, so a broken service fails instead of hanging.
+pub const WAIT: Duration = Duration::from_secs(20);
+pub const TENANT: &str = "tenant-a";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// A database that exists for one test and is dropped after it.
+pub struct TestDatabase {
+    pub url: String,
+    admin_url: Option<String>,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDatabase {
+    pub async fn create(backend: Backend) -> Self {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                Self {
+                    url: format!("sqlite:{}", dir.path().join("test.db").display()),
+                    admin_url: None,
+                    name: String::new(),
+                    _dir: Some(dir),
+                }
+            }
+            Backend::Postgres => {
+                let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
+                let name = format!("cr_test_{}", uuid::Uuid::new_v4().simple());
+                let mut admin = connect_admin(&admin_url).await;
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut admin)
+                    .await
+                    .expect("CREATE DATABASE");
+                let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(base, _)| base);
+                Self {
+                    url: format!("{base}/{name}"),
+                    admin_url: Some(admin_url),
+                    name,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    /// Drops the database (Postgres); the SQLite file goes with its temp dir.
+    pub async fn drop_database(self) {
+        if let Some(admin_url) = &self.admin_url {
+            let mut admin = connect_admin(admin_url).await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .execute(&mut admin)
+            .await;
+        }
+    }
+}
+
+async fn connect_admin(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    match sqlx::PgConnection::connect(url).await {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "PostgreSQL is not reachable at {url} ({e}). Start the local cluster with \
+             `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
+             or set DATABASE_URL to a server you can create databases on."
+        ),
+    }
+}
+
+/// The fake agent binary, built next to the test binaries.
+pub fn fake_agent() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join("fake-cursor");
+    if !path.is_file() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "fake-cursor"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo build -p fake-cursor");
+        assert!(status.success(), "building the fake agent failed");
+    }
+    path
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn scenario(name: &str) -> PathBuf {
+    workspace_root().join("fixtures/scenarios").join(name)
+}
+
+pub type Client = RunnerServiceClient<InterceptedService<Channel, TenantHeader>>;
+
+/// Adds the caller's tenant to every request (or nothing, to test its absence).
+#[derive(Clone)]
+pub struct TenantHeader(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for TenantHeader {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(tenant) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(cursor_runner_api::TENANT_METADATA, tenant.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Knobs a test may turn before the service starts.
+#[derive(Clone)]
+pub struct Options {
+    pub cancel_grace: Duration,
+    pub stop_grace: Duration,
+    pub heartbeat: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            cancel_grace: Duration::from_secs(10),
+            stop_grace: Duration::from_secs(2),
+            heartbeat: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A running service with its own database, state dir and fake agent scenario.
+pub struct TestService {
+    pub address: std::net::SocketAddr,
+    pub engine: Arc<Engine>,
+    pub store: Arc<dyn Store>,
+    pub workspace: PathBuf,
+    /// Every line the fake agent read from its stdin, across all its processes.
+    pub record: PathBuf,
+    database: Option<TestDatabase>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    _state: tempfile::TempDir,
+}
+
+impl TestService {
+    pub async fn start(backend: Backend, scenario_name: &str) -> Self {
+        Self::start_with(backend, scenario_name, Options::default()).await
+    }
+
+    pub async fn start_with(backend: Backend, scenario_name: &str, options: Options) -> Self {
+        if let Ok(filter) = std::env::var("CURSOR_RUNNER_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
+        let database = TestDatabase::create(backend).await;
+        let state = tempfile::tempdir().expect("state dir");
+        let workspace = state.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let record = state.path().join("agent-stdin.ndjson");
+        let command = AgentCommand::parse(&format!(
+            "{} --scenario {} --record {}",
+            fake_agent().display(),
+            scenario(scenario_name).display(),
+            record.display()
+        ))
+        .unwrap();
+        let store = cursor_runner_store::connect(&database.url).await.expect("store");
+        let mut config = EngineConfig::new(command, state.path().to_path_buf());
+        config.cancel_grace = options.cancel_grace;
+        config.stop_grace = options.stop_grace;
+        config.heartbeat_interval = options.heartbeat;
+        let engine = Engine::start(store.clone(), config).await.expect("engine");
+        let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server_engine = engine.clone();
+        let server = tokio::spawn(async move {
+            cursor_runner_api::serve(server_engine, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server");
+        });
+        Self {
+            address,
+            engine,
+            store,
+            workspace,
+            record,
+            database: Some(database),
+            stop: Some(stop),
+            server: Some(server),
+            _state: state,
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        self.client_for(Some(TENANT)).await
+    }
+
+    /// A client whose calls carry `tenant` (or no tenant at all).
+    pub async fn client_for(&self, tenant: Option<&str>) -> Client {
+        let channel = Channel::from_shared(format!("http://{}", self.address))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect");
+        let tenant = tenant.map(|t| tonic::metadata::MetadataValue::try_from(t).unwrap());
+        RunnerServiceClient::with_interceptor(channel, TenantHeader(tenant))
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.address))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Lines the fake agent read from stdin, parsed.
+    pub fn agent_received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("the service writes JSON lines"))
+            .collect()
+    }
+
+    /// Stops the server, closes every execution, and drops the database.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            tracing::debug!("waiting for the server to stop");
+            let _ = server.await;
+        }
+        tracing::debug!("closing every execution");
+        self.engine.shutdown().await;
+        tracing::debug!("closed");
+        if let Some(database) = self.database.take() {
+            database.drop_database().await;
+        }
+    }
+}
+
+pub async fn create_execution(client: &mut Client, service: &TestService, request_id: &str) -> pb::Execution {
+    client
+        .create_execution(pb::CreateExecutionRequest {
+            request_id: request_id.into(),
+            workspace: service.workspace.display().to_string(),
+        })
+        .await
+        .expect("CreateExecution")
+        .into_inner()
+        .execution
+        .expect("execution")
+}
+
+pub async fn start_turn(client: &mut Client, execution_id: &str, request_id: &str) -> Result<pb::Turn, tonic::Status> {
+    client
+        .start_turn(pb::StartTurnRequest {
+            request_id: request_id.into(),
+            execution_id: execution_id.into(),
+            prompt: vec![pb::PromptBlock {
+                content: Some(pb::prompt_block::Content::Text("do the work".into())),
+            }],
+        })
+        .await
+        .map(|r| r.into_inner().turn.expect("turn"))
+}
+
+/// A subscriber that collects frames.
+pub struct Subscriber {
+    stream: tonic::Streaming<pb::StreamEventsResponse>,
+}
+
+impl Subscriber {
+    pub async fn open(client: &mut Client, execution_id: &str, after_sequence: i64) -> Result<Self, tonic::Status> {
+        let stream = client
+            .stream_events(pb::StreamEventsRequest {
+                execution_id: execution_id.into(),
+                after_sequence,
+            })
+            .await?
+            .into_inner();
+        Ok(Self { stream })
+    }
+
+    pub async fn next_frame(&mut self) -> Frame {
+        tokio::time::timeout(WAIT, self.stream.message())
+            .await
+            .expect("a frame in time")
+            .expect("stream ok")
+            .expect("stream open")
+            .frame
+            .expect("frame set")
+    }
+
+    pub async fn next_event(&mut self) -> pb::ActivityEvent {
+        loop {
+            if let Frame::Event(event) = self.next_frame().await {
+                return event;
+            }
+        }
+    }
+
+    /// Events up to and including the first whose type is `event_type`.
+    pub async fn events_until(&mut self, event_type: &str) -> Vec<pb::ActivityEvent> {
+        let mut out = Vec::new();
+        loop {
+            let event = self.next_event().await;
+            let done = event.event_type == event_type;
+            out.push(event);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// Events up to and including the first turn settlement.
+    pub async fn until_turn_settles(&mut self) -> Vec<pb::ActivityEvent> {
+        let mut out = Vec::new();
+        loop {
+            let event = self.next_event().await;
+            let done = is_settlement(&event.event_type);
+            out.push(event);
+            if done {
+                return out;
+            }
+        }
+    }
+}
+
+pub fn is_settlement(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        "turn.completed" | "turn.failed" | "turn.cancelled" | "turn.interrupted"
+    )
+}
+
+pub fn payload(event: &pb::ActivityEvent) -> Value {
+    event
+        .payload
+        .as_ref()
+        .map(cursor_runner_api::struct_to_json)
+        .unwrap_or_default()
+}
+
+pub fn types(events: &[pb::ActivityEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.event_type.as_str()).collect()
+}
+
+/// The `ErrorInfo.reason` of a status.
+pub fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status
+        .get_error_details()
+        .error_info()
+        .map(|i| i.reason.clone())
+        .unwrap_or_default()
+}
+
+/// Asserts a status code and `ErrorInfo.reason`.
+#[track_caller]
+pub fn assert_refused(result: Result<impl std::fmt::Debug, tonic::Status>, code: tonic::Code, expected_reason: &str) {
+    let status = result.expect_err("the call must be refused");
+    assert_eq!(status.code(), code, "{status:?}");
+    assert_eq!(reason(&status), expected_reason, "{status:?}");
+}
+
+/// True while `pid` names a live (non-zombie) process.
+pub fn process_alive(pid: i64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+    }
+}
+
+/// Polls `check` until it holds or `WAIT` runs out.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -50,6 +50,12 @@ pub enum Inbound {
     Oversized {
         bytes: usize,
     },
+    /// The response to a request sent with [`AcpConnection::start_request`], delivered
+    /// in wire order with everything else the agent sent.
+    Response {
+        id: i64,
+        result: Result<Value, RpcError>,
+    },
     /// A response whose id matches none of our pending requests.
     UnmatchedResponse {
         id: RequestId,
@@ -89,10 +95,7 @@ impl Drop for AgentRequest {
         if let Some(out) = self.out.take() {
             let error = RpcError::new(crate::INTERNAL_ERROR, "request dropped by the client");
             if let Ok(line) = encode_response(&self.id, Err(error)) {
-                let _ = out.try_send(Outgoing::Line {
-                    line,
-                    flushed: None,
-                });
+                let _ = out.try_send(Outgoing::Line { line, flushed: None });
             }
         }
     }
@@ -106,7 +109,15 @@ enum Outgoing {
     CloseStdin,
 }
 
-type PendingTable = Mutex<HashMap<i64, oneshot::Sender<Result<Value, RpcError>>>>;
+/// Where the response to one of our requests goes.
+enum Waiter {
+    /// To the caller of [`AcpConnection::request`].
+    Caller(oneshot::Sender<Result<Value, RpcError>>),
+    /// Into the inbound stream, after everything the agent sent before it.
+    InOrder,
+}
+
+type PendingTable = Mutex<HashMap<i64, Waiter>>;
 
 struct Shared {
     out: mpsc::Sender<Outgoing>,
@@ -143,10 +154,9 @@ impl AcpConnection {
     pub async fn request<P: Serialize>(&self, method: &str, params: P) -> Result<Value, AcpError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
-        let line =
-            encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let line = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         let (tx, rx) = oneshot::channel();
-        self.pending().insert(id, tx);
+        self.pending().insert(id, Waiter::Caller(tx));
         if let Err(e) = send_flushed(&self.shared.out, line).await {
             self.pending().remove(&id);
             return Err(e);
@@ -156,6 +166,21 @@ impl AcpConnection {
             Ok(Err(error)) => Err(AcpError::Rpc(error)),
             Err(_) => Err(AcpError::Closed),
         }
+    }
+
+    /// Sends a request whose response will arrive as [`Inbound::Response`] in wire
+    /// order: updates the agent sent before answering are seen before the answer (a
+    /// prompt's updates before its settlement). Returns the request's id.
+    pub async fn start_request<P: Serialize>(&self, method: &str, params: P) -> Result<i64, AcpError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
+        let line = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        self.pending().insert(id, Waiter::InOrder);
+        if let Err(e) = send_flushed(&self.shared.out, line).await {
+            self.pending().remove(&id);
+            return Err(e);
+        }
+        Ok(id)
     }
 
     /// Sends a notification (never answered).
@@ -170,19 +195,13 @@ impl AcpConnection {
         let _ = self.shared.out.send(Outgoing::CloseStdin).await;
     }
 
-    fn pending(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<Result<Value, RpcError>>>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Waiter>> {
         lock(&self.shared.pending)
     }
 }
 
-fn lock(
-    table: &PendingTable,
-) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<Result<Value, RpcError>>>> {
-    table
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+fn lock(table: &PendingTable) -> std::sync::MutexGuard<'_, HashMap<i64, Waiter>> {
+    table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn encode(value: &Value) -> Result<Vec<u8>, AcpError> {
@@ -267,21 +286,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     params,
                     out: Some(shared.out.clone()),
                 }),
-                Classified::Notification { method, params } => {
-                    Inbound::Notification { method, params }
-                }
+                Classified::Notification { method, params } => Inbound::Notification { method, params },
                 Classified::Invalid { reason } => Inbound::Invalid { reason },
                 Classified::Response { id, result } => {
                     let waiter = match &id {
                         RequestId::Number(n) => lock(&shared.pending).remove(n),
                         _ => None,
                     };
-                    match waiter {
-                        Some(waiter) => {
+                    match (waiter, id) {
+                        (Some(Waiter::Caller(waiter)), _) => {
                             let _ = waiter.send(result);
                             continue;
                         }
-                        None => Inbound::UnmatchedResponse { id },
+                        (Some(Waiter::InOrder), RequestId::Number(id)) => Inbound::Response { id, result },
+                        (_, id) => Inbound::UnmatchedResponse { id },
                     }
                 }
             },
@@ -292,11 +310,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
     };
     lock(&shared.pending).clear();
-    let _ = inbound
-        .send(Inbound::Closed {
-            truncated_last_line,
-        })
-        .await;
+    let _ = inbound.send(Inbound::Closed { truncated_last_line }).await;
 }
 
 #[cfg(test)]
@@ -355,10 +369,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_in_order_response_follows_the_updates_sent_before_it() {
+        let (conn, mut inbound, mut peer) = pair();
+        let id = conn.start_request("session/prompt", json!({})).await.unwrap();
+        let _ = peer.recv().await;
+        peer.send(json!({"jsonrpc":"2.0","method":"session/update","params":{"n":1}}))
+            .await;
+        peer.send(json!({"jsonrpc":"2.0","id":id,"result":{"stopReason":"end_turn"}}))
+            .await;
+        assert!(matches!(inbound.recv().await, Some(Inbound::Notification { .. })));
+        match inbound.recv().await {
+            Some(Inbound::Response { id: got, result }) => {
+                assert_eq!(got, id);
+                assert_eq!(result.unwrap()["stopReason"], "end_turn");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn a_dropped_agent_request_is_answered_with_an_internal_error() {
         let (_conn, mut inbound, mut peer) = pair();
-        peer.send(json!({"jsonrpc":"2.0","id":0,"method":"x"}))
-            .await;
+        peer.send(json!({"jsonrpc":"2.0","id":0,"method":"x"})).await;
         let Some(Inbound::Request(req)) = inbound.recv().await else {
             panic!()
         };
@@ -379,18 +411,14 @@ mod tests {
         peer.send(json!({"jsonrpc":"2.0","method":"n"})).await;
         drop(peer);
         assert_eq!(call.await.unwrap(), Err(AcpError::Closed));
-        assert!(matches!(
-            inbound.recv().await,
-            Some(Inbound::Notification { .. })
-        ));
+        assert!(matches!(inbound.recv().await, Some(Inbound::Notification { .. })));
         assert!(matches!(inbound.recv().await, Some(Inbound::Closed { .. })));
     }
 
     #[tokio::test]
     async fn a_response_to_an_unknown_id_is_reported_not_matched() {
         let (_conn, mut inbound, mut peer) = pair();
-        peer.send(json!({"jsonrpc":"2.0","id":999,"result":{}}))
-            .await;
+        peer.send(json!({"jsonrpc":"2.0","id":999,"result":{}})).await;
         assert!(matches!(
             inbound.recv().await,
             Some(Inbound::UnmatchedResponse {

@@ -119,15 +119,9 @@ fn take_params(object: &mut Map<String, Value>) -> Value {
 
 fn response(id: RequestId, object: &mut Map<String, Value>) -> Classified {
     match (object.remove("result"), object.remove("error")) {
-        (Some(result), None) => Classified::Response {
-            id,
-            result: Ok(result),
-        },
+        (Some(result), None) => Classified::Response { id, result: Ok(result) },
         (None, Some(error)) => match serde_json::from_value::<RpcError>(error) {
-            Ok(error) => Classified::Response {
-                id,
-                result: Err(error),
-            },
+            Ok(error) => Classified::Response { id, result: Err(error) },
             Err(e) => Classified::Invalid {
                 reason: format!("malformed error object: {e}"),
             },

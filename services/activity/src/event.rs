@@ -78,10 +78,7 @@ impl ActivityPayload {
     pub fn into_parts(&self) -> (String, Value) {
         let mut value = serde_json::to_value(self).expect("payloads always serialize");
         let event_type = value["eventType"].as_str().unwrap_or_default().to_owned();
-        let payload = value
-            .get_mut("payload")
-            .map(Value::take)
-            .unwrap_or(Value::Null);
+        let payload = value.get_mut("payload").map(Value::take).unwrap_or(Value::Null);
         (event_type, payload)
     }
 
@@ -105,9 +102,7 @@ impl ActivityPayload {
         match self {
             Self::ItemStarted(b) | Self::ItemCompleted(b) => Some(&b.item_id),
             Self::ItemDelta(d) => Some(&d.item_id),
-            Self::ToolStarted(t) | Self::ToolProgressed(t) | Self::ToolCompleted(t) => {
-                Some(&t.tool_call_id)
-            }
+            Self::ToolStarted(t) | Self::ToolProgressed(t) | Self::ToolCompleted(t) => Some(&t.tool_call_id),
             _ => None,
         }
     }
@@ -332,11 +327,7 @@ pub struct ProviderNotice {
 }
 
 impl ProviderNotice {
-    pub fn warning(
-        category: impl Into<String>,
-        scope: NoticeScope,
-        summary: impl Into<String>,
-    ) -> Self {
+    pub fn warning(category: impl Into<String>, scope: NoticeScope, summary: impl Into<String>) -> Self {
         Self {
             severity: Severity::Warning,
             category: category.into(),
@@ -381,10 +372,8 @@ mod tests {
         });
         let (event_type, payload) = event.into_parts();
         assert_eq!(event_type, "turn.completed");
-        let back: ActivityPayload = serde_json::from_value(
-            serde_json::json!({"eventType": event_type, "payload": payload}),
-        )
-        .unwrap();
+        let back: ActivityPayload =
+            serde_json::from_value(serde_json::json!({"eventType": event_type, "payload": payload})).unwrap();
         assert_eq!(back, event);
     }
 }

@@ -6,8 +6,7 @@ mod event;
 mod normalizer;
 
 pub use bounds::{
-    BoundedText, MAX_ITEM_TEXT_CHARS, MAX_RAW_INPUT_BYTES, MAX_TOOL_OUTPUT_BYTES, bound_output,
-    bound_text,
+    BoundedText, MAX_ITEM_TEXT_CHARS, MAX_RAW_INPUT_BYTES, MAX_TOOL_OUTPUT_BYTES, bound_output, bound_text,
 };
 pub use event::*;
 pub use normalizer::TurnNormalizer;

@@ -34,10 +34,7 @@ impl TurnNormalizer {
 
     /// Normalizes the `update` object of one `session/update`.
     pub fn on_update(&mut self, update: &Value) -> Vec<ActivityPayload> {
-        let tag = update
-            .get("sessionUpdate")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let tag = update.get("sessionUpdate").and_then(Value::as_str).unwrap_or("");
         let decoded = match tag {
             "agent_message_chunk" => self.chunk(update, ItemKind::AgentMessage),
             "agent_thought_chunk" => self.chunk(update, ItemKind::Reasoning),
@@ -65,16 +62,13 @@ impl TurnNormalizer {
     }
 
     fn chunk(&mut self, update: &Value, kind: ItemKind) -> Result<Vec<ActivityPayload>, String> {
-        let chunk: acp::ContentChunk =
-            serde_json::from_value(update.clone()).map_err(|e| e.to_string())?;
+        let chunk: acp::ContentChunk = serde_json::from_value(update.clone()).map_err(|e| e.to_string())?;
         let acp::ContentBlock::Text(text) = chunk.content else {
-            return Ok(vec![ActivityPayload::ProviderNotice(
-                ProviderNotice::warning(
-                    "unprojected_content_block",
-                    NoticeScope::Turn,
-                    "a non-text content block in a message chunk is not projected yet",
-                ),
-            )]);
+            return Ok(vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
+                "unprojected_content_block",
+                NoticeScope::Turn,
+                "a non-text content block in a message chunk is not projected yet",
+            ))]);
         };
         let channel = match kind {
             ItemKind::AgentMessage => Channel::Progress,
@@ -148,21 +142,18 @@ impl TurnNormalizer {
         let fields = patch.fields;
         let mut events = Vec::new();
         let known = self.tools.contains_key(&id);
-        let tool = self
-            .tools
-            .entry(id.clone())
-            .or_insert_with(|| ToolExecution {
-                tool_call_id: id,
-                transport: "builtin".into(),
-                operation: ToolOperation::Unknown,
-                name: String::new(),
-                status: ToolStatus::Running,
-                raw_input: None,
-                raw_input_truncated: false,
-                exit_code: None,
-                failure_source: None,
-                output: None,
-            });
+        let tool = self.tools.entry(id.clone()).or_insert_with(|| ToolExecution {
+            tool_call_id: id,
+            transport: "builtin".into(),
+            operation: ToolOperation::Unknown,
+            name: String::new(),
+            status: ToolStatus::Running,
+            raw_input: None,
+            raw_input_truncated: false,
+            exit_code: None,
+            failure_source: None,
+            output: None,
+        });
         if let Some(kind) = fields.kind {
             tool.operation = operation(kind);
         }
@@ -250,9 +241,7 @@ fn bound_raw_input(raw: Option<Value>) -> (Option<Value>, bool) {
     match raw {
         None => (None, false),
         Some(value) => {
-            let size = serde_json::to_vec(&value)
-                .map(|v| v.len())
-                .unwrap_or(usize::MAX);
+            let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(usize::MAX);
             if size <= MAX_RAW_INPUT_BYTES {
                 (Some(value), false)
             } else {
@@ -273,18 +262,11 @@ fn apply_raw_output(tool: &mut ToolExecution, raw: &Value) {
     if !text.is_empty() {
         tool.output = Some(bound_output(&text));
     }
-    tool.exit_code = raw
-        .get("exitCode")
-        .and_then(Value::as_i64)
-        .or(tool.exit_code);
+    tool.exit_code = raw.get("exitCode").and_then(Value::as_i64).or(tool.exit_code);
 }
 
 /// Applies a native status; returns whether the tool reached a terminal state.
-fn apply_status(
-    tool: &mut ToolExecution,
-    status: acp::ToolCallStatus,
-    raw_output: Option<&Value>,
-) -> bool {
+fn apply_status(tool: &mut ToolExecution, status: acp::ToolCallStatus, raw_output: Option<&Value>) -> bool {
     match status {
         acp::ToolCallStatus::Completed => {
             match failure_source(raw_output) {
@@ -311,11 +293,7 @@ fn apply_status(
 /// Cursor never reports `failed`; failure shows only in validated `rawOutput` fields.
 fn failure_source(raw_output: Option<&Value>) -> Option<String> {
     let raw = raw_output?;
-    if raw
-        .get("exitCode")
-        .and_then(Value::as_i64)
-        .is_some_and(|c| c != 0)
-    {
+    if raw.get("exitCode").and_then(Value::as_i64).is_some_and(|c| c != 0) {
         return Some("exitCode".into());
     }
     for key in ["rejected", "permissionDenied"] {
@@ -323,9 +301,7 @@ fn failure_source(raw_output: Option<&Value>) -> Option<String> {
             return Some(key.into());
         }
     }
-    raw.get("error")
-        .filter(|e| !e.is_null())
-        .map(|_| "error".to_owned())
+    raw.get("error").filter(|e| !e.is_null()).map(|_| "error".to_owned())
 }
 
 #[cfg(test)]
@@ -340,8 +316,7 @@ mod tests {
     #[test]
     fn message_chunks_open_one_item_and_stream_deltas() {
         let mut n = TurnNormalizer::new("t1");
-        let chunk =
-            json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}});
+        let chunk = json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}});
         let first = n.on_update(&chunk);
         let second = n.on_update(&chunk);
         assert_eq!(types(&first), ["item.started", "item.delta"]);
@@ -353,9 +328,7 @@ mod tests {
     #[test]
     fn thought_chunks_are_reasoning_on_the_summary_channel() {
         let mut n = TurnNormalizer::new("t1");
-        let events = n.on_update(
-            &json!({"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hm"}}),
-        );
+        let events = n.on_update(&json!({"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hm"}}));
         match &events[1] {
             ActivityPayload::ItemDelta(d) => {
                 assert_eq!(d.kind, ItemKind::Reasoning);
@@ -368,22 +341,10 @@ mod tests {
     #[test]
     fn tool_status_table() {
         let cases = vec![
-            (
-                json!({"exitCode":0,"stdout":"ok"}),
-                ToolStatus::Completed,
-                None,
-            ),
-            (
-                json!({"exitCode":2,"stdout":""}),
-                ToolStatus::Failed,
-                Some("exitCode"),
-            ),
+            (json!({"exitCode":0,"stdout":"ok"}), ToolStatus::Completed, None),
+            (json!({"exitCode":2,"stdout":""}), ToolStatus::Failed, Some("exitCode")),
             (json!({"error":"boom"}), ToolStatus::Failed, Some("error")),
-            (
-                json!({"rejected":true}),
-                ToolStatus::Failed,
-                Some("rejected"),
-            ),
+            (json!({"rejected":true}), ToolStatus::Failed, Some("rejected")),
             (
                 json!({"permissionDenied":true}),
                 ToolStatus::Failed,
@@ -393,7 +354,9 @@ mod tests {
         ];
         for (raw_output, status, source) in cases {
             let mut n = TurnNormalizer::new("t");
-            n.on_update(&json!({"sessionUpdate":"tool_call","toolCallId":"a","title":"x","kind":"execute","status":"pending"}));
+            n.on_update(
+                &json!({"sessionUpdate":"tool_call","toolCallId":"a","title":"x","kind":"execute","status":"pending"}),
+            );
             let events = n.on_update(&json!({"sessionUpdate":"tool_call_update","toolCallId":"a","status":"completed","rawOutput":raw_output}));
             let ActivityPayload::ToolCompleted(tool) = &events[0] else {
                 panic!("{events:?}")

@@ -160,6 +160,23 @@ pub fn event(r: EventRecord) -> pb::ActivityEvent {
     }
 }
 
+/// `google.protobuf.Struct` → JSON, for clients that print or inspect payloads.
+pub fn struct_to_json(s: &Struct) -> Value {
+    Value::Object(s.fields.iter().map(|(k, v)| (k.clone(), value_to_json(v))).collect())
+}
+
+fn value_to_json(v: &ProtoValue) -> Value {
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.0e15 => Value::from(*n as i64),
+        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number),
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
+        Some(Kind::StructValue(s)) => struct_to_json(s),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,31 +205,5 @@ mod tests {
         assert!(s.fields.contains_key("a"));
         assert!(to_struct("[1]").is_none());
         assert!(to_struct("not json").is_none());
-    }
-}
-
-/// `google.protobuf.Struct` → JSON, for clients that print or inspect payloads.
-pub fn struct_to_json(s: &Struct) -> Value {
-    Value::Object(
-        s.fields
-            .iter()
-            .map(|(k, v)| (k.clone(), value_to_json(v)))
-            .collect(),
-    )
-}
-
-fn value_to_json(v: &ProtoValue) -> Value {
-    match &v.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.0e15 => {
-            Value::from(*n as i64)
-        }
-        Some(Kind::NumberValue(n)) => {
-            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
-        }
-        Some(Kind::StringValue(s)) => Value::String(s.clone()),
-        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
-        Some(Kind::StructValue(s)) => struct_to_json(s),
     }
 }

@@ -9,8 +9,7 @@ pub mod pb {
     #![allow(clippy::all, clippy::pedantic)]
     tonic::include_proto!("cursor_runner.v1");
 
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("cursor_runner_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cursor_runner_descriptor");
 }
 
 pub use convert::struct_to_json;
@@ -22,6 +21,9 @@ use std::sync::Arc;
 
 use cursor_runner_executions::Engine;
 use tokio::net::TcpListener;
+
+/// How long open calls may take to finish once shutdown begins.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves the runner, health and reflection services on `listener` until `shutdown`
 /// resolves.
@@ -39,17 +41,29 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .expect("the embedded descriptor sets are valid");
-    tonic::transport::Server::builder()
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(pb::runner_service_server::RunnerServiceServer::new(
-            RunnerApi::new(engine),
-        ))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            shutdown,
-        )
-        .await
+        .add_service(pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(
+            engine.clone(),
+        )))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
+            let _ = stop_rx.await;
+        });
+    // Graceful shutdown waits for open calls: event tails are ended first, and a
+    // client that stopped reading cannot hold the service past the grace period.
+    let bounded_drain = async {
+        shutdown.await;
+        engine.end_streams();
+        let _ = stop_tx.send(());
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        tracing::warn!("calls still open after the shutdown grace period; dropping them");
+    };
+    tokio::select! {
+        result = server => result,
+        () = bounded_drain => Ok(()),
+    }
 }
 
 /// Binds a listener; `127.0.0.1:0` picks a free port.

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use cursor_runner_executions::question::Selection;
 use cursor_runner_executions::{
-    AnswerCommand, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason,
-    RequestMeta, StreamItem,
+    AnswerCommand, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta, StreamItem,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -45,10 +44,7 @@ fn tenant<T>(request: &Request<T>) -> Result<String, Status> {
         .metadata()
         .get(TENANT_METADATA)
         .ok_or_else(|| refuse("the x-tenant-id metadata is required"))?;
-    let tenant = value
-        .to_str()
-        .map_err(|_| refuse("x-tenant-id must be ASCII"))?
-        .trim();
+    let tenant = value.to_str().map_err(|_| refuse("x-tenant-id must be ASCII"))?.trim();
     if tenant.is_empty() || tenant.chars().count() > MAX_TENANT_ID_CHARS {
         return Err(refuse("x-tenant-id must have 1 to 128 characters"));
     }
@@ -56,12 +52,7 @@ fn tenant<T>(request: &Request<T>) -> Result<String, Status> {
 }
 
 /// A digest of the request body without its `request_id`, to tell a retry from reuse.
-fn meta<M: Message + Clone>(
-    tenant_id: String,
-    request_id: &str,
-    body: &M,
-    clear: impl FnOnce(&mut M),
-) -> RequestMeta {
+fn meta<M: Message + Clone>(tenant_id: String, request_id: &str, body: &M, clear: impl FnOnce(&mut M)) -> RequestMeta {
     let mut without_id = body.clone();
     clear(&mut without_id);
     RequestMeta {
@@ -225,9 +216,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let stream = tokio_stream::wrappers::ReceiverStream::new(items);
         let stream = tokio_stream::StreamExt::map(stream, |item| {
             let frame = match item.map_err(to_status)? {
-                StreamItem::Event(event) => {
-                    pb::stream_events_response::Frame::Event(convert::event(event))
-                }
+                StreamItem::Event(event) => pb::stream_events_response::Frame::Event(convert::event(event)),
                 StreamItem::CaughtUp { head_sequence } => {
                     pb::stream_events_response::Frame::CaughtUp(pb::CaughtUp { head_sequence })
                 }
@@ -255,9 +244,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             .ack_events(&tenant_id, &body.execution_id, body.through_sequence)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(pb::AckEventsResponse {
-            acked_sequence: acked,
-        }))
+        Ok(Response::new(pb::AckEventsResponse { acked_sequence: acked }))
     }
 
     async fn list_interactions(
@@ -316,22 +303,18 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("etag", &body.etag)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
         let answer = match body.answer {
-            Some(pb::answer_interaction_request::Answer::Questions(q)) => {
-                InteractionAnswer::Questions(
-                    q.selections
-                        .into_iter()
-                        .map(|s| Selection {
-                            question_id: s.question_id,
-                            option_ids: s.option_ids,
-                        })
-                        .collect(),
-                )
-            }
-            Some(pb::answer_interaction_request::Answer::Decline(d)) => {
-                InteractionAnswer::Decline {
-                    reason: (!d.reason.is_empty()).then_some(d.reason),
-                }
-            }
+            Some(pb::answer_interaction_request::Answer::Questions(q)) => InteractionAnswer::Questions(
+                q.selections
+                    .into_iter()
+                    .map(|s| Selection {
+                        question_id: s.question_id,
+                        option_ids: s.option_ids,
+                    })
+                    .collect(),
+            ),
+            Some(pb::answer_interaction_request::Answer::Decline(d)) => InteractionAnswer::Decline {
+                reason: (!d.reason.is_empty()).then_some(d.reason),
+            },
             Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
             None => {
                 return Err(to_status(EngineError::invalid(

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_acp::cursor::{self, AskQuestionOutcome, AskQuestionParams};
-use cursor_runner_acp::{
-    AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema,
-};
+use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord, now_ms};
 use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchSpec};
@@ -38,7 +36,7 @@ pub(crate) enum Command {
         reply: Reply<TurnRecord>,
     },
     Answer {
-        record: InteractionRecord,
+        record: Box<InteractionRecord>,
         etag: String,
         request_id: String,
         answer: InteractionAnswer,
@@ -49,9 +47,22 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::StartTurn { .. } => "start_turn",
+            Self::CancelTurn { .. } => "cancel_turn",
+            Self::Answer { .. } => "answer",
+            Self::Close { .. } => "close",
+        }
+    }
+}
+
 struct ActiveTurn {
     record: TurnRecord,
     normalizer: TurnNormalizer,
+    /// Our JSON-RPC id of the turn's `session/prompt`.
+    prompt_request_id: Option<i64>,
     cancel_deadline: Option<Instant>,
 }
 
@@ -71,7 +82,6 @@ struct Actor {
     turn: Option<ActiveTurn>,
     session_normalizer: TurnNormalizer,
     pending: HashMap<String, PendingInteraction>,
-    prompt_results: mpsc::Sender<(String, Result<Value, AcpError>)>,
 }
 
 /// Launches the agent, runs the handshake, and on success leaves an actor running.
@@ -90,11 +100,7 @@ pub(crate) async fn launch(
     let (mut process, stdin, stdout) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,
         Err(e) => {
-            let error = EngineError::new(
-                ErrorKind::Unavailable,
-                Reason::AgentLaunchFailed,
-                e.to_string(),
-            );
+            let error = EngineError::new(ErrorKind::Unavailable, Reason::AgentLaunchFailed, e.to_string());
             fail_execution(&store, &mut record, &error, None).await;
             return Err(error);
         }
@@ -117,7 +123,7 @@ pub(crate) async fn launch(
             record.state = ExecutionState::Ready.as_str().into();
             record.updated_at_ms = now_ms();
             store.update_execution(&record).await?;
-            let (prompt_tx, prompt_rx) = mpsc::channel(4);
+
             let actor = Actor {
                 store,
                 config,
@@ -129,9 +135,8 @@ pub(crate) async fn launch(
                 turn: None,
                 session_normalizer: TurnNormalizer::new("session"),
                 pending: HashMap::new(),
-                prompt_results: prompt_tx,
             };
-            tokio::spawn(actor.run(commands, inbound, prompt_rx));
+            tokio::spawn(actor.run(commands, inbound));
             Ok(record)
         }
         Err(failure) => {
@@ -141,47 +146,32 @@ pub(crate) async fn launch(
             if error.reason == Reason::AgentExited {
                 error.message = exit_message(&exit, &process.stderr_tail());
             }
-            let _ = events
-                .emit(None, vec![exited(&process, exit, "agent")])
-                .await;
+            let _ = events.emit(None, vec![exited(&process, exit, "agent")]).await;
             fail_execution(&store, &mut record, &error, Some(exit)).await;
             Err(error)
         }
     }
 }
 
-async fn handshake(
-    connection: &AcpConnection,
-    workspace: &str,
-    limit: Duration,
-) -> Result<String, EngineError> {
-    let initialize =
-        schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1).client_info(
-            schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")),
-        );
-    let mut initialize =
-        serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
+async fn handshake(connection: &AcpConnection, workspace: &str, limit: Duration) -> Result<String, EngineError> {
+    let initialize = schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1)
+        .client_info(schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")));
+    let mut initialize = serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
     // Cursor's SDK strips unknown top-level capability keys; its opt-ins go in `_meta`.
     initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true});
     timed(limit, connection.request("initialize", initialize)).await?;
     let new_session = schema::NewSessionRequest::new(workspace);
     let result = timed(limit, connection.request("session/new", new_session)).await?;
-    result["sessionId"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            EngineError::new(
-                ErrorKind::Unavailable,
-                Reason::ProtocolError,
-                "session/new returned no sessionId",
-            )
-        })
+    result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {
+        EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::ProtocolError,
+            "session/new returned no sessionId",
+        )
+    })
 }
 
-async fn timed(
-    limit: Duration,
-    call: impl Future<Output = Result<Value, AcpError>>,
-) -> Result<Value, EngineError> {
+async fn timed(limit: Duration, call: impl Future<Output = Result<Value, AcpError>>) -> Result<Value, EngineError> {
     match tokio::time::timeout(limit, call).await {
         Err(_) => Err(EngineError::new(
             ErrorKind::Unavailable,
@@ -189,12 +179,10 @@ async fn timed(
             format!("the agent did not answer within {limit:?}"),
         )),
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::AUTH_REQUIRED => {
-            Err(EngineError::precondition(
-                Reason::AuthRequired,
-                "the agent requires authentication (-32000)",
-            ))
-        }
+        Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::AUTH_REQUIRED => Err(EngineError::precondition(
+            Reason::AuthRequired,
+            "the agent requires authentication (-32000)",
+        )),
         Ok(Err(AcpError::Rpc(e))) => Err(EngineError::new(
             ErrorKind::Unavailable,
             Reason::ProtocolError,
@@ -257,12 +245,7 @@ enum Ending {
 }
 
 impl Actor {
-    async fn run(
-        mut self,
-        mut commands: mpsc::Receiver<Command>,
-        mut inbound: InboundStream,
-        mut prompt_results: mpsc::Receiver<(String, Result<Value, AcpError>)>,
-    ) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut inbound: InboundStream) {
         loop {
             let deadline = self.turn.as_ref().and_then(|t| t.cancel_deadline);
             let ending = tokio::select! {
@@ -271,7 +254,6 @@ impl Actor {
                     Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
                     Some(message) => self.on_inbound(message).await,
                 },
-                Some((turn_id, result)) = prompt_results.recv() => self.on_prompt_result(&turn_id, result).await,
                 () = sleep_until(deadline) => self.on_cancel_timeout().await,
             };
             match ending {
@@ -312,6 +294,7 @@ impl Actor {
     }
 
     async fn on_command(&mut self, command: Command) -> Result<Ending, EngineError> {
+        tracing::debug!(execution_id = %self.record.id, command = command.name(), "command");
         match command {
             Command::StartTurn { prompt, reply } => {
                 let result = self.start_turn(prompt).await;
@@ -328,7 +311,7 @@ impl Actor {
                 answer,
                 reply,
             } => {
-                let result = self.answer(record, &etag, &request_id, answer).await;
+                let result = self.answer(*record, &etag, &request_id, answer).await;
                 let _ = reply.send(result);
             }
             Command::Close { reply } => {
@@ -380,16 +363,12 @@ impl Actor {
             self.session_id.clone(),
             vec![schema::ContentBlock::Text(schema::TextContent::new(prompt))],
         );
-        let connection = self.connection.clone();
-        let results = self.prompt_results.clone();
-        let turn_id = record.id.clone();
-        tokio::spawn(async move {
-            let result = connection.request("session/prompt", request).await;
-            let _ = results.send((turn_id, result)).await;
-        });
+        // The prompt's response comes back in wire order, after the updates before it.
+        let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
         self.turn = Some(ActiveTurn {
             normalizer: TurnNormalizer::new(record.id.clone()),
             record: record.clone(),
+            prompt_request_id,
             cancel_deadline: None,
         });
         Ok(record)
@@ -438,6 +417,9 @@ impl Actor {
                 )
                 .await?;
             }
+            Inbound::Response { id, result } => {
+                return self.on_prompt_result(id, result.map_err(AcpError::Rpc)).await;
+            }
             Inbound::UnmatchedResponse { id } => {
                 self.notice(
                     "protocol_unmatched_response",
@@ -462,10 +444,7 @@ impl Actor {
         }
         let update = params.get("update").cloned().unwrap_or(Value::Null);
         let (turn_id, payloads) = match self.turn.as_mut() {
-            Some(turn) => (
-                Some(turn.record.id.clone()),
-                turn.normalizer.on_update(&update),
-            ),
+            Some(turn) => (Some(turn.record.id.clone()), turn.normalizer.on_update(&update)),
             None => (None, self.session_normalizer.on_update(&update)),
         };
         self.events.emit(turn_id.as_deref(), payloads).await
@@ -508,9 +487,7 @@ impl Actor {
             .map_err(|e| refuse(format!("malformed cursor/ask_question: {e}")))
             .and_then(|p| QuestionRequest::from_native(p).map_err(|e| e.0));
         let (question, turn) = match (parsed, self.turn.as_ref()) {
-            (Ok(question), Some(turn)) if turn.cancel_deadline.is_none() => {
-                (question, turn.record.clone())
-            }
+            (Ok(question), Some(turn)) if turn.cancel_deadline.is_none() => (question, turn.record.clone()),
             (Ok(_), _) => {
                 respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
                 return self
@@ -531,8 +508,7 @@ impl Actor {
             }
         };
         let id = uuid::Uuid::now_v7().to_string();
-        let request_json =
-            serde_json::to_value(&question).map_err(|e| EngineError::internal(e.to_string()))?;
+        let request_json = serde_json::to_value(&question).map_err(|e| EngineError::internal(e.to_string()))?;
         let now = now_ms();
         let record = InteractionRecord {
             etag: etag(&id, self.record.generation, &turn.id),
@@ -562,15 +538,13 @@ impl Actor {
         self.events
             .emit(
                 Some(&turn.id),
-                vec![ActivityPayload::RuntimeRequestCreated(
-                    RuntimeRequestCreated {
-                        interaction_id: record.id.clone(),
-                        kind: InteractionKind::Question,
-                        etag: record.etag.clone(),
-                        turn_id: turn.id.clone(),
-                        request: request_json,
-                    },
-                )],
+                vec![ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
+                    interaction_id: record.id.clone(),
+                    kind: InteractionKind::Question,
+                    etag: record.etag.clone(),
+                    turn_id: turn.id.clone(),
+                    request: request_json,
+                })],
             )
             .await?;
         self.pending
@@ -639,15 +613,13 @@ impl Actor {
                 self.events
                     .emit(
                         Some(&settled.turn_id),
-                        vec![ActivityPayload::RuntimeRequestResolved(
-                            RuntimeRequestResolved {
-                                interaction_id: settled.id.clone(),
-                                kind: kind_of(&settled.kind),
-                                turn_id: settled.turn_id.clone(),
-                                outcome,
-                                delivery: "pipe_written".into(),
-                            },
-                        )],
+                        vec![ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
+                            interaction_id: settled.id.clone(),
+                            kind: kind_of(&settled.kind),
+                            turn_id: settled.turn_id.clone(),
+                            outcome,
+                            delivery: "pipe_written".into(),
+                        })],
                     )
                     .await?;
                 Ok(settled)
@@ -670,21 +642,11 @@ impl Actor {
     async fn settle_pending(&mut self, reason: &str) -> Result<(), EngineError> {
         let pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
         for p in pending {
-            let written = p
-                .request
-                .respond(Ok(AskQuestionOutcome::Cancelled.to_result()))
-                .await;
+            let written = p.request.respond(Ok(AskQuestionOutcome::Cancelled.to_result())).await;
             let mut record = p.record;
             record.state = InteractionState::Expired.as_str().into();
             record.reason = Some(reason.into());
-            record.delivery = Some(
-                if written.is_ok() {
-                    "pipe_written"
-                } else {
-                    "not_sent"
-                }
-                .into(),
-            );
+            record.delivery = Some(if written.is_ok() { "pipe_written" } else { "not_sent" }.into());
             record.replay_allowed = false;
             record.outcome = Some(AskQuestionOutcome::Cancelled.to_result().to_string());
             record.updated_at_ms = now_ms();
@@ -699,11 +661,7 @@ impl Actor {
         Ok(())
     }
 
-    async fn emit_ended(
-        &mut self,
-        record: &InteractionRecord,
-        with_request: bool,
-    ) -> Result<(), EngineError> {
+    async fn emit_ended(&mut self, record: &InteractionRecord, with_request: bool) -> Result<(), EngineError> {
         let ended = RuntimeRequestEnded {
             interaction_id: record.id.clone(),
             kind: kind_of(&record.kind),
@@ -725,20 +683,15 @@ impl Actor {
 
     async fn on_prompt_result(
         &mut self,
-        turn_id: &str,
+        request_id: i64,
         result: Result<Value, AcpError>,
     ) -> Result<Ending, EngineError> {
-        if self.turn.as_ref().map(|t| t.record.id.as_str()) != Some(turn_id) {
+        if self.turn.as_ref().and_then(|t| t.prompt_request_id) != Some(request_id) {
             return Ok(Ending::Continue);
         }
         let settlement = match result {
             Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
-                Some("cancelled") => (
-                    TurnState::Cancelled,
-                    Some("cancelled".to_owned()),
-                    None,
-                    None,
-                ),
+                Some("cancelled") => (TurnState::Cancelled, Some("cancelled".to_owned()), None, None),
                 Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
                 None => (
                     TurnState::Failed,
@@ -763,8 +716,7 @@ impl Actor {
             Err(_) => return Ok(Ending::Continue),
         };
         let (state, stop_reason, failure, message) = settlement;
-        self.settle_turn(state, stop_reason, failure, message)
-            .await?;
+        self.settle_turn(state, stop_reason, failure, message).await?;
         Ok(Ending::Continue)
     }
 
@@ -913,18 +865,11 @@ impl Actor {
         self.save_record().await
     }
 
-    async fn notice(
-        &mut self,
-        category: &str,
-        summary: impl Into<String>,
-    ) -> Result<(), EngineError> {
+    async fn notice(&mut self, category: &str, summary: impl Into<String>) -> Result<(), EngineError> {
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         let notice = ProviderNotice::warning(category, NoticeScope::Turn, summary);
         self.events
-            .emit(
-                turn_id.as_deref(),
-                vec![ActivityPayload::ProviderNotice(notice)],
-            )
+            .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
             .await
     }
 

@@ -7,12 +7,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cursor_runner_activity::{
-    ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled,
-};
+use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
-    EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery,
-    InteractionRecord, Store, TurnRecord, now_ms,
+    EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
+    TurnRecord, now_ms,
 };
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::{Value, json};
@@ -110,20 +108,20 @@ pub struct Engine {
     config: Arc<EngineConfig>,
     executions: Mutex<HashMap<String, ExecutionHandle>>,
     in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
+    /// Flips to true when the service starts shutting down: open streams end.
+    draining: watch::Sender<bool>,
 }
 
 impl Engine {
     /// Starts the engine and settles what a previous incarnation left live: its agents
     /// are gone, so their turns fail and their pending interactions expire (never replayed).
-    pub async fn start(
-        store: Arc<dyn Store>,
-        config: EngineConfig,
-    ) -> Result<Arc<Self>, EngineError> {
+    pub async fn start(store: Arc<dyn Store>, config: EngineConfig) -> Result<Arc<Self>, EngineError> {
         let engine = Arc::new(Self {
             store,
             config: Arc::new(config),
             executions: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
+            draining: watch::Sender::new(false),
         });
         engine.recover_after_restart().await?;
         Ok(engine)
@@ -185,30 +183,14 @@ impl Engine {
                 head: events.subscribe(),
             },
         );
-        actor::launch(
-            self.store.clone(),
-            self.config.clone(),
-            record,
-            events,
-            commands_rx,
-        )
-        .await
+        actor::launch(self.store.clone(), self.config.clone(), record, events, commands_rx).await
     }
 
-    pub async fn get_execution(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> Result<ExecutionRecord, EngineError> {
+    pub async fn get_execution(&self, tenant_id: &str, id: &str) -> Result<ExecutionRecord, EngineError> {
         self.store
             .get_execution(tenant_id, id)
             .await?
-            .ok_or_else(|| {
-                EngineError::not_found(
-                    Reason::ExecutionNotFound,
-                    format!("execution `{id}` not found"),
-                )
-            })
+            .ok_or_else(|| EngineError::not_found(Reason::ExecutionNotFound, format!("execution `{id}` not found")))
     }
 
     pub async fn list_executions(
@@ -243,10 +225,7 @@ impl Engine {
         let result = self
             .idempotent(meta, "StartTurn", move || async move {
                 let turn = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn {
-                        prompt,
-                        reply,
-                    })
+                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn { prompt, reply })
                     .await?;
                 Ok(json!({"turnId": turn.id}))
             })
@@ -267,10 +246,7 @@ impl Engine {
         let result = self
             .idempotent(meta, "CancelTurn", move || async move {
                 let turn = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::CancelTurn {
-                        turn_id: turn,
-                        reply,
-                    })
+                    .ask_actor(&tenant_id, &id, |reply| Command::CancelTurn { turn_id: turn, reply })
                     .await?;
                 Ok(json!({"turnId": turn.id}))
             })
@@ -303,20 +279,11 @@ impl Engine {
         self.execution_from_result(&caller, &result).await
     }
 
-    pub async fn get_interaction(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> Result<InteractionRecord, EngineError> {
+    pub async fn get_interaction(&self, tenant_id: &str, id: &str) -> Result<InteractionRecord, EngineError> {
         self.store
             .get_interaction(tenant_id, id)
             .await?
-            .ok_or_else(|| {
-                EngineError::not_found(
-                    Reason::InteractionNotFound,
-                    format!("interaction `{id}` not found"),
-                )
-            })
+            .ok_or_else(|| EngineError::not_found(Reason::InteractionNotFound, format!("interaction `{id}` not found")))
     }
 
     pub async fn list_interactions(
@@ -327,13 +294,13 @@ impl Engine {
         page_size: i64,
         page_token: &str,
     ) -> Result<(Vec<InteractionRecord>, String), EngineError> {
-        if let Some(state) = state.as_deref() {
-            if InteractionState::parse(state).is_none() {
-                return Err(EngineError::invalid(
-                    Reason::InvalidArgument,
-                    format!("unknown state `{state}`"),
-                ));
-            }
+        if let Some(state) = state.as_deref()
+            && InteractionState::parse(state).is_none()
+        {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                format!("unknown state `{state}`"),
+            ));
         }
         let limit = page_limit(page_size)?;
         let page = self
@@ -355,9 +322,7 @@ impl Engine {
         meta: RequestMeta,
         command: AnswerCommand,
     ) -> Result<InteractionRecord, EngineError> {
-        let record = self
-            .get_interaction(&meta.tenant_id, &command.interaction_id)
-            .await?;
+        let record = self.get_interaction(&meta.tenant_id, &command.interaction_id).await?;
         let fingerprint = command.answer.fingerprint();
         // A retry of the answer that won: the stored result, whatever happened since.
         if record.answer_request_id.as_deref() == Some(meta.request_id.as_str()) {
@@ -380,7 +345,7 @@ impl Engine {
                 let request_id = meta.request_id.clone();
                 let answered = engine
                     .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
-                        record,
+                        record: Box::new(record),
                         etag: command.etag,
                         request_id,
                         answer: command.answer,
@@ -390,9 +355,7 @@ impl Engine {
                 match answered {
                     Ok(record) => Ok(json!({"interactionId": record.id})),
                     Err(e) if e.reason == Reason::ExecutionNotReady => Err(not_pending(
-                        &engine
-                            .get_interaction(&tenant_id, &command.interaction_id)
-                            .await?,
+                        &engine.get_interaction(&tenant_id, &command.interaction_id).await?,
                     )),
                     Err(e) => Err(e),
                 }
@@ -433,6 +396,7 @@ impl Engine {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let store = self.store.clone();
         let heartbeat = self.config.heartbeat_interval;
+        let mut draining = self.draining.subscribe();
         tokio::spawn(async move {
             let mut cursor = after_sequence;
             let mut caught_up = false;
@@ -457,9 +421,7 @@ impl Engine {
                 if !caught_up {
                     caught_up = true;
                     if tx
-                        .send(Ok(StreamItem::CaughtUp {
-                            head_sequence: cursor,
-                        }))
+                        .send(Ok(StreamItem::CaughtUp { head_sequence: cursor }))
                         .await
                         .is_err()
                     {
@@ -485,6 +447,16 @@ impl Engine {
                             }
                         }
                         () = tx.closed() => return,
+                        _ = async { draining.wait_for(|d| *d).await.map(|_| ()) } => {
+                            let _ = tx.send(Err(EngineError::new(
+                                ErrorKind::Unavailable,
+                                Reason::ServiceShuttingDown,
+                                format!("the service is shutting down; resume from sequence {cursor}"),
+                            )
+                            .with("resume_after_sequence", cursor.to_string())))
+                            .await;
+                            return;
+                        }
                     }
                 }
             }
@@ -493,12 +465,7 @@ impl Engine {
     }
 
     /// Records the control plane's cumulative acknowledgement.
-    pub async fn ack_events(
-        &self,
-        tenant_id: &str,
-        execution_id: &str,
-        through: i64,
-    ) -> Result<i64, EngineError> {
+    pub async fn ack_events(&self, tenant_id: &str, execution_id: &str, through: i64) -> Result<i64, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
         let head = self.store.head_sequence(&record.id).await?;
         if through > head {
@@ -516,18 +483,20 @@ impl Engine {
                 ),
             ));
         }
-        self.store
-            .set_acked_sequence(tenant_id, &record.id, through)
-            .await?;
+        self.store.set_acked_sequence(tenant_id, &record.id, through).await?;
         Ok(through)
+    }
+
+    /// Ends every open event stream with `UNAVAILABLE` (clients resume elsewhere from
+    /// their cursor), so a graceful server shutdown is not held open by tails.
+    pub fn end_streams(&self) {
+        self.draining.send_replace(true);
     }
 
     /// Closes every live execution (service shutdown): no agent outlives the service.
     pub async fn shutdown(&self) {
-        let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions)
-            .values()
-            .map(|h| h.commands.clone())
-            .collect();
+        self.end_streams();
+        let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions).values().map(|h| h.commands.clone()).collect();
         for commands in handles {
             let (reply, rx) = oneshot::channel();
             if commands.send(Command::Close { reply }).await.is_ok() {
@@ -543,9 +512,7 @@ impl Engine {
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
     ) -> Result<T, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
-        let commands = lock(&self.executions)
-            .get(&record.id)
-            .map(|h| h.commands.clone());
+        let commands = lock(&self.executions).get(&record.id).map(|h| h.commands.clone());
         let not_ready = || {
             EngineError::precondition(
                 Reason::ExecutionNotReady,
@@ -563,12 +530,7 @@ impl Engine {
     /// while the first call runs joins it; after it, gets its stored result; with
     /// another body, is refused. The work runs in its own task, so a client that
     /// disconnects cannot abandon it half-done.
-    async fn idempotent<F, Fut>(
-        &self,
-        meta: RequestMeta,
-        operation: &str,
-        run: F,
-    ) -> Result<Value, EngineError>
+    async fn idempotent<F, Fut>(&self, meta: RequestMeta, operation: &str, run: F) -> Result<Value, EngineError>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<Value, EngineError>> + Send + 'static,
@@ -657,39 +619,27 @@ impl Engine {
 
     /// Stored results name resources of the caller's own tenant; reading them back
     /// stays tenant-scoped.
-    async fn execution_from_result(
-        &self,
-        tenant_id: &str,
-        result: &Value,
-    ) -> Result<ExecutionRecord, EngineError> {
+    async fn execution_from_result(&self, tenant_id: &str, result: &Value) -> Result<ExecutionRecord, EngineError> {
         let id = result["executionId"]
             .as_str()
             .ok_or_else(|| EngineError::internal("malformed stored result"))?;
         self.get_execution(tenant_id, id).await
     }
 
-    async fn turn_from_result(
-        &self,
-        tenant_id: &str,
-        result: &Value,
-    ) -> Result<TurnRecord, EngineError> {
+    async fn turn_from_result(&self, tenant_id: &str, result: &Value) -> Result<TurnRecord, EngineError> {
         let id = result["turnId"]
             .as_str()
             .ok_or_else(|| EngineError::internal("malformed stored result"))?;
-        self.store.get_turn(tenant_id, id).await?.ok_or_else(|| {
-            EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found"))
-        })
+        self.store
+            .get_turn(tenant_id, id)
+            .await?
+            .ok_or_else(|| EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found")))
     }
 
     async fn recover_after_restart(&self) -> Result<(), EngineError> {
         for mut execution in self.store.list_live_executions().await? {
             let head = self.store.head_sequence(&execution.id).await?;
-            let mut events = EventWriter::new(
-                self.store.clone(),
-                execution.id.clone(),
-                execution.generation,
-                head,
-            );
+            let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head);
             for state in [InteractionState::Pending, InteractionState::Answered] {
                 let stranded = self
                     .store
@@ -714,11 +664,7 @@ impl Engine {
                     );
                     interaction.replay_allowed = false;
                     interaction.updated_at_ms = now_ms();
-                    if self
-                        .store
-                        .transition_interaction(state.as_str(), &interaction)
-                        .await?
-                    {
+                    if self.store.transition_interaction(state.as_str(), &interaction).await? {
                         let payload = ActivityPayload::RuntimeRequestExpired(RuntimeRequestEnded {
                             interaction_id: interaction.id.clone(),
                             kind: kind_of(&interaction.kind),
@@ -728,28 +674,25 @@ impl Engine {
                             delivery: interaction.delivery.clone().unwrap_or_default(),
                             request: serde_json::from_str(&interaction.request).ok(),
                         });
-                        events
-                            .emit(Some(&interaction.turn_id), vec![payload])
-                            .await?;
+                        events.emit(Some(&interaction.turn_id), vec![payload]).await?;
                     }
                 }
             }
-            if let Some(turn_id) = execution.active_turn_id.take() {
-                if let Some(mut turn) = self.store.get_turn(&execution.tenant_id, &turn_id).await? {
-                    turn.state = TurnState::Failed.as_str().into();
-                    turn.failure_reason = Some(TurnFailureReason::ProviderLost.as_str().into());
-                    turn.failure_message =
-                        Some("the service restarted; the agent process is gone".into());
-                    turn.ended_at_ms = Some(now_ms());
-                    if self.store.settle_turn(&turn).await? {
-                        let payload = ActivityPayload::TurnFailed(TurnSettled {
-                            turn_id: turn.id.clone(),
-                            stop_reason: None,
-                            failure_reason: Some(TurnFailureReason::ProviderLost),
-                            message: turn.failure_message.clone(),
-                        });
-                        events.emit(Some(&turn.id), vec![payload]).await?;
-                    }
+            if let Some(turn_id) = execution.active_turn_id.take()
+                && let Some(mut turn) = self.store.get_turn(&execution.tenant_id, &turn_id).await?
+            {
+                turn.state = TurnState::Failed.as_str().into();
+                turn.failure_reason = Some(TurnFailureReason::ProviderLost.as_str().into());
+                turn.failure_message = Some("the service restarted; the agent process is gone".into());
+                turn.ended_at_ms = Some(now_ms());
+                if self.store.settle_turn(&turn).await? {
+                    let payload = ActivityPayload::TurnFailed(TurnSettled {
+                        turn_id: turn.id.clone(),
+                        stop_reason: None,
+                        failure_reason: Some(TurnFailureReason::ProviderLost),
+                        message: turn.failure_message.clone(),
+                    });
+                    events.emit(Some(&turn.id), vec![payload]).await?;
                 }
             }
             execution.state = ExecutionState::Lost.as_str().into();

@@ -63,6 +63,7 @@ reasons! {
     AgentUnresponsive => "AGENT_UNRESPONSIVE": "The agent did not answer `initialize` or `session/new` in time.",
     AuthRequired => "AUTH_REQUIRED": "The agent answered -32000: it is not authenticated. Not retried.",
     ProtocolError => "PROTOCOL_ERROR": "The agent answered with a JSON-RPC error or a malformed result.",
+    ServiceShuttingDown => "SERVICE_SHUTTING_DOWN": "The service is shutting down; open streams end with this and the sequence to resume after.",
     StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
     Internal => "INTERNAL": "An internal invariant failed; the message says which.",
 }
@@ -132,8 +133,7 @@ impl EngineError {
             _ => ErrorKind::Internal,
         };
         let reason = Reason::parse(error.get("reason")?.as_str()?).unwrap_or(Reason::Internal);
-        let metadata = serde_json::from_value(error.get("metadata").cloned().unwrap_or_default())
-            .unwrap_or_default();
+        let metadata = serde_json::from_value(error.get("metadata").cloned().unwrap_or_default()).unwrap_or_default();
         Some(Self {
             kind,
             reason,
@@ -145,11 +145,7 @@ impl EngineError {
 
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
-        Self::new(
-            ErrorKind::Unavailable,
-            Reason::StoreUnavailable,
-            e.to_string(),
-        )
+        Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
     }
 }
 
@@ -159,16 +155,14 @@ mod tests {
 
     #[test]
     fn errors_survive_the_idempotency_row() {
-        let e = EngineError::precondition(Reason::InteractionNotPending, "delivered")
-            .with("state", "delivered");
+        let e = EngineError::precondition(Reason::InteractionNotPending, "delivered").with("state", "delivered");
         assert_eq!(EngineError::from_json(&e.to_json()), Some(e));
     }
 
     #[test]
     fn every_reason_is_documented_in_the_catalog() {
-        let catalog =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/errors.md"))
-                .expect("docs/errors.md exists");
+        let catalog = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/errors.md"))
+            .expect("docs/errors.md exists");
         for reason in Reason::ALL {
             assert!(
                 catalog.contains(&format!("`{}`", reason.as_str())),

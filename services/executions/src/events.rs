@@ -35,11 +35,7 @@ impl EventWriter {
     }
 
     /// Appends events in one statement; nothing is visible before the commit.
-    pub async fn emit(
-        &mut self,
-        turn_id: Option<&str>,
-        payloads: Vec<ActivityPayload>,
-    ) -> Result<(), EngineError> {
+    pub async fn emit(&mut self, turn_id: Option<&str>, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
         if payloads.is_empty() {
             return Ok(());
         }

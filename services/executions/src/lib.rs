@@ -10,9 +10,6 @@ pub mod question;
 pub mod state;
 
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
-pub use engine::{
-    AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta,
-    StreamItem,
-};
+pub use engine::{AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta, StreamItem};
 pub use error::{EngineError, ErrorKind, Reason};
 pub use question::InteractionAnswer;

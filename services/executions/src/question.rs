@@ -58,14 +58,10 @@ pub struct RequestRefused(pub String);
 impl QuestionRequest {
     pub fn from_native(params: AskQuestionParams) -> Result<Self, RequestRefused> {
         if params.questions.is_empty() {
-            return Err(RequestRefused(
-                "a question request without questions".into(),
-            ));
+            return Err(RequestRefused("a question request without questions".into()));
         }
         if params.questions.len() > MAX_QUESTIONS {
-            return Err(RequestRefused(format!(
-                "more than {MAX_QUESTIONS} questions"
-            )));
+            return Err(RequestRefused(format!("more than {MAX_QUESTIONS} questions")));
         }
         check_chars("title", params.title.as_deref().unwrap_or(""))?;
         let mut native_question_ids = HashSet::new();
@@ -85,10 +81,7 @@ impl QuestionRequest {
             let mut options = Vec::with_capacity(q.options.len());
             for (oi, o) in q.options.into_iter().enumerate() {
                 if !native_option_ids.insert(o.id.clone()) {
-                    return Err(RequestRefused(format!(
-                        "duplicate option id `{}` in `{}`",
-                        o.id, q.id
-                    )));
+                    return Err(RequestRefused(format!("duplicate option id `{}` in `{}`", o.id, q.id)));
                 }
                 check_chars("label", &o.label)?;
                 options.push(QuestionOption {
@@ -111,9 +104,7 @@ impl QuestionRequest {
             tool_call_id: params.tool_call_id,
             questions,
         };
-        let bytes = serde_json::to_vec(&request)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
+        let bytes = serde_json::to_vec(&request).map(|v| v.len()).unwrap_or(usize::MAX);
         if bytes > MAX_DURABLE_PAYLOAD_BYTES {
             return Err(RequestRefused(format!(
                 "the request is {bytes} bytes, over the {MAX_DURABLE_PAYLOAD_BYTES}-byte durable bound"
@@ -123,37 +114,22 @@ impl QuestionRequest {
     }
 
     /// Validates an answer and returns the native outcome to send to the agent.
-    pub fn outcome_for(
-        &self,
-        answer: &InteractionAnswer,
-    ) -> Result<AskQuestionOutcome, EngineError> {
+    pub fn outcome_for(&self, answer: &InteractionAnswer) -> Result<AskQuestionOutcome, EngineError> {
         let selections = match answer {
             InteractionAnswer::Cancel => return Ok(AskQuestionOutcome::Cancelled),
             InteractionAnswer::Decline { reason } => {
-                return Ok(AskQuestionOutcome::Skipped {
-                    reason: reason.clone(),
-                });
+                return Ok(AskQuestionOutcome::Skipped { reason: reason.clone() });
             }
             InteractionAnswer::Questions(selections) => selections,
         };
         let invalid = |m: String| EngineError::invalid(Reason::AnswerInvalid, m);
         let mut answered = HashSet::new();
         for selection in selections {
-            if !self
-                .questions
-                .iter()
-                .any(|q| q.question_id == selection.question_id)
-            {
-                return Err(invalid(format!(
-                    "unknown question `{}`",
-                    selection.question_id
-                )));
+            if !self.questions.iter().any(|q| q.question_id == selection.question_id) {
+                return Err(invalid(format!("unknown question `{}`", selection.question_id)));
             }
             if !answered.insert(selection.question_id.as_str()) {
-                return Err(invalid(format!(
-                    "question `{}` answered twice",
-                    selection.question_id
-                )));
+                return Err(invalid(format!("question `{}` answered twice", selection.question_id)));
             }
         }
         let mut answers = Vec::with_capacity(self.questions.len());
@@ -161,17 +137,9 @@ impl QuestionRequest {
             let selection = selections
                 .iter()
                 .find(|s| s.question_id == question.question_id)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "question `{}` is not answered",
-                        question.question_id
-                    ))
-                })?;
+                .ok_or_else(|| invalid(format!("question `{}` is not answered", question.question_id)))?;
             if selection.option_ids.is_empty() {
-                return Err(invalid(format!(
-                    "question `{}` has no selection",
-                    question.question_id
-                )));
+                return Err(invalid(format!("question `{}` has no selection", question.question_id)));
             }
             if !question.allow_multiple && selection.option_ids.len() > 1 {
                 return Err(invalid(format!(
@@ -189,12 +157,7 @@ impl QuestionRequest {
                     .options
                     .iter()
                     .find(|o| &o.option_id == option_id)
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "`{option_id}` is not an option of `{}`",
-                            question.question_id
-                        ))
-                    })?;
+                    .ok_or_else(|| invalid(format!("`{option_id}` is not an option of `{}`", question.question_id)))?;
                 native.push(option.native_id.clone());
             }
             answers.push(NativeAnswer {
@@ -318,8 +281,7 @@ mod tests {
     fn decline_is_skipped_and_cancel_is_cancelled() {
         let r = request();
         assert_eq!(
-            r.outcome_for(&InteractionAnswer::Decline { reason: None })
-                .unwrap(),
+            r.outcome_for(&InteractionAnswer::Decline { reason: None }).unwrap(),
             AskQuestionOutcome::Skipped { reason: None }
         );
         assert_eq!(
@@ -329,40 +291,36 @@ mod tests {
     }
 
     fn one_question(prompt: String) -> AskQuestionParams {
-        serde_json::from_value(
-            json!({"questions":[{"id":"q","prompt":prompt,"options":[{"id":"a","label":"A"}]}]}),
-        )
-        .unwrap()
+        serde_json::from_value(json!({"questions":[{"id":"q","prompt":prompt,"options":[{"id":"a","label":"A"}]}]}))
+            .unwrap()
     }
 
     #[test]
     fn a_description_exactly_at_the_bound_passes_and_one_char_over_is_refused() {
-        assert!(
-            QuestionRequest::from_native(one_question("é".repeat(MAX_DESCRIPTION_CHARS))).is_ok()
-        );
-        assert!(
-            QuestionRequest::from_native(one_question("é".repeat(MAX_DESCRIPTION_CHARS + 1)))
-                .is_err()
-        );
+        assert!(QuestionRequest::from_native(one_question("é".repeat(MAX_DESCRIPTION_CHARS))).is_ok());
+        assert!(QuestionRequest::from_native(one_question("é".repeat(MAX_DESCRIPTION_CHARS + 1))).is_err());
     }
 
     #[test]
     fn the_durable_payload_bound_is_exact() {
-        // Split across questions so no single description exceeds its own bound.
-        let per = (MAX_DURABLE_PAYLOAD_BYTES) / 2;
-        let two = |extra: usize| -> AskQuestionParams {
+        // Spread over three questions so that no description reaches its own bound.
+        const PER_QUESTION: usize = 70_000;
+        let three = |extra: usize| -> AskQuestionParams {
             serde_json::from_value(json!({"questions":[
-                {"id":"q","prompt":"a".repeat(per.min(MAX_DESCRIPTION_CHARS)),"options":[{"id":"a","label":"A"}]},
-                {"id":"r","prompt":"b".repeat(extra),"options":[{"id":"a","label":"A"}]}
+                {"id":"q","prompt":"a".repeat(PER_QUESTION),"options":[{"id":"a","label":"A"}]},
+                {"id":"r","prompt":"b".repeat(PER_QUESTION),"options":[{"id":"a","label":"A"}]},
+                {"id":"s","prompt":"c".repeat(extra),"options":[{"id":"a","label":"A"}]}
             ]}))
             .unwrap()
         };
-        let base_two = serde_json::to_vec(&QuestionRequest::from_native(two(0)).unwrap())
+        let base = serde_json::to_vec(&QuestionRequest::from_native(three(0)).unwrap())
             .unwrap()
             .len();
-        let room = MAX_DURABLE_PAYLOAD_BYTES - base_two;
-        assert!(QuestionRequest::from_native(two(room)).is_ok());
-        assert!(QuestionRequest::from_native(two(room + 1)).is_err());
+        let room = MAX_DURABLE_PAYLOAD_BYTES - base;
+        assert!(room < MAX_DESCRIPTION_CHARS);
+        let at_bound = QuestionRequest::from_native(three(room)).unwrap();
+        assert_eq!(serde_json::to_vec(&at_bound).unwrap().len(), MAX_DURABLE_PAYLOAD_BYTES);
+        assert!(QuestionRequest::from_native(three(room + 1)).is_err());
     }
 
     #[test]

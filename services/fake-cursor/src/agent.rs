@@ -63,9 +63,7 @@ pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
                         .and_then(|()| file.write_all(b"\n"))
                         .and_then(|()| file.flush());
                     if let Err(e) = written {
-                        log(&format!(
-                            "cannot write the record file, recording stops: {e}"
-                        ));
+                        log(&format!("cannot write the record file, recording stops: {e}"));
                         record = None;
                     }
                 }
@@ -165,10 +163,7 @@ impl Agent {
         }
         let item = match deadline {
             None => self.rx.recv().unwrap_or(Inbound::Eof),
-            Some(d) => match self
-                .rx
-                .recv_timeout(d.saturating_duration_since(Instant::now()))
-            {
+            Some(d) => match self.rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
                 Ok(item) => item,
                 Err(RecvTimeoutError::Timeout) => return false,
                 Err(RecvTimeoutError::Disconnected) => Inbound::Eof,
@@ -229,11 +224,7 @@ impl Agent {
 
     fn handle(&mut self, msg: Value) {
         let Value::Object(obj) = msg else {
-            let what = if msg.is_array() {
-                "batch"
-            } else {
-                "non-object message"
-            };
+            let what = if msg.is_array() { "batch" } else { "non-object message" };
             log(&format!("rejecting a {what}"));
             self.send(&json!({
                 "jsonrpc": "2.0",
@@ -244,20 +235,12 @@ impl Agent {
         };
         let params = obj.get("params").cloned().unwrap_or(Value::Null);
         match (obj.get("method"), obj.get("id")) {
-            (Some(Value::String(method)), Some(id)) => {
-                self.handle_request(method, id.clone(), params)
-            }
+            (Some(Value::String(method)), Some(id)) => self.handle_request(method, id.clone(), params),
             (Some(Value::String(method)), None) => self.handle_notification(method, &params),
             (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
                 let key = id.to_string();
-                if self
-                    .responses
-                    .insert(key.clone(), Value::Object(obj))
-                    .is_some()
-                {
-                    log(&format!(
-                        "a second response for id {key} replaced the first"
-                    ));
+                if self.responses.insert(key.clone(), Value::Object(obj)).is_some() {
+                    log(&format!("a second response for id {key} replaced the first"));
                 }
             }
             (_, id) => {
@@ -360,10 +343,7 @@ impl Agent {
                 self.prompts.push_back(id);
             }
             "session/set_mode" => {
-                let mode = params
-                    .get("modeId")
-                    .cloned()
-                    .unwrap_or_else(|| json!("agent"));
+                let mode = params.get("modeId").cloned().unwrap_or_else(|| json!("agent"));
                 self.respond(id, json!({}));
                 self.send_update(
                     &UpdateSession::Default,
@@ -398,11 +378,7 @@ impl Agent {
         self.drain_ready();
         let turn = self.turn.take().expect("turn in progress");
         if !turn.answered {
-            let reason = if turn.cancelled {
-                "cancelled"
-            } else {
-                "end_turn"
-            };
+            let reason = if turn.cancelled { "cancelled" } else { "end_turn" };
             self.respond(turn.prompt_id, json!({"stopReason": reason}));
         }
     }
@@ -508,7 +484,7 @@ impl Agent {
                 ignore_sigterm,
                 inherit_stdio,
             } => self.spawn_sleeper(setsid, ignore_sigterm, inherit_stdio),
-            Step::EnvReport => self.env_report(),
+            Step::EnvReport { file } => self.env_report(file.as_deref()),
         }
         Flow::Continue
     }
@@ -545,9 +521,7 @@ impl Agent {
         if let Some(expected) = expect
             && &actual != expected
         {
-            log(&format!(
-                "expectation failed: expected {expected} got {actual}"
-            ));
+            log(&format!("expectation failed: expected {expected} got {actual}"));
             std::process::exit(EXIT_EXPECTATION_FAILED);
         }
     }
@@ -557,9 +531,7 @@ impl Agent {
 
         let mut cmd = sleeper_command();
         if !inherit_stdio {
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         }
         let handler = if ignore_sigterm {
             SigHandler::SigIgn
@@ -598,7 +570,7 @@ impl Agent {
         }
     }
 
-    fn env_report(&mut self) {
+    fn env_report(&mut self, file: Option<&str>) {
         let env: Map<String, Value> = std::env::vars_os()
             .map(|(k, v)| {
                 (
@@ -607,26 +579,30 @@ impl Agent {
                 )
             })
             .collect();
-        let argv: Vec<String> = std::env::args_os()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
         let cwd = std::env::current_dir()
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let report = json!({
+            "env": env,
+            "argv": argv,
+            "uid": nix::unistd::getuid().as_raw(),
+            "gid": nix::unistd::getgid().as_raw(),
+            "cwd": cwd,
+            "pid": std::process::id(),
+            "ppid": nix::unistd::getppid().as_raw(),
+            "pgid": nix::unistd::getpgrp().as_raw(),
+            "sid": nix::unistd::getsid(None).map(|p| p.as_raw()).ok(),
+        });
+        if let Some(file) = file
+            && let Err(e) = std::fs::write(file, report.to_string())
+        {
+            log(&format!("cannot write the env report to {file}: {e}"));
+        }
         self.send(&json!({
             "jsonrpc": "2.0",
             "method": "fake/env",
-            "params": {
-                "env": env,
-                "argv": argv,
-                "uid": nix::unistd::getuid().as_raw(),
-                "gid": nix::unistd::getgid().as_raw(),
-                "cwd": cwd,
-                "pid": std::process::id(),
-                "ppid": nix::unistd::getppid().as_raw(),
-                "pgid": nix::unistd::getpgrp().as_raw(),
-                "sid": nix::unistd::getsid(None).map(|p| p.as_raw()).ok(),
-            },
+            "params": report,
         }));
     }
 
@@ -664,13 +640,7 @@ impl Agent {
         let mut out = io::stdout().lock();
         let res = out
             .write_all(bytes)
-            .and_then(|()| {
-                if newline {
-                    out.write_all(b"\n")
-                } else {
-                    Ok(())
-                }
-            })
+            .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) })
             .and_then(|()| out.flush());
         if let Err(e) = res {
             log(&format!("stdout closed ({e}); exiting"));

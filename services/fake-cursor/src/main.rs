@@ -46,9 +46,7 @@ fn parse_args() -> Result<Option<Args>> {
             "--scenario" | "--record" => {
                 let value = match inline {
                     Some(v) => v,
-                    None => args
-                        .next()
-                        .with_context(|| format!("{name} needs a value"))?,
+                    None => args.next().with_context(|| format!("{name} needs a value"))?,
                 };
                 if name == "--scenario" {
                     scenario = Some(value);

@@ -105,7 +105,12 @@ pub enum Step {
         ignore_sigterm: bool,
         inherit_stdio: bool,
     },
-    EnvReport,
+    /// Reports the process's environment as a `fake/env` notification and, when a
+    /// file is named (relative to the working directory, i.e. the workspace), also
+    /// writes the report there so a test can read it without the client's help.
+    EnvReport {
+        file: Option<String>,
+    },
 }
 
 /// The keys that select a step kind; exactly one must be present.
@@ -132,8 +137,7 @@ const PRIMARY_KEYS: &[&str] = &[
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &str) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read scenario file {path}"))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read scenario file {path}"))?;
         Self::parse(&text).with_context(|| format!("invalid scenario file {path}"))
     }
 
@@ -154,9 +158,7 @@ impl Scenario {
             turns.push(parsed);
         }
         Ok(Scenario {
-            session_id: raw
-                .session_id
-                .unwrap_or_else(|| DEFAULT_SESSION_ID.to_string()),
+            session_id: raw.session_id.unwrap_or_else(|| DEFAULT_SESSION_ID.to_string()),
             initialize_delay_ms: raw.initialize_delay_ms,
             session_new_error: raw.session_new_error.filter(|v| !v.is_null()),
             ignore_sigterm: raw.ignore_sigterm,
@@ -190,20 +192,11 @@ fn check_id(v: &Value) -> Result<()> {
 }
 
 fn parse_step(v: &Value) -> Result<Step> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| anyhow!("a step must be a JSON object"))?;
-    let primaries: Vec<&str> = PRIMARY_KEYS
-        .iter()
-        .copied()
-        .filter(|k| obj.contains_key(*k))
-        .collect();
+    let obj = v.as_object().ok_or_else(|| anyhow!("a step must be a JSON object"))?;
+    let primaries: Vec<&str> = PRIMARY_KEYS.iter().copied().filter(|k| obj.contains_key(*k)).collect();
     let key = match primaries.as_slice() {
         [one] => *one,
-        [] => bail!(
-            "step has none of the known keys ({}): {v}",
-            PRIMARY_KEYS.join(", ")
-        ),
+        [] => bail!("step has none of the known keys ({}): {v}", PRIMARY_KEYS.join(", ")),
         many => bail!("step has more than one step key ({}): {v}", many.join(", ")),
     };
     let val = &obj[key];
@@ -332,9 +325,7 @@ fn parse_step(v: &Value) -> Result<Step> {
                 .ok_or_else(|| anyhow!("flood must be an object {{count, text}}"))?;
             allow_keys(inner, "", &["count", "text"])?;
             let count = as_u64(
-                inner
-                    .get("count")
-                    .ok_or_else(|| anyhow!("flood.count is required"))?,
+                inner.get("count").ok_or_else(|| anyhow!("flood.count is required"))?,
                 "flood.count",
             )?;
             let text = match inner.get("text") {
@@ -349,9 +340,7 @@ fn parse_step(v: &Value) -> Result<Step> {
             let inner = match val {
                 Value::Object(m) => m.clone(),
                 Value::Bool(true) => Map::new(),
-                _ => bail!(
-                    "spawn_sleeper must be an object {{setsid?, ignore_sigterm?, inherit_stdio?}}"
-                ),
+                _ => bail!("spawn_sleeper must be an object {{setsid?, ignore_sigterm?, inherit_stdio?}}"),
             };
             allow_keys(&inner, "", &["setsid", "ignore_sigterm", "inherit_stdio"])?;
             Step::SpawnSleeper {
@@ -362,8 +351,15 @@ fn parse_step(v: &Value) -> Result<Step> {
         }
         "env_report" => {
             allow_keys(obj, key, &[])?;
-            require_true(val, key)?;
-            Step::EnvReport
+            match val {
+                Value::String(file) => Step::EnvReport {
+                    file: Some(file.clone()),
+                },
+                _ => {
+                    require_true(val, key)?;
+                    Step::EnvReport { file: None }
+                }
+            }
         }
         other => unreachable!("unhandled primary key {other}"),
     };

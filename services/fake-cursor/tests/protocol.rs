@@ -46,11 +46,7 @@ impl Fake {
                 }
             }
         });
-        Fake {
-            child,
-            stdin,
-            lines,
-        }
+        Fake { child, stdin, lines }
     }
 
     fn send(&mut self, msg: Value) {
@@ -70,10 +66,7 @@ impl Fake {
 
     /// The next stdout line as JSON.
     fn recv(&mut self) -> Value {
-        let line = self
-            .lines
-            .recv_timeout(TIMEOUT)
-            .expect("a line from the fake");
+        let line = self.lines.recv_timeout(TIMEOUT).expect("a line from the fake");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON {line:?}: {e}"))
     }
 
@@ -120,10 +113,7 @@ impl Fake {
         assert_eq!(new["result"]["models"]["currentModelId"], "default[]");
         let cmds = self.recv();
         assert_eq!(cmds["method"], "session/update");
-        assert_eq!(
-            cmds["params"]["update"]["sessionUpdate"],
-            "available_commands_update"
-        );
+        assert_eq!(cmds["params"]["update"]["sessionUpdate"], "available_commands_update");
         new["result"]["sessionId"].as_str().unwrap().to_string()
     }
 
@@ -186,15 +176,9 @@ fn demo_fixture_full_turn() {
     assert_eq!(q["params"]["toolCallId"], "tq-1");
     fake.send(json!({"jsonrpc":"2.0","id":0,"result":answered_pg()}));
     let last = fake.recv();
-    assert_eq!(
-        last["params"]["update"]["content"]["text"],
-        "Great, using PostgreSQL."
-    );
+    assert_eq!(last["params"]["update"]["content"]["text"], "Great, using PostgreSQL.");
     let done = fake.recv();
-    assert_eq!(
-        done,
-        json!({"jsonrpc":"2.0","id":0,"result":{"stopReason":"end_turn"}})
-    );
+    assert_eq!(done, json!({"jsonrpc":"2.0","id":0,"result":{"stopReason":"end_turn"}}));
     fake.close_stdin();
     assert!(fake.drain().is_empty());
     assert_eq!(fake.wait().code(), Some(0));
@@ -224,9 +208,7 @@ fn unknown_requests_get_32601_and_notifications_are_never_answered() {
     fake.send(json!({"jsonrpc":"2.0","method":"cursor/whatever","params":{}}));
     fake.send(json!({"jsonrpc":"2.0","method":"initialized"}));
     fake.expect_silence(Duration::from_millis(300));
-    fake.send(
-        json!({"jsonrpc":"2.0","id":"abc","method":"session/resume","params":{"sessionId":"x"}}),
-    );
+    fake.send(json!({"jsonrpc":"2.0","id":"abc","method":"session/resume","params":{"sessionId":"x"}}));
     assert_eq!(
         fake.recv(),
         json!({"jsonrpc":"2.0","id":"abc","error":{"code":-32601,"message":"\"Method not found\": session/resume"}})
@@ -306,10 +288,7 @@ fn cancel_ends_turn_and_requests_are_served_while_blocked() {
         fake.recv(),
         json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}})
     );
-    assert_eq!(
-        fake.recv()["params"]["update"]["sessionUpdate"],
-        "session_info_update"
-    );
+    assert_eq!(fake.recv()["params"]["update"]["sessionUpdate"], "session_info_update");
     // A third prompt has no script: it just ends.
     fake.prompt(2, &sid);
     assert_eq!(
@@ -327,10 +306,7 @@ fn exit_mid_turn_fixture() {
     fake.prompt(3, &sid);
     let out = fake.drain();
     assert_eq!(out.len(), 1);
-    assert_eq!(
-        out[0]["params"]["update"]["sessionUpdate"],
-        "agent_message_chunk"
-    );
+    assert_eq!(out[0]["params"]["update"]["sessionUpdate"], "agent_message_chunk");
     assert_eq!(fake.wait().code(), Some(3));
 }
 
@@ -406,10 +382,7 @@ fn question_cancel_and_long_turn_fixtures() {
     assert_eq!(fake.recv()["method"], "session/update");
     fake.expect_silence(Duration::from_millis(200));
     fake.send(json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":sid}}));
-    assert_eq!(
-        fake.recv()["params"]["update"]["content"]["text"],
-        "stopped"
-    );
+    assert_eq!(fake.recv()["params"]["update"]["content"]["text"], "stopped");
     assert_eq!(
         fake.recv(),
         json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"cancelled"}})
@@ -470,16 +443,10 @@ fn hang_with_ignore_sigterm_needs_sigkill_and_sleeper_is_reported() {
     let pid = Pid::from_raw(fake.child.id() as i32);
     kill(pid, Signal::SIGTERM).unwrap();
     thread::sleep(Duration::from_millis(300));
-    assert!(
-        fake.child.try_wait().unwrap().is_none(),
-        "SIGTERM was not ignored"
-    );
+    assert!(fake.child.try_wait().unwrap().is_none(), "SIGTERM was not ignored");
     kill(sleeper, Signal::SIGTERM).unwrap();
     thread::sleep(Duration::from_millis(100));
-    assert!(
-        kill(sleeper, None).is_ok(),
-        "the sleeper should ignore SIGTERM"
-    );
+    assert!(kill(sleeper, None).is_ok(), "the sleeper should ignore SIGTERM");
     kill(sleeper, Signal::SIGKILL).unwrap();
     kill(pid, Signal::SIGKILL).unwrap();
     assert_eq!(fake.wait().signal(), Some(nix::libc::SIGKILL));

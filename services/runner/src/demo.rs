@@ -31,10 +31,7 @@ pub struct DemoArgs {
 }
 
 type Client = RunnerServiceClient<
-    InterceptedService<
-        Channel,
-        fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>,
-    >,
+    InterceptedService<Channel, fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>>,
 >;
 
 fn with_tenant(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -50,19 +47,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         Some(path) => path,
         None => locate_fake_agent()?,
     };
-    let scenario = std::fs::canonicalize(&args.scenario)
-        .with_context(|| format!("scenario {}", args.scenario.display()))?;
+    let scenario =
+        std::fs::canonicalize(&args.scenario).with_context(|| format!("scenario {}", args.scenario.display()))?;
     let state = std::env::temp_dir().join(format!("cursor-runner-demo-{}", std::process::id()));
     let workspace = state.join("workspace");
     std::fs::create_dir_all(&workspace)?;
-    let store =
-        cursor_runner_store::connect(&format!("sqlite:{}", state.join("demo.db").display()))
-            .await?;
-    let command = AgentCommand::parse(&format!(
-        "{} --scenario {}",
-        fake_agent.display(),
-        scenario.display()
-    ))?;
+    let store = cursor_runner_store::connect(&format!("sqlite:{}", state.join("demo.db").display())).await?;
+    let command = AgentCommand::parse(&format!("{} --scenario {}", fake_agent.display(), scenario.display()))?;
     let engine = Engine::start(store, EngineConfig::new(command, state.clone())).await?;
     let listener = cursor_runner_api::bind("127.0.0.1:0".parse()?).await?;
     let address = listener.local_addr()?;
@@ -75,9 +66,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         fake_agent.display()
     );
 
-    let channel = Channel::from_shared(format!("http://{address}"))?
-        .connect()
-        .await?;
+    let channel = Channel::from_shared(format!("http://{address}"))?.connect().await?;
     let mut client: Client = RunnerServiceClient::with_interceptor(channel, with_tenant as _);
     let result = drive(&mut client, &workspace).await;
 
@@ -127,9 +116,7 @@ async fn drive(client: &mut Client, workspace: &Path) -> anyhow::Result<()> {
             request_id: "demo-turn-1".into(),
             execution_id: execution.execution_id.clone(),
             prompt: vec![pb::PromptBlock {
-                content: Some(pb::prompt_block::Content::Text(
-                    "Set up the database layer.".into(),
-                )),
+                content: Some(pb::prompt_block::Content::Text("Set up the database layer.".into())),
             }],
         })
         .await?
@@ -145,24 +132,19 @@ async fn drive(client: &mut Client, workspace: &Path) -> anyhow::Result<()> {
         .map(cursor_runner_api::struct_to_json)
         .unwrap_or_default();
     let (question_id, option_id) = pick(&payload["request"], DEMO_CHOICE)?;
-    let interaction_id = payload["interactionId"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let interaction_id = payload["interactionId"].as_str().unwrap_or_default().to_owned();
     println!("answering {interaction_id}: {question_id} -> {option_id} ({DEMO_CHOICE})");
     let answered = client
         .answer_interaction(pb::AnswerInteractionRequest {
             request_id: "demo-answer-1".into(),
             interaction_id,
             etag: payload["etag"].as_str().unwrap_or_default().to_owned(),
-            answer: Some(pb::answer_interaction_request::Answer::Questions(
-                pb::QuestionAnswer {
-                    selections: vec![pb::QuestionSelection {
-                        question_id,
-                        option_ids: vec![option_id],
-                    }],
-                },
-            )),
+            answer: Some(pb::answer_interaction_request::Answer::Questions(pb::QuestionAnswer {
+                selections: vec![pb::QuestionSelection {
+                    question_id,
+                    option_ids: vec![option_id],
+                }],
+            })),
         })
         .await?
         .into_inner()
@@ -176,10 +158,7 @@ async fn drive(client: &mut Client, workspace: &Path) -> anyhow::Result<()> {
 
     let settled = wait_for(&mut events, "turn.").await?;
     if settled.event_type != "turn.completed" {
-        bail!(
-            "the turn ended {} instead of completing",
-            settled.event_type
-        );
+        bail!("the turn ended {} instead of completing", settled.event_type);
     }
     let closed = client
         .close_execution(pb::CloseExecutionRequest {
@@ -221,21 +200,14 @@ fn pick(request: &Value, label: &str) -> anyhow::Result<(String, String)> {
         .and_then(|options| options.iter().find(|o| o["label"] == label))
         .context("the demo option is not offered")?;
     Ok((
-        question["questionId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
+        question["questionId"].as_str().unwrap_or_default().to_owned(),
         option["optionId"].as_str().unwrap_or_default().to_owned(),
     ))
 }
 
 fn state_name(state: i32) -> String {
     pb::InteractionState::try_from(state)
-        .map(|s| {
-            s.as_str_name()
-                .trim_start_matches("INTERACTION_STATE_")
-                .to_lowercase()
-        })
+        .map(|s| s.as_str_name().trim_start_matches("INTERACTION_STATE_").to_lowercase())
         .unwrap_or_else(|_| state.to_string())
 }
 
@@ -272,10 +244,7 @@ fn print_event(event: &pb::ActivityEvent) {
         ),
         _ => payload.to_string(),
     };
-    println!(
-        "  #{:<3} {:<28} {summary}",
-        event.sequence, event.event_type
-    );
+    println!("  #{:<3} {:<28} {summary}", event.sequence, event.event_type);
 }
 
 /// Finds the fake agent next to this binary, building it when run through cargo.

@@ -47,11 +47,7 @@ struct ServeArgs {
     #[arg(long, env = "CURSOR_RUNNER_AGENT_COMMAND")]
     agent_command: String,
     /// Where private agent homes and the default SQLite database live.
-    #[arg(
-        long,
-        env = "CURSOR_RUNNER_STATE_DIR",
-        default_value = ".cursor-runner"
-    )]
+    #[arg(long, env = "CURSOR_RUNNER_STATE_DIR", default_value = ".cursor-runner")]
     state_dir: PathBuf,
     /// Seconds a cancelled turn may take to settle before its agent is stopped.
     #[arg(long, env = "CURSOR_RUNNER_CANCEL_GRACE_SECS", default_value_t = 15)]
@@ -68,8 +64,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CURSOR_RUNNER_LOG")
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("CURSOR_RUNNER_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -78,9 +73,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Migrate { database_url } => {
-                cursor_runner_store::connect(&database_url)
-                    .await
-                    .context("migrating")?;
+                cursor_runner_store::connect(&database_url).await.context("migrating")?;
                 println!("migrations applied");
                 Ok(())
             }
@@ -90,8 +83,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.state_dir)
-        .with_context(|| format!("creating {}", args.state_dir.display()))?;
+    std::fs::create_dir_all(&args.state_dir).with_context(|| format!("creating {}", args.state_dir.display()))?;
     let state_dir = std::fs::canonicalize(&args.state_dir)?;
     let database_url = args
         .database_url
@@ -115,8 +107,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

@@ -52,27 +52,15 @@ pub trait Store: Send + Sync + 'static {
     /// `postgres` or `sqlite`.
     fn backend(&self) -> &'static str;
 
-    async fn claim_idempotency(
-        &self,
-        key: &IdempotencyKey,
-        request_digest: &str,
-    ) -> StoreResult<IdempotencyClaim>;
-    async fn complete_idempotency(
-        &self,
-        key: &IdempotencyKey,
-        response: &serde_json::Value,
-    ) -> StoreResult<()>;
+    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
+    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;
     /// Drops a claim whose call failed before it changed anything, so a retry may run.
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
 
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()>;
     /// Writes the mutable columns, fenced by the row's generation.
     async fn update_execution(&self, execution: &ExecutionRecord) -> StoreResult<bool>;
-    async fn get_execution(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> StoreResult<Option<ExecutionRecord>>;
+    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>>;
     /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
     async fn list_executions(
         &self,
@@ -90,38 +78,17 @@ pub trait Store: Send + Sync + 'static {
 
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()>;
     /// Compare-and-set: writes `next` only if the row is still in `expected_state`.
-    async fn transition_interaction(
-        &self,
-        expected_state: &str,
-        next: &InteractionRecord,
-    ) -> StoreResult<bool>;
-    async fn get_interaction(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> StoreResult<Option<InteractionRecord>>;
-    async fn list_interactions(
-        &self,
-        query: &InteractionQuery,
-    ) -> StoreResult<Vec<InteractionRecord>>;
+    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool>;
+    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>>;
+    async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>>;
 
     /// Appends events in one statement; sequences are assigned by the caller (the
     /// execution's single writer) and the primary key refuses a duplicate.
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
-    async fn read_events(
-        &self,
-        execution_id: &str,
-        after_sequence: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<EventRecord>>;
+    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
     async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
     /// Records a cumulative acknowledgement.
-    async fn set_acked_sequence(
-        &self,
-        tenant_id: &str,
-        execution_id: &str,
-        through: i64,
-    ) -> StoreResult<()>;
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()>;
 }
 
 /// Opens the store a URL names and runs its migrations.

@@ -96,24 +96,20 @@ impl Store for SqlStore {
         }
     }
 
-    async fn claim_idempotency(
-        &self,
-        key: &IdempotencyKey,
-        request_digest: &str,
-    ) -> StoreResult<IdempotencyClaim> {
+    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
         let inserted = on_pool!(self, |pool| {
             sqlx::query(
-            "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms) \
-             VALUES ($1, $2, $3, $4, 'in_flight', $5) ON CONFLICT DO NOTHING"
-        )
-        .bind(&key.tenant_id)
-        .bind(&key.operation)
-        .bind(&key.request_id)
-        .bind(request_digest)
-        .bind(now_ms())
-        .execute(pool)
-        .await?
-        .rows_affected()
+                "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms) \
+             VALUES ($1, $2, $3, $4, 'in_flight', $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind(request_digest)
+            .bind(now_ms())
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         if inserted == 1 {
             return Ok(IdempotencyClaim::Claimed);
@@ -131,18 +127,14 @@ impl Store for SqlStore {
             // Released between our insert and our read: the caller may simply retry.
             None => IdempotencyClaim::InFlight,
             Some((digest, _, _)) if digest != request_digest => IdempotencyClaim::DigestMismatch,
-            Some((_, state, Some(response))) if state == "done" => IdempotencyClaim::Completed(
-                serde_json::from_str(&response).unwrap_or(serde_json::Value::Null),
-            ),
+            Some((_, state, Some(response))) if state == "done" => {
+                IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
+            }
             Some(_) => IdempotencyClaim::InFlight,
         })
     }
 
-    async fn complete_idempotency(
-        &self,
-        key: &IdempotencyKey,
-        response: &serde_json::Value,
-    ) -> StoreResult<()> {
+    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()> {
         on_pool!(self, |pool| sqlx::query(
             "UPDATE idempotency_keys SET state = 'done', response = $4 \
              WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
@@ -204,43 +196,36 @@ impl Store for SqlStore {
     async fn update_execution(&self, e: &ExecutionRecord) -> StoreResult<bool> {
         let n = on_pool!(self, |pool| {
             sqlx::query(
-            "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
+                "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
              exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10 \
-             WHERE id = $11 AND generation = $12"
-        )
-        .bind(&e.state)
-        .bind(&e.session_id)
-        .bind(&e.active_turn_id)
-        .bind(e.turn_count)
-        .bind(e.pid)
-        .bind(e.exit_code)
-        .bind(e.exit_signal)
-        .bind(&e.failure_reason)
-        .bind(&e.failure_message)
-        .bind(e.updated_at_ms)
-        .bind(&e.id)
-        .bind(e.generation)
-        .execute(pool)
-        .await?
-        .rows_affected()
+             WHERE id = $11 AND generation = $12",
+            )
+            .bind(&e.state)
+            .bind(&e.session_id)
+            .bind(&e.active_turn_id)
+            .bind(e.turn_count)
+            .bind(e.pid)
+            .bind(e.exit_code)
+            .bind(e.exit_signal)
+            .bind(&e.failure_reason)
+            .bind(&e.failure_message)
+            .bind(e.updated_at_ms)
+            .bind(&e.id)
+            .bind(e.generation)
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         Ok(n == 1)
     }
 
-    async fn get_execution(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> StoreResult<Option<ExecutionRecord>> {
-        let sql =
-            format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id = $2");
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
-            sql.clone()
-        ))
-        .bind(tenant_id)
-        .bind(id)
-        .fetch_optional(pool)
-        .await?))
+    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id = $2");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?))
     }
 
     async fn list_executions(
@@ -249,28 +234,23 @@ impl Store for SqlStore {
         after_id: Option<&str>,
         limit: i64,
     ) -> StoreResult<Vec<ExecutionRecord>> {
-        let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3"
-        );
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
-            sql.clone()
-        ))
-        .bind(tenant_id)
-        .bind(after_id.unwrap_or(""))
-        .bind(limit)
-        .fetch_all(pool)
-        .await?))
+        let sql =
+            format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(after_id.unwrap_or(""))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
     }
 
     async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
         let sql = format!(
             "SELECT {EXECUTION_COLUMNS} FROM executions WHERE state IN ('starting', 'ready', 'closing') ORDER BY id"
         );
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
-            sql.clone()
-        ))
-        .fetch_all(pool)
-        .await?))
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(pool)
+            .await?))
     }
 
     async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
@@ -361,40 +341,32 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn transition_interaction(
-        &self,
-        expected_state: &str,
-        i: &InteractionRecord,
-    ) -> StoreResult<bool> {
+    async fn transition_interaction(&self, expected_state: &str, i: &InteractionRecord) -> StoreResult<bool> {
         let n = on_pool!(self, |pool| {
             sqlx::query(
-            "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
+                "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
              reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
-             WHERE id = $9 AND generation = $10 AND state = $11"
-        )
-        .bind(&i.state)
-        .bind(&i.outcome)
-        .bind(&i.answer_request_id)
-        .bind(&i.answer_fingerprint)
-        .bind(&i.reason)
-        .bind(&i.delivery)
-        .bind(i.replay_allowed)
-        .bind(i.updated_at_ms)
-        .bind(&i.id)
-        .bind(i.generation)
-        .bind(expected_state)
-        .execute(pool)
-        .await?
-        .rows_affected()
+             WHERE id = $9 AND generation = $10 AND state = $11",
+            )
+            .bind(&i.state)
+            .bind(&i.outcome)
+            .bind(&i.answer_request_id)
+            .bind(&i.answer_fingerprint)
+            .bind(&i.reason)
+            .bind(&i.delivery)
+            .bind(i.replay_allowed)
+            .bind(i.updated_at_ms)
+            .bind(&i.id)
+            .bind(i.generation)
+            .bind(expected_state)
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         Ok(n == 1)
     }
 
-    async fn get_interaction(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> StoreResult<Option<InteractionRecord>> {
+    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
         Ok(on_pool!(self, |pool| sqlx::query_as(
             "SELECT * FROM interactions WHERE tenant_id = $1 AND id = $2"
         )
@@ -444,21 +416,14 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn read_events(
-        &self,
-        execution_id: &str,
-        after_sequence: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<EventRecord>> {
+    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
         Ok(on_pool!(self, |pool| {
-            sqlx::query_as(
-            "SELECT * FROM events WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
-        )
-        .bind(execution_id)
-        .bind(after_sequence)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?
+            sqlx::query_as("SELECT * FROM events WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3")
+                .bind(execution_id)
+                .bind(after_sequence)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
         }))
     }
 
@@ -472,22 +437,17 @@ impl Store for SqlStore {
         Ok(head.unwrap_or(0))
     }
 
-    async fn set_acked_sequence(
-        &self,
-        tenant_id: &str,
-        execution_id: &str,
-        through: i64,
-    ) -> StoreResult<()> {
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
-            "UPDATE executions SET acked_sequence = $1 WHERE tenant_id = $2 AND id = $3 AND acked_sequence <= $1"
-        )
-        .bind(through)
-        .bind(tenant_id)
-        .bind(execution_id)
-        .execute(pool)
-        .await?
-        .rows_affected()
+                "UPDATE executions SET acked_sequence = $1 WHERE tenant_id = $2 AND id = $3 AND acked_sequence <= $1",
+            )
+            .bind(through)
+            .bind(tenant_id)
+            .bind(execution_id)
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         Ok(())
     }

@@ -75,9 +75,7 @@ impl LaunchSpec {
 
     pub(crate) fn prepare(&self) -> Result<(), LaunchError> {
         if !self.workspace.is_dir() {
-            return Err(LaunchError::WorkspaceMissing(
-                self.workspace.display().to_string(),
-            ));
+            return Err(LaunchError::WorkspaceMissing(self.workspace.display().to_string()));
         }
         create_private_dir(&self.private_home)
     }
@@ -101,10 +99,7 @@ mod tests {
         let c = AgentCommand::parse("/bin/fake --scenario x.json").unwrap();
         assert_eq!(c.program, PathBuf::from("/bin/fake"));
         assert_eq!(c.args, ["--scenario", "x.json"]);
-        assert!(matches!(
-            AgentCommand::parse("  "),
-            Err(LaunchError::EmptyCommand)
-        ));
+        assert!(matches!(AgentCommand::parse("  "), Err(LaunchError::EmptyCommand)));
     }
 
     #[test]
@@ -115,10 +110,6 @@ mod tests {
             private_home: "/tmp/h".into(),
         };
         let names: Vec<_> = spec.environment().into_iter().map(|(k, _)| k).collect();
-        assert!(
-            !names
-                .iter()
-                .any(|n| n.contains("KEY") || n.contains("TOKEN"))
-        );
+        assert!(!names.iter().any(|n| n.contains("KEY") || n.contains("TOKEN")));
     }
 }

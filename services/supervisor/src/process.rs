@@ -52,9 +52,7 @@ impl AgentProcess {
             .stderr(std::process::Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| LaunchError::Spawn(e.to_string()))?;
+        let mut child = command.spawn().map_err(|e| LaunchError::Spawn(e.to_string()))?;
         let pid = child
             .id()
             .ok_or_else(|| LaunchError::Spawn("the process exited at once".into()))?;

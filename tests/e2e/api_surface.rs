@@ -1,0 +1,100 @@
+use cursor_runner_e2e::*;
+use tonic::Code;
+
+on_both_backends!(
+    a_call_without_a_tenant_is_refused,
+    another_tenants_execution_is_not_found,
+    executions_are_listed_in_pages,
+    health_reports_the_runner_service_serving,
+);
+
+async fn a_call_without_a_tenant_is_refused(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut anonymous = service.client_for(None).await;
+    let result = anonymous.list_executions(proto::ListExecutionsRequest::default()).await;
+    assert_refused(result, Code::InvalidArgument, "TENANT_REQUIRED");
+    service.shutdown().await;
+}
+
+async fn another_tenants_execution_is_not_found(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut owner = service.client().await;
+    let execution = create_execution(&mut owner, &service, "create-1").await;
+    let mut stranger = service.client_for(Some("tenant-b")).await;
+    let result = stranger
+        .get_execution(proto::GetExecutionRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await;
+    assert_refused(result, Code::NotFound, "EXECUTION_NOT_FOUND");
+    assert_refused(
+        start_turn(&mut stranger, &execution.execution_id, "turn-1").await,
+        Code::NotFound,
+        "EXECUTION_NOT_FOUND",
+    );
+    assert_refused(
+        Subscriber::open(&mut stranger, &execution.execution_id, 0)
+            .await
+            .map(|_| ()),
+        Code::NotFound,
+        "EXECUTION_NOT_FOUND",
+    );
+    let listed = stranger
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.executions.is_empty());
+    service.shutdown().await;
+}
+
+async fn executions_are_listed_in_pages(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let mut created = Vec::new();
+    for n in 0..3 {
+        created.push(
+            create_execution(&mut client, &service, &format!("create-{n}"))
+                .await
+                .execution_id,
+        );
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_executions(proto::ListExecutionsRequest {
+                page_size: 2,
+                page_token: token.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.executions.len() <= 2);
+        seen.extend(page.executions.into_iter().map(|e| e.execution_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, created);
+    service.shutdown().await;
+}
+
+async fn health_reports_the_runner_service_serving(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(service.channel().await);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "cursor_runner.v1.RunnerService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    service.shutdown().await;
+}

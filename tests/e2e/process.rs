@@ -1,0 +1,175 @@
+use cursor_runner_e2e::*;
+use serde_json::{Value, json};
+use tonic::Code;
+
+on_both_backends!(
+    every_agent_request_gets_exactly_one_response_and_unknown_requests_get_method_not_found,
+    the_agent_environment_is_built_from_nothing,
+    closing_an_execution_stops_the_agent_and_every_process_in_its_group,
+    a_workspace_that_does_not_exist_is_refused_before_any_launch,
+);
+
+async fn every_agent_request_gets_exactly_one_response_and_unknown_requests_get_method_not_found(backend: Backend) {
+    let service = TestService::start(backend, "extension_requests.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    // The fake agent exits 97 on any unexpected answer, so completion proves each matched.
+    assert_eq!(settled.last().unwrap().event_type, "turn.completed");
+    let notice = settled
+        .iter()
+        .find(|e| e.event_type == "provider.notice.recorded" && payload(e)["category"] == "protocol_invalid_frame");
+    assert!(notice.is_some(), "the malformed line is reported, not fatal");
+    let responses: Vec<Value> = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m.get("method").is_none())
+        .map(|m| m["id"].clone())
+        .collect();
+    let ids: Vec<Value> = vec![json!(0), json!("task-1"), json!(3), json!(4)];
+    for id in &ids {
+        assert_eq!(
+            responses.iter().filter(|r| *r == id).count(),
+            1,
+            "exactly one response to {id}"
+        );
+    }
+    assert_eq!(
+        responses.len(),
+        ids.len(),
+        "the notification was never answered: {responses:?}"
+    );
+    service.shutdown().await;
+}
+
+async fn the_agent_environment_is_built_from_nothing(backend: Backend) {
+    let service = TestService::start(backend, "env_report.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    events.until_turn_settles().await;
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(service.workspace.join("env.json")).unwrap()).unwrap();
+    let mut names: Vec<&str> = report["env"].as_object().unwrap().keys().map(String::as_str).collect();
+    names.sort_unstable();
+    // Written out literally: the allowlist, and nothing of this test process's environment.
+    assert_eq!(
+        names,
+        [
+            "AGENT_CLI_CREDENTIAL_STORE",
+            "CURSOR_CONFIG_DIR",
+            "CURSOR_DATA_DIR",
+            "HOME",
+            "NODE_DISABLE_COMPILE_CACHE",
+            "NO_OPEN_BROWSER",
+            "PATH",
+            "XDG_CACHE_HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_DATA_HOME",
+        ]
+    );
+    assert_eq!(report["env"]["PATH"], "/usr/local/bin:/usr/bin:/bin");
+    assert_eq!(report["env"]["AGENT_CLI_CREDENTIAL_STORE"], "memory");
+    assert_eq!(report["env"]["NO_OPEN_BROWSER"], "1");
+    let home = report["env"]["HOME"].as_str().unwrap();
+    assert!(
+        home.ends_with(&format!("homes/{}", execution.execution_id)),
+        "a private home: {home}"
+    );
+    assert_eq!(
+        report["cwd"].as_str().unwrap(),
+        std::fs::canonicalize(&service.workspace).unwrap().to_str().unwrap()
+    );
+    assert_eq!(report["pgid"], report["pid"], "the agent leads its own process group");
+    service.shutdown().await;
+}
+
+/// Every live process whose process group is `pgid`, found in the host's /proc.
+fn group_members(pgid: i64) -> Vec<i64> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i64>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|g| g.parse::<i64>().ok()) == Some(pgid) && process_alive(pid) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+async fn closing_an_execution_stops_the_agent_and_every_process_in_its_group(backend: Backend) {
+    let service = TestService::start(backend, "env_report.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    events.until_turn_settles().await;
+    let pid = execution.pid.expect("pid");
+    let members = group_members(pid);
+    assert!(
+        members.len() >= 2,
+        "the agent and its grandchild were alive: {members:?}"
+    );
+    let closed = client
+        .close_execution(proto::CloseExecutionRequest {
+            request_id: "close-1".into(),
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(closed.state, proto::ExecutionState::Closed as i32);
+    assert!(closed.exit_status.is_some(), "the exit proof is recorded");
+    eventually("every process of the group to be gone", || {
+        members.iter().all(|p| !process_alive(*p))
+    })
+    .await;
+    let exited = events.events_until("process.exited").await;
+    assert_eq!(payload(exited.last().unwrap())["initiatedBy"], "runner");
+    assert_refused(
+        start_turn(&mut client, &execution.execution_id, "turn-2").await,
+        Code::FailedPrecondition,
+        "EXECUTION_NOT_READY",
+    );
+    service.shutdown().await;
+}
+
+async fn a_workspace_that_does_not_exist_is_refused_before_any_launch(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let missing = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: "/definitely/not/here".into(),
+        })
+        .await;
+    assert_refused(missing, Code::FailedPrecondition, "WORKSPACE_INVALID");
+    let relative = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-2".into(),
+            workspace: "relative/path".into(),
+        })
+        .await;
+    assert_refused(relative, Code::InvalidArgument, "WORKSPACE_INVALID");
+    assert!(service.agent_received().is_empty());
+    service.shutdown().await;
+}

@@ -1,0 +1,210 @@
+use std::collections::HashSet;
+use std::time::Duration;
+
+use cursor_runner_e2e::*;
+use proto::stream_events_response::Frame;
+use tonic::Code;
+
+on_both_backends!(
+    streaming_from_zero_and_from_the_middle_returns_exactly_the_remaining_events,
+    a_second_subscriber_sees_the_same_sequence,
+    subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_and_no_duplicate,
+    an_idle_stream_gets_caught_up_then_heartbeats,
+    a_cursor_beyond_the_head_is_out_of_range,
+    acks_are_cumulative_and_refuse_regressions_and_the_future,
+    persist_before_expose_every_streamed_event_and_interaction_is_already_committed,
+);
+
+async fn settled_execution(service: &TestService, client: &mut Client) -> (String, Vec<proto::ActivityEvent>) {
+    let execution = create_execution(client, service, "create-1").await;
+    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
+    start_turn(client, &execution.execution_id, "turn-1").await.unwrap();
+    let all = events.until_turn_settles().await;
+    (execution.execution_id, all)
+}
+
+async fn streaming_from_zero_and_from_the_middle_returns_exactly_the_remaining_events(backend: Backend) {
+    let service = TestService::start(backend, "two_turns.json").await;
+    let mut client = service.client().await;
+    let (execution_id, all) = settled_execution(&service, &mut client).await;
+    let sequences: Vec<i64> = all.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        (1..=all.len() as i64).collect::<Vec<_>>(),
+        "contiguous from 1"
+    );
+    let head = *sequences.last().unwrap();
+    for cursor in [0, 1, head / 2, head - 1] {
+        let mut replay = Subscriber::open(&mut client, &execution_id, cursor).await.unwrap();
+        let mut got = Vec::new();
+        loop {
+            match replay.next_frame().await {
+                Frame::Event(e) => got.push(e),
+                Frame::CaughtUp(c) => {
+                    assert_eq!(c.head_sequence, head);
+                    break;
+                }
+                Frame::Heartbeat(_) => {}
+            }
+        }
+        let expected: Vec<_> = all.iter().filter(|e| e.sequence > cursor).cloned().collect();
+        assert_eq!(got, expected, "replay after {cursor}");
+    }
+    service.shutdown().await;
+}
+
+async fn a_second_subscriber_sees_the_same_sequence(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut first = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let mut second = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    let a = first.events_until("runtime_request.created").await;
+    let b = second.events_until("runtime_request.created").await;
+    assert_eq!(a, b);
+    service.shutdown().await;
+}
+
+async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_and_no_duplicate(backend: Backend) {
+    let service = TestService::start(backend, "flood.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    // Subscribers join while the agent is still appending, each at a cursor somewhere
+    // in what is already committed.
+    let mut joiners = Vec::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let head = service.store.head_sequence(&execution.execution_id).await.unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let cursor = if head == 0 { 0 } else { (seed % head as u64) as i64 };
+        let mut client = service.client().await;
+        let execution_id = execution.execution_id.clone();
+        joiners.push(tokio::spawn(async move {
+            let mut subscriber = Subscriber::open(&mut client, &execution_id, cursor).await.unwrap();
+            let events = subscriber.until_turn_settles().await;
+            (cursor, events.iter().map(|e| e.sequence).collect::<Vec<_>>())
+        }));
+    }
+    for joiner in joiners {
+        let (cursor, sequences) = joiner.await.unwrap();
+        let expected: Vec<i64> = (cursor + 1..=cursor + sequences.len() as i64).collect();
+        assert_eq!(sequences, expected, "subscriber from {cursor}");
+        assert_eq!(sequences.iter().collect::<HashSet<_>>().len(), sequences.len());
+    }
+    service.shutdown().await;
+}
+
+async fn an_idle_stream_gets_caught_up_then_heartbeats(backend: Backend) {
+    let options = Options {
+        heartbeat: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "two_turns.json", options).await;
+    let mut client = service.client().await;
+    let (execution_id, all) = settled_execution(&service, &mut client).await;
+    let head = all.last().unwrap().sequence;
+    let mut stream = Subscriber::open(&mut client, &execution_id, head).await.unwrap();
+    assert_eq!(
+        stream.next_frame().await,
+        Frame::CaughtUp(proto::CaughtUp { head_sequence: head })
+    );
+    match stream.next_frame().await {
+        Frame::Heartbeat(h) => assert_eq!(h.head_sequence, head),
+        other => panic!("expected a heartbeat, got {other:?}"),
+    }
+    service.shutdown().await;
+}
+
+async fn a_cursor_beyond_the_head_is_out_of_range(backend: Backend) {
+    let service = TestService::start(backend, "two_turns.json").await;
+    let mut client = service.client().await;
+    let (execution_id, all) = settled_execution(&service, &mut client).await;
+    let head = all.last().unwrap().sequence;
+    assert_refused(
+        Subscriber::open(&mut client, &execution_id, head + 1).await.map(|_| ()),
+        Code::OutOfRange,
+        "CURSOR_AHEAD_OF_HEAD",
+    );
+    assert_refused(
+        Subscriber::open(&mut client, &execution_id, -1).await.map(|_| ()),
+        Code::InvalidArgument,
+        "INVALID_ARGUMENT",
+    );
+    service.shutdown().await;
+}
+
+async fn acks_are_cumulative_and_refuse_regressions_and_the_future(backend: Backend) {
+    let service = TestService::start(backend, "two_turns.json").await;
+    let mut client = service.client().await;
+    let (execution_id, all) = settled_execution(&service, &mut client).await;
+    let head = all.last().unwrap().sequence;
+    let ack = |through: i64| {
+        let mut client = client.clone();
+        let execution_id = execution_id.clone();
+        async move {
+            client
+                .ack_events(proto::AckEventsRequest {
+                    execution_id,
+                    through_sequence: through,
+                })
+                .await
+                .map(|r| r.into_inner().acked_sequence)
+        }
+    };
+    assert_eq!(ack(2).await.unwrap(), 2);
+    assert_eq!(ack(2).await.unwrap(), 2, "repeating an ack is harmless");
+    assert_refused(ack(1).await, Code::FailedPrecondition, "ACK_REGRESSION");
+    assert_refused(ack(head + 1).await, Code::InvalidArgument, "ACK_BEYOND_HEAD");
+    assert_eq!(ack(head).await.unwrap(), head);
+    let record = client
+        .get_execution(proto::GetExecutionRequest { execution_id })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(record.acked_sequence, head);
+    service.shutdown().await;
+}
+
+async fn persist_before_expose_every_streamed_event_and_interaction_is_already_committed(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    loop {
+        let event = events.next_event().await;
+        // The event is in the outbox the moment a subscriber sees it…
+        let stored = service
+            .store
+            .read_events(&execution.execution_id, event.sequence - 1, 1)
+            .await
+            .unwrap();
+        assert_eq!(stored[0].event_id, event.event_id);
+        if event.event_type == "runtime_request.created" {
+            // …and so is the interaction it exposes.
+            let id = payload(&event)["interactionId"].as_str().unwrap().to_owned();
+            let row = service
+                .store
+                .get_interaction(TENANT, &id)
+                .await
+                .unwrap()
+                .expect("interaction row");
+            assert_eq!(row.state, "pending");
+            break;
+        }
+    }
+    service.shutdown().await;
+}

@@ -1,0 +1,186 @@
+use cursor_runner_e2e::*;
+use serde_json::json;
+use tonic::Code;
+
+on_both_backends!(
+    a_full_turn_streams_text_a_tool_and_a_question_answered_through_the_api,
+    start_turn_while_a_turn_is_active_is_refused_with_failed_precondition,
+    the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_records_the_exit_status,
+    two_turns_run_one_after_the_other_on_one_session,
+);
+
+async fn a_full_turn_streams_text_a_tool_and_a_question_answered_through_the_api(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    assert_eq!(execution.state, proto::ExecutionState::Ready as i32);
+    assert_eq!(execution.session_id, "sess-demo");
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let turn = start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+
+    let before = events.events_until("runtime_request.created").await;
+    let created = before.last().unwrap();
+    let request = payload(created);
+    assert_eq!(request["kind"], "question");
+    assert_eq!(created.turn_id, turn.turn_id);
+    let answered = client
+        .answer_interaction(proto::AnswerInteractionRequest {
+            request_id: "answer-1".into(),
+            interaction_id: request["interactionId"].as_str().unwrap().into(),
+            etag: request["etag"].as_str().unwrap().into(),
+            answer: Some(proto::answer_interaction_request::Answer::Questions(
+                proto::QuestionAnswer {
+                    selections: vec![proto::QuestionSelection {
+                        question_id: "question-1".into(),
+                        option_ids: vec!["option-1".into()],
+                    }],
+                },
+            )),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
+    assert_eq!(answered.delivery, "pipe_written");
+
+    let after = events.until_turn_settles().await;
+    let all: Vec<_> = before.iter().chain(after.iter()).cloned().collect();
+    let kinds = types(&all);
+    for expected in [
+        "process.spawned",
+        "turn.started",
+        "item.started",
+        "item.delta",
+        "tool.execution.started",
+        "tool.execution.completed",
+        "runtime_request.created",
+        "runtime_request.resolved",
+        "item.completed",
+        "turn.completed",
+    ] {
+        assert!(kinds.contains(&expected), "missing {expected} in {kinds:?}");
+    }
+    let text: String = all
+        .iter()
+        .filter(|e| e.event_type == "item.delta")
+        .map(|e| payload(e)["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        text.contains("Running them now.") && text.contains("Great, using PostgreSQL."),
+        "{text}"
+    );
+    let tool = all.iter().find(|e| e.event_type == "tool.execution.completed").unwrap();
+    assert_eq!(payload(tool)["exitCode"], 0);
+    assert_eq!(payload(tool)["status"], "completed");
+
+    // The agent received exactly the expected answer, under its own request id 0.
+    let answers: Vec<_> = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m["id"] == 0 && m.get("result").is_some())
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            json!({"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"answered","answers":[{"questionId":"db","selectedOptionIds":["pg"]}]}}})
+        ]
+    );
+    service.shutdown().await;
+}
+
+async fn start_turn_while_a_turn_is_active_is_refused_with_failed_precondition(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let turn = start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    assert_refused(
+        start_turn(&mut client, &execution.execution_id, "turn-2").await,
+        Code::FailedPrecondition,
+        "TURN_ACTIVE",
+    );
+    let prompts = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m["method"] == "session/prompt")
+        .count();
+    assert_eq!(prompts, 1, "the refused turn never reaches the agent");
+
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    client
+        .cancel_turn(proto::CancelTurnRequest {
+            request_id: "cancel-1".into(),
+            execution_id: execution.execution_id.clone(),
+            turn_id: turn.turn_id.clone(),
+        })
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    let last = settled.last().unwrap();
+    assert_eq!(last.event_type, "turn.cancelled");
+    assert_eq!(payload(last)["stopReason"], "cancelled");
+    // Updates sent after the cancel are still normalized.
+    assert!(settled.iter().any(|e| payload(e)["text"] == "stopped"));
+    service.shutdown().await;
+}
+
+async fn the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_records_the_exit_status(backend: Backend) {
+    let service = TestService::start(backend, "exit_mid_turn.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    let exited = settled
+        .iter()
+        .find(|e| e.event_type == "process.exited")
+        .expect("process.exited");
+    assert_eq!(payload(exited)["exitCode"], 3);
+    assert_eq!(payload(exited)["initiatedBy"], "agent");
+    let failed = settled.last().unwrap();
+    assert_eq!(failed.event_type, "turn.failed");
+    assert_eq!(payload(failed)["failureReason"], "agent_exited");
+    assert!(payload(failed)["message"].as_str().unwrap().contains("fatal: boom"));
+
+    let record = client
+        .get_execution(proto::GetExecutionRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(record.state, proto::ExecutionState::Lost as i32);
+    assert_eq!(record.exit_status.unwrap().exit_code, Some(3));
+    assert_refused(
+        start_turn(&mut client, &execution.execution_id, "turn-2").await,
+        Code::FailedPrecondition,
+        "EXECUTION_NOT_READY",
+    );
+    service.shutdown().await;
+}
+
+async fn two_turns_run_one_after_the_other_on_one_session(backend: Backend) {
+    let service = TestService::start(backend, "two_turns.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    for n in 1..=2 {
+        let turn = start_turn(&mut client, &execution.execution_id, &format!("turn-{n}"))
+            .await
+            .unwrap();
+        assert_eq!(turn.turn_number, n);
+        let settled = events.until_turn_settles().await;
+        assert_eq!(settled.last().unwrap().event_type, "turn.completed");
+        assert!(settled.iter().filter(|e| e.turn_id == turn.turn_id).count() >= 3);
+    }
+    service.shutdown().await;
+}
