@@ -9,7 +9,39 @@ on_both_backends!(
     cancelling_a_turn_answers_a_pending_question_cancelled_and_expires_it_without_replay,
     the_agent_exiting_expires_a_pending_question_as_provider_process_lost,
     interactions_are_listed_and_read_with_their_full_request,
+    a_refused_answer_leaves_its_request_id_free_for_the_corrected_answer,
 );
+
+async fn a_refused_answer_leaves_its_request_id_free_for_the_corrected_answer(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let (_, created, _events) = pending_question(&service, &mut client).await;
+    let id = created["interactionId"].as_str().unwrap();
+    let etag = created["etag"].as_str().unwrap();
+    assert_refused(
+        answer(
+            &mut client,
+            "answer-1",
+            id,
+            etag,
+            select(&[("question-1", &["option-9"])]),
+        )
+        .await,
+        Code::InvalidArgument,
+        "ANSWER_INVALID",
+    );
+    let delivered = answer(
+        &mut client,
+        "answer-1",
+        id,
+        etag,
+        select(&[("question-1", &["option-1"])]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(delivered.state, proto::InteractionState::Delivered as i32);
+    service.shutdown().await;
+}
 
 fn select(pairs: &[(&str, &[&str])]) -> Option<proto::answer_interaction_request::Answer> {
     Some(proto::answer_interaction_request::Answer::Questions(

@@ -579,11 +579,14 @@ impl Engine {
                             )),
                             Ok(IdempotencyClaim::Claimed) => {
                                 let result = run().await;
-                                let stored = match &result {
-                                    Ok(value) => value.clone(),
-                                    Err(e) => e.to_json(),
+                                let recorded = match &result {
+                                    Ok(value) => store.complete_idempotency(&owner_key, value).await,
+                                    // A refusal changed nothing: the key stays free, so the
+                                    // caller may fix the request and send it again.
+                                    Err(e) if e.kind.is_refusal() => store.release_idempotency(&owner_key).await,
+                                    Err(e) => store.complete_idempotency(&owner_key, &e.to_json()).await,
                                 };
-                                match store.complete_idempotency(&owner_key, &stored).await {
+                                match recorded {
                                     Ok(()) => result,
                                     Err(e) => Err(e.into()),
                                 }

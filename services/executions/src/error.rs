@@ -14,6 +14,17 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// Refusals are decided before anything changes (validation, missing resources,
+    /// preconditions, conflicts); the other kinds may follow a side effect.
+    pub fn is_refusal(self) -> bool {
+        matches!(
+            self,
+            Self::InvalidArgument | Self::NotFound | Self::FailedPrecondition | Self::Aborted | Self::OutOfRange
+        )
+    }
+}
+
 macro_rules! reasons {
     ($($variant:ident => $text:literal: $doc:literal),+ $(,)?) => {
         /// The catalog of stable error reasons (`google.rpc.ErrorInfo.reason`).
