@@ -16,29 +16,14 @@ async fn a_refused_answer_leaves_its_request_id_free_for_the_corrected_answer(ba
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let (_, created, _events) = pending_question(&service, &mut client).await;
-    let id = created["interactionId"].as_str().unwrap();
-    let etag = created["etag"].as_str().unwrap();
     assert_refused(
-        answer(
-            &mut client,
-            "answer-1",
-            id,
-            etag,
-            select(&[("question-1", &["option-9"])]),
-        )
-        .await,
+        answer_option(&mut client, "answer-1", &created, "option-9").await,
         Code::InvalidArgument,
         "ANSWER_INVALID",
     );
-    let delivered = answer(
-        &mut client,
-        "answer-1",
-        id,
-        etag,
-        select(&[("question-1", &["option-1"])]),
-    )
-    .await
-    .unwrap();
+    let delivered = answer_option(&mut client, "answer-1", &created, "option-1")
+        .await
+        .unwrap();
     assert_eq!(delivered.state, proto::InteractionState::Delivered as i32);
     service.shutdown().await;
 }
@@ -77,11 +62,30 @@ async fn answer(
 
 /// Starts a turn and waits for its question; returns (execution, created payload, subscriber).
 async fn pending_question(service: &TestService, client: &mut Client) -> (String, Value, Subscriber) {
-    let execution = create_execution(client, service, "create-1").await;
-    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
-    start_turn(client, &execution.execution_id, "turn-1").await.unwrap();
+    let (execution, _turn, mut events) = begin_turn(client, service).await;
     let created = events.events_until("runtime_request.created").await;
     (execution.execution_id, payload(created.last().unwrap()), events)
+}
+
+/// Answers the single question of the interaction `created` exposed with one option.
+async fn answer_option(
+    client: &mut Client,
+    request_id: &str,
+    created: &Value,
+    option_id: &str,
+) -> Result<proto::Interaction, tonic::Status> {
+    let id = created["interactionId"].as_str().unwrap();
+    let etag = created["etag"].as_str().unwrap();
+    answer(client, request_id, id, etag, select(&[("question-1", &[option_id])])).await
+}
+
+/// An answer to an interaction that is no longer pending is refused, naming why.
+async fn assert_a_late_answer_is_refused(client: &mut Client, created: &Value) {
+    assert_refused(
+        answer_option(client, "late", created, "option-1").await,
+        Code::FailedPrecondition,
+        "INTERACTION_NOT_PENDING",
+    );
 }
 
 fn answers_sent_to_agent(service: &TestService) -> Vec<Value> {
@@ -181,36 +185,15 @@ async fn a_repeated_answer_returns_the_stored_result_and_a_different_one_conflic
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let (_, created, _events) = pending_question(&service, &mut client).await;
-    let id = created["interactionId"].as_str().unwrap();
-    let etag = created["etag"].as_str().unwrap();
-    let first = answer(
-        &mut client,
-        "answer-1",
-        id,
-        etag,
-        select(&[("question-1", &["option-1"])]),
-    )
-    .await
-    .unwrap();
-    let retry = answer(
-        &mut client,
-        "answer-1",
-        id,
-        etag,
-        select(&[("question-1", &["option-1"])]),
-    )
-    .await
-    .unwrap();
+    let first = answer_option(&mut client, "answer-1", &created, "option-1")
+        .await
+        .unwrap();
+    let retry = answer_option(&mut client, "answer-1", &created, "option-1")
+        .await
+        .unwrap();
     assert_eq!(first, retry);
     assert_refused(
-        answer(
-            &mut client,
-            "answer-1",
-            id,
-            etag,
-            select(&[("question-1", &["option-2"])]),
-        )
-        .await,
+        answer_option(&mut client, "answer-1", &created, "option-2").await,
         Code::Aborted,
         "ANSWER_CONFLICT",
     );
@@ -222,26 +205,12 @@ async fn answering_a_delivered_interaction_is_refused_naming_its_state(backend: 
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let (_, created, _events) = pending_question(&service, &mut client).await;
-    let id = created["interactionId"].as_str().unwrap();
-    let etag = created["etag"].as_str().unwrap();
-    answer(
-        &mut client,
-        "answer-1",
-        id,
-        etag,
-        select(&[("question-1", &["option-1"])]),
-    )
-    .await
-    .unwrap();
-    let status = answer(
-        &mut client,
-        "answer-2",
-        id,
-        etag,
-        select(&[("question-1", &["option-1"])]),
-    )
-    .await
-    .unwrap_err();
+    answer_option(&mut client, "answer-1", &created, "option-1")
+        .await
+        .unwrap();
+    let status = answer_option(&mut client, "answer-2", &created, "option-1")
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
     assert_eq!(reason(&status), "INTERACTION_NOT_PENDING");
     assert!(status.message().contains("delivered"), "{}", status.message());
@@ -284,19 +253,7 @@ async fn cancelling_a_turn_answers_a_pending_question_cancelled_and_expires_it_w
         vec![json!({"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"cancelled"}}})],
         "answered cancelled exactly once"
     );
-    let id = created["interactionId"].as_str().unwrap();
-    assert_refused(
-        answer(
-            &mut client,
-            "late",
-            id,
-            created["etag"].as_str().unwrap(),
-            select(&[("question-1", &["option-1"])]),
-        )
-        .await,
-        Code::FailedPrecondition,
-        "INTERACTION_NOT_PENDING",
-    );
+    assert_a_late_answer_is_refused(&mut client, &created).await;
     service.shutdown().await;
 }
 
@@ -304,15 +261,7 @@ async fn the_agent_exiting_expires_a_pending_question_as_provider_process_lost(b
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let (execution_id, created, mut events) = pending_question(&service, &mut client).await;
-    let record = client
-        .get_execution(proto::GetExecutionRequest {
-            execution_id: execution_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let record = get_execution(&mut client, &execution_id).await;
     let pid = record.pid.expect("pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -329,19 +278,7 @@ async fn the_agent_exiting_expires_a_pending_question_as_provider_process_lost(b
     let exited = settled.iter().find(|e| e.event_type == "process.exited").unwrap();
     assert_eq!(payload(exited)["signal"], 9);
     assert_eq!(payload(settled.last().unwrap())["failureReason"], "agent_exited");
-    let id = created["interactionId"].as_str().unwrap();
-    assert_refused(
-        answer(
-            &mut client,
-            "late",
-            id,
-            created["etag"].as_str().unwrap(),
-            select(&[("question-1", &["option-1"])]),
-        )
-        .await,
-        Code::FailedPrecondition,
-        "INTERACTION_NOT_PENDING",
-    );
+    assert_a_late_answer_is_refused(&mut client, &created).await;
     service.shutdown().await;
 }
 

@@ -12,11 +12,7 @@ on_both_backends!(
 async fn every_agent_request_gets_exactly_one_response_and_unknown_requests_get_method_not_found(backend: Backend) {
     let service = TestService::start(backend, "extension_requests.json").await;
     let mut client = service.client().await;
-    let execution = create_execution(&mut client, &service, "create-1").await;
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (_execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     let settled = events.until_turn_settles().await;
     // The fake agent exits 97 on any unexpected answer, so completion proves each matched.
     assert_eq!(settled.last().unwrap().event_type, "turn.completed");
@@ -49,11 +45,7 @@ async fn every_agent_request_gets_exactly_one_response_and_unknown_requests_get_
 async fn the_agent_environment_is_built_from_nothing(backend: Backend) {
     let service = TestService::start(backend, "env_report.json").await;
     let mut client = service.client().await;
-    let execution = create_execution(&mut client, &service, "create-1").await;
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     events.until_turn_settles().await;
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(service.workspace.join("env.json")).unwrap()).unwrap();
@@ -115,11 +107,7 @@ fn group_members(pgid: i64) -> Vec<i64> {
 async fn closing_an_execution_stops_the_agent_and_every_process_in_its_group(backend: Backend) {
     let service = TestService::start(backend, "env_report.json").await;
     let mut client = service.client().await;
-    let execution = create_execution(&mut client, &service, "create-1").await;
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     events.until_turn_settles().await;
     let pid = execution.pid.expect("pid");
     let members = group_members(pid);

@@ -16,9 +16,7 @@ on_both_backends!(
 );
 
 async fn settled_execution(service: &TestService, client: &mut Client) -> (String, Vec<proto::ActivityEvent>) {
-    let execution = create_execution(client, service, "create-1").await;
-    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
-    start_turn(client, &execution.execution_id, "turn-1").await.unwrap();
+    let (execution, _turn, mut events) = begin_turn(client, service).await;
     let all = events.until_turn_settles().await;
     (execution.execution_id, all)
 }
@@ -165,13 +163,7 @@ async fn acks_are_cumulative_and_refuse_regressions_and_the_future(backend: Back
     assert_refused(ack(1).await, Code::FailedPrecondition, "ACK_REGRESSION");
     assert_refused(ack(head + 1).await, Code::InvalidArgument, "ACK_BEYOND_HEAD");
     assert_eq!(ack(head).await.unwrap(), head);
-    let record = client
-        .get_execution(proto::GetExecutionRequest { execution_id })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let record = get_execution(&mut client, &execution_id).await;
     assert_eq!(record.acked_sequence, head);
     service.shutdown().await;
 }
@@ -179,11 +171,7 @@ async fn acks_are_cumulative_and_refuse_regressions_and_the_future(backend: Back
 async fn persist_before_expose_every_streamed_event_and_interaction_is_already_committed(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
-    let execution = create_execution(&mut client, &service, "create-1").await;
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     loop {
         let event = events.next_event().await;
         // The event is in the outbox the moment a subscriber sees it…

@@ -132,11 +132,7 @@ async fn start_turn_while_a_turn_is_active_is_refused_with_failed_precondition(b
 async fn the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_records_the_exit_status(backend: Backend) {
     let service = TestService::start(backend, "exit_mid_turn.json").await;
     let mut client = service.client().await;
-    let execution = create_execution(&mut client, &service, "create-1").await;
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     let settled = events.until_turn_settles().await;
     let exited = settled
         .iter()
@@ -149,15 +145,7 @@ async fn the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_recor
     assert_eq!(payload(failed)["failureReason"], "agent_exited");
     assert!(payload(failed)["message"].as_str().unwrap().contains("fatal: boom"));
 
-    let record = client
-        .get_execution(proto::GetExecutionRequest {
-            execution_id: execution.execution_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let record = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(record.state, proto::ExecutionState::Lost as i32);
     assert_eq!(record.exit_status.unwrap().exit_code, Some(3));
     assert_refused(

@@ -298,6 +298,30 @@ pub async fn start_turn(client: &mut Client, execution_id: &str, request_id: &st
         .map(|r| r.into_inner().turn.expect("turn"))
 }
 
+/// Creates an execution, subscribes to its events from the start, and starts its first turn.
+pub async fn begin_turn(client: &mut Client, service: &TestService) -> (pb::Execution, pb::Turn, Subscriber) {
+    let execution = create_execution(client, service, "create-1").await;
+    let events = Subscriber::open(client, &execution.execution_id, 0)
+        .await
+        .expect("StreamEvents");
+    let turn = start_turn(client, &execution.execution_id, "turn-1")
+        .await
+        .expect("StartTurn");
+    (execution, turn, events)
+}
+
+pub async fn get_execution(client: &mut Client, execution_id: &str) -> pb::Execution {
+    client
+        .get_execution(pb::GetExecutionRequest {
+            execution_id: execution_id.into(),
+        })
+        .await
+        .expect("GetExecution")
+        .into_inner()
+        .execution
+        .expect("execution")
+}
+
 /// A subscriber that collects frames.
 pub struct Subscriber {
     stream: tonic::Streaming<pb::StreamEventsResponse>,
