@@ -45,6 +45,7 @@ async fn a_request_id_reused_with_another_body_is_refused(backend: Backend) {
         .create_execution(proto::CreateExecutionRequest {
             request_id: "create-1".into(),
             workspace: "/tmp".into(),
+            ..Default::default()
         })
         .await;
     assert_refused(other, Code::Aborted, "REQUEST_ID_REUSED");
@@ -58,6 +59,7 @@ async fn a_mutating_call_without_a_request_id_is_refused(backend: Backend) {
         .create_execution(proto::CreateExecutionRequest {
             request_id: String::new(),
             workspace: service.workspace.display().to_string(),
+            ..Default::default()
         })
         .await;
     assert_refused(result, Code::InvalidArgument, "REQUEST_ID_REQUIRED");

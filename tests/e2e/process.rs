@@ -148,6 +148,7 @@ async fn a_workspace_that_does_not_exist_is_refused_before_any_launch(backend: B
         .create_execution(proto::CreateExecutionRequest {
             request_id: "create-1".into(),
             workspace: "/definitely/not/here".into(),
+            ..Default::default()
         })
         .await;
     assert_refused(missing, Code::FailedPrecondition, "WORKSPACE_INVALID");
@@ -155,6 +156,7 @@ async fn a_workspace_that_does_not_exist_is_refused_before_any_launch(backend: B
         .create_execution(proto::CreateExecutionRequest {
             request_id: "create-2".into(),
             workspace: "relative/path".into(),
+            ..Default::default()
         })
         .await;
     assert_refused(relative, Code::InvalidArgument, "WORKSPACE_INVALID");

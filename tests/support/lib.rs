@@ -277,6 +277,7 @@ pub async fn create_execution(client: &mut Client, service: &TestService, reques
         .create_execution(pb::CreateExecutionRequest {
             request_id: request_id.into(),
             workspace: service.workspace.display().to_string(),
+            ..Default::default()
         })
         .await
         .expect("CreateExecution")

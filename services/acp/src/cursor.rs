@@ -36,6 +36,41 @@ pub struct NativeOption {
     pub label: String,
 }
 
+/// Params of `cursor/create_plan`. `plan` is markdown, but other JSON is tolerated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatePlanParams {
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub overview: Option<String>,
+    #[serde(default)]
+    pub plan: serde_json::Value,
+    #[serde(default)]
+    pub todos: Vec<PlanTodo>,
+    #[serde(default)]
+    pub phases: Vec<PlanPhase>,
+    #[serde(default)]
+    pub is_project: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanTodo {
+    pub id: String,
+    pub content: String,
+    /// `pending | in_progress | completed | cancelled`, kept verbatim.
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanPhase {
+    pub name: String,
+    #[serde(default)]
+    pub todos: Vec<PlanTodo>,
+}
+
 /// One answered question in an `answered` outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -247,6 +247,11 @@ pub struct RuntimeRequestCreated {
     pub turn_id: String,
     /// The full persisted request, as `GetInteraction` returns it.
     pub request: Value,
+    /// Whether the request's `toolCallId` names a tool call seen in this turn. Cursor's
+    /// questions and plans carry no session id, so an unknown one is still accepted and
+    /// attributed to the running turn, never guessed elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_known: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,6 +264,8 @@ pub struct RuntimeRequestResolved {
     /// `pipe_written`: the response was written and flushed to the agent's stdin. This
     /// proves transport hand-off, not that the agent acted on it.
     pub delivery: String,
+    /// `human` (through `AnswerInteraction`) or `policy` (the approval policy decided).
+    pub answered_by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,11 +1,50 @@
 //! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
 
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
-use cursor_runner_executions::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
+use cursor_runner_executions::{
+    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionRecord, Reason, TurnRecord,
+};
 use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind};
 use serde_json::Value;
 
 use crate::pb;
+
+pub fn approval_policy(value: i32) -> Result<ApprovalPolicy, tonic::Status> {
+    match pb::ApprovalPolicy::try_from(value) {
+        Ok(pb::ApprovalPolicy::Unspecified | pb::ApprovalPolicy::Ask) => Ok(ApprovalPolicy::Ask),
+        Ok(pb::ApprovalPolicy::AllowSessionScope) => Ok(ApprovalPolicy::AllowSessionScope),
+        Ok(pb::ApprovalPolicy::DenyAll) => Ok(ApprovalPolicy::DenyAll),
+        Err(_) => Err(crate::to_status(EngineError::invalid(
+            Reason::InvalidArgument,
+            format!("unknown approval_policy {value}"),
+        ))),
+    }
+}
+
+fn approval_policy_proto(text: &str) -> pb::ApprovalPolicy {
+    match ApprovalPolicy::parse(text) {
+        Some(ApprovalPolicy::Ask) => pb::ApprovalPolicy::Ask,
+        Some(ApprovalPolicy::AllowSessionScope) => pb::ApprovalPolicy::AllowSessionScope,
+        Some(ApprovalPolicy::DenyAll) => pb::ApprovalPolicy::DenyAll,
+        None => pb::ApprovalPolicy::Unspecified,
+    }
+}
+
+pub fn duration(d: prost_types::Duration) -> Result<std::time::Duration, tonic::Status> {
+    std::time::Duration::try_from(d).map_err(|_| {
+        crate::to_status(EngineError::invalid(
+            Reason::InvalidArgument,
+            "a duration must not be negative",
+        ))
+    })
+}
+
+fn duration_proto(ms: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
 
 pub fn timestamp(ms: i64) -> Timestamp {
     Timestamp {
@@ -69,6 +108,8 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
         acked_sequence: r.acked_sequence,
         create_time: Some(timestamp(r.created_at_ms)),
         update_time: Some(timestamp(r.updated_at_ms)),
+        approval_policy: approval_policy_proto(&r.approval_policy) as i32,
+        interaction_wait_limit: Some(duration_proto(r.interaction_wait_limit_ms)),
     }
 }
 

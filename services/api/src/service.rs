@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use cursor_runner_executions::question::Selection;
+use cursor_runner_executions::interaction::question::Selection;
 use cursor_runner_executions::{
     AnswerCommand, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta, StreamItem,
 };
@@ -89,6 +89,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                 meta,
                 CreateExecutionCommand {
                     workspace: body.workspace,
+                    approval_policy: convert::approval_policy(body.approval_policy)?,
+                    interaction_wait_limit: body.interaction_wait_limit.map(convert::duration).transpose()?,
                 },
             )
             .await
@@ -316,6 +318,23 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                 reason: (!d.reason.is_empty()).then_some(d.reason),
             },
             Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
+            Some(pb::answer_interaction_request::Answer::Plan(plan)) => match plan.decision {
+                Some(pb::plan_answer::Decision::Accept(accept)) => InteractionAnswer::AcceptPlan {
+                    feedback: (!accept.feedback.is_empty()).then_some(accept.feedback),
+                },
+                Some(pb::plan_answer::Decision::Reject(reject)) => InteractionAnswer::RejectPlan {
+                    reason: (!reject.reason.is_empty()).then_some(reject.reason),
+                },
+                None => {
+                    return Err(to_status(EngineError::invalid(
+                        Reason::AnswerInvalid,
+                        "a plan answer needs accept or reject",
+                    )));
+                }
+            },
+            Some(pb::answer_interaction_request::Answer::Permission(permission)) => InteractionAnswer::SelectOption {
+                option_id: permission.option_id,
+            },
             None => {
                 return Err(to_status(EngineError::invalid(
                     Reason::AnswerInvalid,

@@ -4,11 +4,11 @@
 //! transitions never race inside one replica; the store's compare-and-set updates
 //! guard them across replicas and restarts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_acp::cursor::{self, AskQuestionOutcome, AskQuestionParams};
+use cursor_runner_acp::cursor::{self, AskQuestionParams, CreatePlanParams};
 use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord, now_ms};
@@ -21,7 +21,10 @@ use tokio::time::Instant;
 use crate::engine::{EngineConfig, kind_of, not_pending};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
-use crate::question::{InteractionAnswer, QuestionRequest};
+use crate::interaction::{
+    ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
+    RequestRefused, cancelled_result,
+};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
@@ -63,12 +66,17 @@ struct ActiveTurn {
     normalizer: TurnNormalizer,
     /// Our JSON-RPC id of the turn's `session/prompt`.
     prompt_request_id: Option<i64>,
+    /// Tool call ids seen in this turn, to tell whether a request's `toolCallId` is known.
+    tool_calls: HashSet<String>,
     cancel_deadline: Option<Instant>,
 }
 
 struct PendingInteraction {
     record: InteractionRecord,
     request: AgentRequest,
+    persisted: PersistedRequest,
+    /// When a question or plan is handed off durably if still unanswered.
+    handoff_at: Instant,
 }
 
 struct Actor {
@@ -82,6 +90,8 @@ struct Actor {
     turn: Option<ActiveTurn>,
     session_normalizer: TurnNormalizer,
     pending: HashMap<String, PendingInteraction>,
+    policy: ApprovalPolicy,
+    wait_limit: Duration,
 }
 
 /// Launches the agent, runs the handshake, and on success leaves an actor running.
@@ -135,6 +145,8 @@ pub(crate) async fn launch(
                 turn: None,
                 session_normalizer: TurnNormalizer::new("session"),
                 pending: HashMap::new(),
+                policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
+                wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
             };
             tokio::spawn(actor.run(commands, inbound));
             Ok(record)
@@ -248,13 +260,20 @@ impl Actor {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut inbound: InboundStream) {
         loop {
             let deadline = self.turn.as_ref().and_then(|t| t.cancel_deadline);
+            let handoff = self
+                .pending
+                .values()
+                .filter(|p| p.persisted.kind() != InteractionKind::Permission)
+                .map(|p| p.handoff_at)
+                .min();
             let ending = tokio::select! {
                 Some(command) = commands.recv() => self.on_command(command).await,
                 message = inbound.recv() => match message {
                     Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
                     Some(message) => self.on_inbound(message).await,
                 },
-                () = sleep_until(deadline) => self.on_cancel_timeout().await,
+                                () = sleep_until(deadline) => self.on_cancel_timeout().await,
+                () = sleep_until(handoff) => self.on_handoff_due().await,
             };
             match ending {
                 Ok(Ending::Continue) => {}
@@ -369,12 +388,19 @@ impl Actor {
             normalizer: TurnNormalizer::new(record.id.clone()),
             record: record.clone(),
             prompt_request_id,
+            tool_calls: HashSet::new(),
             cancel_deadline: None,
         });
         Ok(record)
     }
 
     async fn cancel_turn(&mut self, turn_id: &str) -> Result<TurnRecord, EngineError> {
+        self.cancel_turn_with(turn_id, "turn_cancelled").await
+    }
+
+    /// `session/cancel`, then every pending interaction of the turn is answered
+    /// `cancelled` and recorded with `reason`; the turn settles when the prompt returns.
+    async fn cancel_turn_with(&mut self, turn_id: &str, reason: &str) -> Result<TurnRecord, EngineError> {
         let Some(turn) = self.turn.as_mut().filter(|t| t.record.id == turn_id) else {
             return Err(EngineError::precondition(
                 Reason::NoActiveTurn,
@@ -387,7 +413,7 @@ impl Actor {
             if let Err(e) = self.connection.notify("session/cancel", notify).await {
                 tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
             }
-            self.settle_pending("turn_cancelled").await?;
+            self.settle_pending(reason).await?;
         }
         self.turn
             .as_ref()
@@ -444,7 +470,12 @@ impl Actor {
         }
         let update = params.get("update").cloned().unwrap_or(Value::Null);
         let (turn_id, payloads) = match self.turn.as_mut() {
-            Some(turn) => (Some(turn.record.id.clone()), turn.normalizer.on_update(&update)),
+            Some(turn) => {
+                if let Some(id) = update.get("toolCallId").and_then(Value::as_str) {
+                    turn.tool_calls.insert(id.to_owned());
+                }
+                (Some(turn.record.id.clone()), turn.normalizer.on_update(&update))
+            }
             None => (None, self.session_normalizer.on_update(&update)),
         };
         self.events.emit(turn_id.as_deref(), payloads).await
@@ -452,24 +483,39 @@ impl Actor {
 
     async fn on_agent_request(&mut self, request: AgentRequest) -> Result<(), EngineError> {
         match request.method.as_str() {
-            cursor::ASK_QUESTION => self.on_question(request).await,
+            cursor::ASK_QUESTION => {
+                let parsed = serde_json::from_value::<AskQuestionParams>(request.params.clone())
+                    .map_err(|e| RequestRefused(format!("malformed cursor/ask_question: {e}")))
+                    .and_then(QuestionRequest::from_native)
+                    .map(PersistedRequest::Question);
+                self.open_interaction(request, parsed).await
+            }
+            cursor::CREATE_PLAN => {
+                let parsed = serde_json::from_value::<CreatePlanParams>(request.params.clone())
+                    .map_err(|e| RequestRefused(format!("malformed cursor/create_plan: {e}")))
+                    .and_then(PlanRequest::from_native)
+                    .map(PersistedRequest::Plan);
+                self.open_interaction(request, parsed).await
+            }
+            "session/request_permission" => {
+                let parsed = PermissionRequest::from_native(&request.params, self.policy).and_then(|p| {
+                    if p.session_id == self.session_id {
+                        Ok(PersistedRequest::Permission(p))
+                    } else {
+                        Err(RequestRefused(format!(
+                            "a permission for foreign session `{}`",
+                            p.session_id
+                        )))
+                    }
+                });
+                self.open_interaction(request, parsed).await
+            }
             cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
                 let method = request.method.clone();
                 respond(request, Ok(json!({}))).await;
                 self.notice(
                     "unprojected_cursor_extension",
                     format!("`{method}` was acknowledged; it is not projected yet"),
-                )
-                .await
-            }
-            cursor::CREATE_PLAN | "session/request_permission" => {
-                // Fail closed until these kinds are durable interactions: never let a
-                // plan or a tool run without a human.
-                let method = request.method.clone();
-                respond(request, Ok(json!({"outcome": {"outcome": "cancelled"}}))).await;
-                self.notice(
-                    "interaction_kind_unsupported",
-                    format!("`{method}` was answered `cancelled`: not supported yet"),
                 )
                 .await
             }
@@ -481,34 +527,57 @@ impl Actor {
         }
     }
 
-    async fn on_question(&mut self, request: AgentRequest) -> Result<(), EngineError> {
-        let refuse = |why: String| why;
-        let parsed = serde_json::from_value::<AskQuestionParams>(request.params.clone())
-            .map_err(|e| refuse(format!("malformed cursor/ask_question: {e}")))
-            .and_then(|p| QuestionRequest::from_native(p).map_err(|e| e.0));
-        let (question, turn) = match (parsed, self.turn.as_ref()) {
-            (Ok(question), Some(turn)) if turn.cancel_deadline.is_none() => (question, turn.record.clone()),
+    /// Validates a human-facing request, persists it bound to the running turn, and
+    /// only then exposes it. A request that cannot be accepted is refused on the wire
+    /// at once (`cancelled`) with a notice; nothing is half-recorded.
+    async fn open_interaction(
+        &mut self,
+        request: AgentRequest,
+        parsed: Result<PersistedRequest, RequestRefused>,
+    ) -> Result<(), EngineError> {
+        let method = request.method.clone();
+        let persisted = match (parsed, self.turn.as_ref()) {
+            (Ok(persisted), Some(turn)) if turn.cancel_deadline.is_none() => persisted,
             (Ok(_), _) => {
-                respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
+                respond(request, Ok(cancelled_result())).await;
                 return self
                     .notice(
                         "interaction_outside_turn",
-                        "a question arrived with no running turn; answered `cancelled`",
+                        format!("`{method}` arrived with no running turn; answered `cancelled`"),
                     )
                     .await;
             }
             (Err(why), _) => {
-                respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
+                respond(request, Ok(cancelled_result())).await;
                 return self
                     .notice(
                         "interaction_refused",
-                        format!("question refused and answered `cancelled`: {why}"),
+                        format!("`{method}` refused and answered `cancelled`: {why}"),
+                    )
+                    .await;
+            }
+        };
+        let turn = self
+            .turn
+            .as_ref()
+            .map(|t| t.record.clone())
+            .ok_or_else(|| EngineError::internal("no turn"))?;
+        let tool_call_known = persisted
+            .tool_call_id()
+            .map(|id| self.turn.as_ref().is_some_and(|t| t.tool_calls.contains(id)));
+        let durable = match persisted.to_durable_json() {
+            Ok(text) => text,
+            Err(why) => {
+                respond(request, Ok(cancelled_result())).await;
+                return self
+                    .notice(
+                        "interaction_refused",
+                        format!("`{method}` refused and answered `cancelled`: {why}"),
                     )
                     .await;
             }
         };
         let id = uuid::Uuid::now_v7().to_string();
-        let request_json = serde_json::to_value(&question).map_err(|e| EngineError::internal(e.to_string()))?;
         let now = now_ms();
         let record = InteractionRecord {
             etag: etag(&id, self.record.generation, &turn.id),
@@ -518,9 +587,9 @@ impl Actor {
             generation: self.record.generation,
             turn_id: turn.id.clone(),
             native_request_id: serde_json::to_string(&request.id).unwrap_or_default(),
-            kind: "question".into(),
+            kind: kind_name(persisted.kind()).into(),
             state: InteractionState::Pending.as_str().into(),
-            request: request_json.to_string(),
+            request: durable,
             outcome: None,
             answer_request_id: None,
             answer_fingerprint: None,
@@ -532,7 +601,7 @@ impl Actor {
         };
         // Persist before expose: the row commits before the event is appended.
         if let Err(e) = self.store.insert_interaction(&record).await {
-            respond(request, Ok(AskQuestionOutcome::Cancelled.to_result())).await;
+            respond(request, Ok(cancelled_result())).await;
             return Err(e.into());
         }
         self.events
@@ -540,15 +609,33 @@ impl Actor {
                 Some(&turn.id),
                 vec![ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
                     interaction_id: record.id.clone(),
-                    kind: InteractionKind::Question,
+                    kind: persisted.kind(),
                     etag: record.etag.clone(),
                     turn_id: turn.id.clone(),
-                    request: request_json,
+                    request: serde_json::from_str(&record.request).unwrap_or_default(),
+                    tool_call_known,
                 })],
             )
             .await?;
-        self.pending
-            .insert(record.id.clone(), PendingInteraction { record, request });
+        let denial = match (&persisted, self.policy) {
+            (PersistedRequest::Permission(p), ApprovalPolicy::DenyAll) => Some(p.policy_denial()),
+            _ => None,
+        };
+        let pending = PendingInteraction {
+            record,
+            request,
+            persisted,
+            handoff_at: Instant::now() + self.wait_limit,
+        };
+        match denial {
+            // The policy answers at once, without a human; the tool must not run.
+            Some(outcome) => {
+                self.deliver(pending, outcome, None, "policy").await?;
+            }
+            None => {
+                self.pending.insert(pending.record.id.clone(), pending);
+            }
+        }
         Ok(())
     }
 
@@ -567,98 +654,145 @@ impl Actor {
                 .unwrap_or(record);
             return Err(not_pending(&current));
         };
-        let current = pending.record.clone();
-        if etag != current.etag {
+        if etag != pending.record.etag {
             return Err(EngineError::precondition(
                 Reason::StaleEtag,
                 "the etag is not the interaction's current one",
             ));
         }
-        let question: QuestionRequest = serde_json::from_str(&current.request)
-            .map_err(|e| EngineError::internal(format!("stored request: {e}")))?;
-        let outcome = question.outcome_for(&answer)?.to_result();
-        let mut answered = current.clone();
+        let outcome = pending.persisted.outcome_for(&answer)?;
+        let pending = self
+            .pending
+            .remove(&record.id)
+            .ok_or_else(|| EngineError::internal("pending entry vanished"))?;
+        self.deliver(pending, outcome, Some((request_id, answer.fingerprint())), "human")
+            .await
+    }
+
+    /// Records the answer, writes it to the agent, and records `delivered` only once
+    /// the write is flushed. If the write fails the process is gone: the interaction
+    /// expires with `delivery: unknown`, never claimed delivered.
+    async fn deliver(
+        &mut self,
+        pending: PendingInteraction,
+        outcome: Value,
+        answer: Option<(&str, String)>,
+        answered_by: &str,
+    ) -> Result<InteractionRecord, EngineError> {
+        let mut answered = pending.record.clone();
         answered.state = InteractionState::Answered.as_str().into();
         answered.outcome = Some(outcome.to_string());
-        answered.answer_request_id = Some(request_id.to_owned());
-        answered.answer_fingerprint = Some(answer.fingerprint());
+        answered.answer_request_id = answer.as_ref().map(|(id, _)| (*id).to_owned());
+        answered.answer_fingerprint = answer.map(|(_, fingerprint)| fingerprint);
+        answered.reason = (answered_by == "policy").then(|| format!("approval_policy_{}", self.policy.as_str()));
         answered.updated_at_ms = now_ms();
         if !self
             .store
             .transition_interaction(InteractionState::Pending.as_str(), &answered)
             .await?
         {
-            let now = self
+            let current = self
                 .store
-                .get_interaction(&current.tenant_id, &current.id)
+                .get_interaction(&answered.tenant_id, &answered.id)
                 .await?
-                .unwrap_or(current);
-            return Err(not_pending(&now));
+                .unwrap_or(answered);
+            return Err(not_pending(&current));
         }
-        let pending = self
-            .pending
-            .remove(&answered.id)
-            .ok_or_else(|| EngineError::internal("pending entry vanished"))?;
-        // Record `delivered` only after the response is written and flushed.
+        failpoint("answer_recorded_before_pipe_write");
         let written = pending.request.respond(Ok(outcome.clone())).await;
+        if written.is_ok() {
+            failpoint("answer_written_before_delivered");
+        }
         let mut settled = answered.clone();
         settled.updated_at_ms = now_ms();
-        match written {
-            Ok(()) => {
-                settled.state = InteractionState::Delivered.as_str().into();
-                settled.delivery = Some("pipe_written".into());
-                self.store
-                    .transition_interaction(InteractionState::Answered.as_str(), &settled)
-                    .await?;
-                self.events
-                    .emit(
-                        Some(&settled.turn_id),
-                        vec![ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
-                            interaction_id: settled.id.clone(),
-                            kind: kind_of(&settled.kind),
-                            turn_id: settled.turn_id.clone(),
-                            outcome,
-                            delivery: "pipe_written".into(),
-                        })],
-                    )
-                    .await?;
-                Ok(settled)
-            }
-            Err(_) => {
-                settled.state = InteractionState::Expired.as_str().into();
-                settled.delivery = Some("unknown".into());
-                settled.reason = Some("provider_process_lost".into());
-                self.store
-                    .transition_interaction(InteractionState::Answered.as_str(), &settled)
-                    .await?;
-                self.emit_ended(&settled, false).await?;
-                Err(not_pending(&settled))
-            }
+        if written.is_err() {
+            settled.state = InteractionState::Expired.as_str().into();
+            settled.delivery = Some("unknown".into());
+            settled.reason = Some("provider_process_lost".into());
+            self.store
+                .transition_interaction(InteractionState::Answered.as_str(), &settled)
+                .await?;
+            self.emit_ended(&settled, true).await?;
+            return Err(not_pending(&settled));
         }
+        settled.state = InteractionState::Delivered.as_str().into();
+        settled.delivery = Some("pipe_written".into());
+        self.store
+            .transition_interaction(InteractionState::Answered.as_str(), &settled)
+            .await?;
+        self.events
+            .emit(
+                Some(&settled.turn_id),
+                vec![ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
+                    interaction_id: settled.id.clone(),
+                    kind: kind_of(&settled.kind),
+                    turn_id: settled.turn_id.clone(),
+                    outcome,
+                    delivery: "pipe_written".into(),
+                    answered_by: answered_by.into(),
+                })],
+            )
+            .await?;
+        Ok(settled)
     }
 
-    /// Answers every pending interaction `cancelled` on the wire and records it:
-    /// questions expire (not replayable, full request kept for a durable hand-off).
+    /// Answers every pending interaction `cancelled` on the wire and records it by its
+    /// kind's rule: a permission `cancelled`; a question or plan `expired` (not
+    /// replayable, full request kept for a durable hand-off).
     async fn settle_pending(&mut self, reason: &str) -> Result<(), EngineError> {
-        let pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
-        for p in pending {
-            let written = p.request.respond(Ok(AskQuestionOutcome::Cancelled.to_result())).await;
-            let mut record = p.record;
-            record.state = InteractionState::Expired.as_str().into();
-            record.reason = Some(reason.into());
-            record.delivery = Some(if written.is_ok() { "pipe_written" } else { "not_sent" }.into());
-            record.replay_allowed = false;
-            record.outcome = Some(AskQuestionOutcome::Cancelled.to_result().to_string());
-            record.updated_at_ms = now_ms();
-            if self
-                .store
-                .transition_interaction(InteractionState::Pending.as_str(), &record)
-                .await?
-            {
-                self.emit_ended(&record, true).await?;
-            }
+        let ids: Vec<String> = self.pending.keys().cloned().collect();
+        for id in ids {
+            self.settle_one(&id, reason).await?;
         }
         Ok(())
+    }
+
+    async fn settle_one(&mut self, id: &str, reason: &str) -> Result<(), EngineError> {
+        let Some(p) = self.pending.remove(id) else {
+            return Ok(());
+        };
+        let written = p.request.respond(Ok(cancelled_result())).await;
+        let mut record = p.record;
+        record.state = p.persisted.state_when_turn_ends().as_str().into();
+        record.reason = Some(reason.into());
+        record.delivery = Some(if written.is_ok() { "pipe_written" } else { "not_sent" }.into());
+        record.replay_allowed = false;
+        record.outcome = Some(cancelled_result().to_string());
+        record.updated_at_ms = now_ms();
+        if self
+            .store
+            .transition_interaction(InteractionState::Pending.as_str(), &record)
+            .await?
+        {
+            self.emit_ended(&record, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Hands off every question or plan that has waited past the execution's limit:
+    /// Cursor never times them out, so they would pin the process forever. They expire
+    /// (`durable_handoff`), the agent gets `cancelled`, and the turn is cancelled so it
+    /// settles; the control plane asks the human durably and continues with a new turn.
+    async fn on_handoff_due(&mut self) -> Result<Ending, EngineError> {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .pending
+            .values()
+            .filter(|p| p.handoff_at <= now)
+            .map(|p| p.record.id.clone())
+            .collect();
+        for id in due {
+            self.settle_one(&id, "durable_handoff").await?;
+        }
+        if let Some(turn_id) = self
+            .turn
+            .as_ref()
+            .filter(|t| t.cancel_deadline.is_none())
+            .map(|t| t.record.id.clone())
+        {
+            self.cancel_turn_with(&turn_id, "durable_handoff").await?;
+        }
+        Ok(Ending::Continue)
     }
 
     async fn emit_ended(&mut self, record: &InteractionRecord, with_request: bool) -> Result<(), EngineError> {
@@ -886,6 +1020,30 @@ async fn respond(request: AgentRequest, result: Result<Value, RpcError>) {
     if let Err(e) = request.respond(result).await {
         tracing::debug!(error = %e, "answering an agent request failed");
     }
+}
+
+fn kind_name(kind: InteractionKind) -> &'static str {
+    match kind {
+        InteractionKind::Question => "question",
+        InteractionKind::Plan => "plan",
+        InteractionKind::Permission => "permission",
+    }
+}
+
+/// Test-only crash windows: with the `failpoints` feature, a point named in
+/// `CURSOR_RUNNER_FAILPOINT` announces itself on stderr and parks the calling thread
+/// for good, so a test can SIGKILL the service exactly there. Without the feature it
+/// compiles to nothing.
+fn failpoint(name: &str) {
+    #[cfg(feature = "failpoints")]
+    if std::env::var("CURSOR_RUNNER_FAILPOINT").as_deref() == Ok(name) {
+        eprintln!("failpoint reached: {name}");
+        loop {
+            std::thread::park();
+        }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
 }
 
 /// An opaque token naming the interaction's fence (execution generation and turn).

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::actor::{self, Command};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
-use crate::question::InteractionAnswer;
+use crate::interaction::{ApprovalPolicy, InteractionAnswer};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 pub type ExecutionView = ExecutionRecord;
@@ -74,7 +74,15 @@ pub struct RequestMeta {
 #[derive(Debug, Clone)]
 pub struct CreateExecutionCommand {
     pub workspace: String,
+    pub approval_policy: ApprovalPolicy,
+    /// How long a question or plan may wait for a human; `None` means the default.
+    pub interaction_wait_limit: Option<Duration>,
 }
+
+/// How long a question or plan waits for a human unless the execution says otherwise.
+pub const DEFAULT_INTERACTION_WAIT_LIMIT: Duration = Duration::from_secs(30 * 60);
+/// The longest wait limit an execution may ask for.
+pub const MAX_INTERACTION_WAIT_LIMIT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 #[derive(Debug, Clone)]
 pub struct AnswerCommand {
@@ -137,12 +145,25 @@ impl Engine {
         command: CreateExecutionCommand,
     ) -> Result<ExecutionRecord, EngineError> {
         let workspace = validate_workspace(&command.workspace)?;
+        let wait_limit = match command.interaction_wait_limit {
+            None => DEFAULT_INTERACTION_WAIT_LIMIT,
+            Some(limit) if limit.is_zero() || limit > MAX_INTERACTION_WAIT_LIMIT => {
+                return Err(EngineError::invalid(
+                    Reason::InvalidArgument,
+                    "interaction_wait_limit must be positive and at most 7 days",
+                ));
+            }
+            Some(limit) => limit,
+        };
+        let policy = command.approval_policy;
         let engine = self.clone();
         let tenant_id = meta.tenant_id.clone();
         let caller = tenant_id.clone();
         let result = self
             .idempotent(meta, "CreateExecution", move || async move {
-                let record = engine.launch_execution(&tenant_id, workspace).await?;
+                let record = engine
+                    .launch_execution(&tenant_id, workspace, policy, wait_limit)
+                    .await?;
                 Ok(json!({"executionId": record.id}))
             })
             .await?;
@@ -153,6 +174,8 @@ impl Engine {
         self: &Arc<Self>,
         tenant_id: &str,
         workspace: PathBuf,
+        policy: ApprovalPolicy,
+        wait_limit: Duration,
     ) -> Result<ExecutionRecord, EngineError> {
         let now = now_ms();
         let record = ExecutionRecord {
@@ -172,6 +195,8 @@ impl Engine {
             acked_sequence: 0,
             created_at_ms: now,
             updated_at_ms: now,
+            approval_policy: policy.as_str().into(),
+            interaction_wait_limit_ms: i64::try_from(wait_limit.as_millis()).unwrap_or(i64::MAX),
         };
         self.store.insert_execution(&record).await?;
         let events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0);

@@ -6,10 +6,10 @@ mod actor;
 mod engine;
 mod error;
 mod events;
-pub mod question;
+pub mod interaction;
 pub mod state;
 
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta, StreamItem};
 pub use error::{EngineError, ErrorKind, Reason};
-pub use question::InteractionAnswer;
+pub use interaction::{ApprovalPolicy, InteractionAnswer};

@@ -82,6 +82,7 @@ async fn drive(client: &mut Client, workspace: &Path) -> anyhow::Result<()> {
         .create_execution(pb::CreateExecutionRequest {
             request_id: "demo-create".into(),
             workspace: workspace.display().to_string(),
+            ..Default::default()
         })
         .await?
         .into_inner()

@@ -26,6 +26,9 @@ pub struct ExecutionRecord {
     pub acked_sequence: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// `ask`, `allow_session_scope` or `deny_all`.
+    pub approval_policy: String,
+    pub interaction_wait_limit_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

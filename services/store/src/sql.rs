@@ -85,7 +85,7 @@ fn redact_url(url: &str) -> String {
     }
 }
 
-const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms";
+const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms";
 
 #[async_trait]
 impl Store for SqlStore {
@@ -167,8 +167,8 @@ impl Store for SqlStore {
     async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
-            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         )
         .bind(&e.id)
         .bind(&e.tenant_id)
@@ -186,6 +186,8 @@ impl Store for SqlStore {
         .bind(e.acked_sequence)
         .bind(e.created_at_ms)
         .bind(e.updated_at_ms)
+        .bind(&e.approval_policy)
+        .bind(e.interaction_wait_limit_ms)
         .execute(pool)
         .await?
         .rows_affected()

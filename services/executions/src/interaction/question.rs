@@ -5,14 +5,10 @@ use std::collections::HashSet;
 
 use cursor_runner_acp::cursor::{AskQuestionOutcome, AskQuestionParams, NativeAnswer};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use super::{InteractionAnswer, PersistedRequest, RequestRefused, check_chars};
 use crate::error::{EngineError, Reason};
 
-/// Characters one description (prompt, label, title) may have.
-pub const MAX_DESCRIPTION_CHARS: usize = 100_000;
-/// UTF-8 bytes of the whole persisted request.
-pub const MAX_DURABLE_PAYLOAD_BYTES: usize = 196 * 1024;
 /// Questions in one request (PRP question sets).
 pub const MAX_QUESTIONS: usize = 64;
 /// Options in one question (PRP question sets).
@@ -22,7 +18,6 @@ pub const MAX_OPTIONS: usize = 128;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QuestionRequest {
-    pub kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -49,11 +44,6 @@ pub struct QuestionOption {
     pub native_id: String,
     pub label: String,
 }
-
-/// Why a native request was refused (the agent gets `cancelled`, the control plane a notice).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct RequestRefused(pub String);
 
 impl QuestionRequest {
     pub fn from_native(params: AskQuestionParams) -> Result<Self, RequestRefused> {
@@ -99,17 +89,11 @@ impl QuestionRequest {
             });
         }
         let request = Self {
-            kind: "question".into(),
             title: params.title,
             tool_call_id: params.tool_call_id,
             questions,
         };
-        let bytes = serde_json::to_vec(&request).map(|v| v.len()).unwrap_or(usize::MAX);
-        if bytes > MAX_DURABLE_PAYLOAD_BYTES {
-            return Err(RequestRefused(format!(
-                "the request is {bytes} bytes, over the {MAX_DURABLE_PAYLOAD_BYTES}-byte durable bound"
-            )));
-        }
+        PersistedRequest::Question(request.clone()).to_durable_json()?;
         Ok(request)
     }
 
@@ -121,6 +105,12 @@ impl QuestionRequest {
                 return Ok(AskQuestionOutcome::Skipped { reason: reason.clone() });
             }
             InteractionAnswer::Questions(selections) => selections,
+            _ => {
+                return Err(EngineError::invalid(
+                    Reason::AnswerInvalid,
+                    "a question takes selections, a decline or a cancel",
+                ));
+            }
         };
         let invalid = |m: String| EngineError::invalid(Reason::AnswerInvalid, m);
         let mut answered = HashSet::new();
@@ -169,41 +159,16 @@ impl QuestionRequest {
     }
 }
 
-fn check_chars(field: &str, text: &str) -> Result<(), RequestRefused> {
-    if text.chars().count() > MAX_DESCRIPTION_CHARS {
-        return Err(RequestRefused(format!(
-            "a {field} over {MAX_DESCRIPTION_CHARS} characters"
-        )));
-    }
-    Ok(())
-}
-
-/// An answer from the control plane, in UI ids.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InteractionAnswer {
-    Questions(Vec<Selection>),
-    Decline { reason: Option<String> },
-    Cancel,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
     pub question_id: String,
     pub option_ids: Vec<String>,
 }
 
-impl InteractionAnswer {
-    /// A digest of the answer, to tell a retry from a different answer.
-    pub fn fingerprint(&self) -> String {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(&bytes))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interaction::{MAX_DESCRIPTION_CHARS, MAX_DURABLE_PAYLOAD_BYTES};
     use serde_json::json;
 
     fn request() -> QuestionRequest {
@@ -313,13 +278,12 @@ mod tests {
             ]}))
             .unwrap()
         };
-        let base = serde_json::to_vec(&QuestionRequest::from_native(three(0)).unwrap())
-            .unwrap()
-            .len();
+        let durable = |r: QuestionRequest| PersistedRequest::Question(r).to_durable_json().unwrap().len();
+        let base = durable(QuestionRequest::from_native(three(0)).unwrap());
         let room = MAX_DURABLE_PAYLOAD_BYTES - base;
         assert!(room < MAX_DESCRIPTION_CHARS);
         let at_bound = QuestionRequest::from_native(three(room)).unwrap();
-        assert_eq!(serde_json::to_vec(&at_bound).unwrap().len(), MAX_DURABLE_PAYLOAD_BYTES);
+        assert_eq!(durable(at_bound), MAX_DURABLE_PAYLOAD_BYTES);
         assert!(QuestionRequest::from_native(three(room + 1)).is_err());
     }
 
