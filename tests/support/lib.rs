@@ -135,6 +135,17 @@ impl tonic::service::Interceptor for TenantHeader {
     }
 }
 
+/// A client of the service at `address` whose calls carry `tenant` (or none).
+pub async fn connect(address: std::net::SocketAddr, tenant: Option<&str>) -> Client {
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    let tenant = tenant.map(|t| tonic::metadata::MetadataValue::try_from(t).unwrap());
+    RunnerServiceClient::with_interceptor(channel, TenantHeader(tenant))
+}
+
 /// Knobs a test may turn before the service starts.
 #[derive(Clone)]
 pub struct Options {
@@ -227,13 +238,7 @@ impl TestService {
 
     /// A client whose calls carry `tenant` (or no tenant at all).
     pub async fn client_for(&self, tenant: Option<&str>) -> Client {
-        let channel = Channel::from_shared(format!("http://{}", self.address))
-            .unwrap()
-            .connect()
-            .await
-            .expect("connect");
-        let tenant = tenant.map(|t| tonic::metadata::MetadataValue::try_from(t).unwrap());
-        RunnerServiceClient::with_interceptor(channel, TenantHeader(tenant))
+        connect(self.address, tenant).await
     }
 
     pub async fn channel(&self) -> Channel {
@@ -301,7 +306,24 @@ pub async fn start_turn(client: &mut Client, execution_id: &str, request_id: &st
 
 /// Creates an execution, subscribes to its events from the start, and starts its first turn.
 pub async fn begin_turn(client: &mut Client, service: &TestService) -> (pb::Execution, pb::Turn, Subscriber) {
-    let execution = create_execution(client, service, "create-1").await;
+    begin_turn_with(client, service, pb::CreateExecutionRequest::default()).await
+}
+
+/// [`begin_turn`] with chosen execution settings (the request id and workspace are filled in).
+pub async fn begin_turn_with(
+    client: &mut Client,
+    service: &TestService,
+    mut settings: pb::CreateExecutionRequest,
+) -> (pb::Execution, pb::Turn, Subscriber) {
+    settings.request_id = "create-1".into();
+    settings.workspace = service.workspace.display().to_string();
+    let execution = client
+        .create_execution(settings)
+        .await
+        .expect("CreateExecution")
+        .into_inner()
+        .execution
+        .expect("execution");
     let events = Subscriber::open(client, &execution.execution_id, 0)
         .await
         .expect("StreamEvents");

@@ -740,7 +740,9 @@ impl Actor {
     /// kind's rule: a permission `cancelled`; a question or plan `expired` (not
     /// replayable, full request kept for a durable hand-off).
     async fn settle_pending(&mut self, reason: &str) -> Result<(), EngineError> {
-        let ids: Vec<String> = self.pending.keys().cloned().collect();
+        // In the order they were asked (ids are time-ordered UUIDv7).
+        let mut ids: Vec<String> = self.pending.keys().cloned().collect();
+        ids.sort_unstable();
         for id in ids {
             self.settle_one(&id, reason).await?;
         }
@@ -939,7 +941,8 @@ impl Actor {
 
     /// The process is gone: pending interactions expire and are never re-sent.
     async fn settle_pending_lost(&mut self) -> Result<(), EngineError> {
-        let pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
+        let mut pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
+        pending.sort_unstable_by(|a, b| a.record.id.cmp(&b.record.id));
         for p in pending {
             let mut record = p.record;
             record.state = InteractionState::Expired.as_str().into();

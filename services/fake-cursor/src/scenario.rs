@@ -143,7 +143,9 @@ impl Scenario {
 
     /// Parses and validates scenario JSON text.
     pub fn parse(text: &str) -> Result<Self> {
-        let raw: RawScenario = serde_json::from_str(text)?;
+        let mut value: Value = serde_json::from_str(text)?;
+        expand_repeats(&mut value)?;
+        let raw: RawScenario = serde_json::from_value(value)?;
         if let Some(err) = &raw.session_new_error
             && !err.is_null()
         {
@@ -166,6 +168,39 @@ impl Scenario {
             turns,
         })
     }
+}
+
+/// Largest string a `{"$repeat": [text, count]}` may expand to.
+const MAX_REPEAT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Replaces every `{"$repeat": [text, count]}` object with `text` repeated `count`
+/// times, so scenarios can send multi-hundred-KiB payloads without storing them.
+fn expand_repeats(value: &mut Value) -> Result<()> {
+    match value {
+        Value::Object(map) if map.len() == 1 && map.contains_key("$repeat") => {
+            let spec = &map["$repeat"];
+            let (Some(text), Some(count)) = (spec[0].as_str(), spec[1].as_u64()) else {
+                bail!("$repeat takes [text, count]");
+            };
+            let count = usize::try_from(count)?;
+            if text.len().saturating_mul(count) > MAX_REPEAT_BYTES {
+                bail!("$repeat would exceed {MAX_REPEAT_BYTES} bytes");
+            }
+            *value = Value::String(text.repeat(count));
+        }
+        Value::Object(map) => {
+            for v in map.values_mut() {
+                expand_repeats(v)?;
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                expand_repeats(v)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// A JSON-RPC error object must have an integer `code` and a string `message`.
@@ -473,6 +508,13 @@ mod tests {
             }
         );
         assert_eq!(s.turns[0][16], Step::KillSelf(Signal::SIGTERM));
+    }
+
+    #[test]
+    fn repeat_objects_expand_to_long_strings() {
+        let sc = Scenario::parse(r#"{"turns":[[{"raw":{"$repeat":["ab",3]}}]]}"#).unwrap();
+        assert!(matches!(&sc.turns[0][0], Step::Raw { text, .. } if text == "ababab"));
+        assert!(Scenario::parse(r#"{"turns":[[{"raw":{"$repeat":["ab"]}}]]}"#).is_err());
     }
 
     #[test]

@@ -1,0 +1,242 @@
+//! The two crash windows of an answer, hit deliberately: the service is SIGKILLed
+//! (a) after the answer is committed but before it is written to the agent, and
+//! (b) after it is written but before `delivered` is committed. A restart on the same
+//! PostgreSQL database must report the interaction `expired` with `delivery: unknown`
+//! in both windows (the store cannot tell them apart and must not pretend to), say why,
+//! and never hand the old answer to a new agent process.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use cursor_runner_e2e::*;
+use serde_json::Value;
+
+/// A `cursor-runner serve` process with its stderr watched for failpoint markers.
+struct ServiceProcess {
+    child: Child,
+    address: SocketAddr,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+impl ServiceProcess {
+    fn start(database_url: &str, state: &std::path::Path, record: &std::path::Path, failpoint: Option<&str>) -> Self {
+        let address = free_address();
+        let agent = format!(
+            "{} --scenario {} --record {}",
+            fake_agent().display(),
+            scenario("demo.json").display(),
+            record.display()
+        );
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cursor-runner"));
+        command
+            .args(["serve", "--listen", &address.to_string(), "--agent-command", &agent])
+            .arg("--state-dir")
+            .arg(state)
+            .env("CURSOR_RUNNER_DATABASE_URL", database_url)
+            .env("CURSOR_RUNNER_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(name) = failpoint {
+            command.env("CURSOR_RUNNER_FAILPOINT", name);
+        }
+        let mut child = command.spawn().expect("cursor-runner serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, stderr_lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            address,
+            stderr_lines,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(self.address).is_ok() {
+                return connect(self.address, Some(TENANT)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the service never listened on {}", self.address);
+    }
+
+    /// Waits until the service says it reached `name`, then kills it with SIGKILL.
+    fn kill_at(mut self, name: &str) {
+        let marker = format!("failpoint reached: {name}");
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) if line.contains(&marker) => break,
+                Ok(_) => {}
+                Err(_) => panic!("the failpoint {name} was never reached"),
+            }
+        }
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+
+    fn stop(mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+fn free_address() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+fn answer_request(created: &Value) -> proto::AnswerInteractionRequest {
+    proto::AnswerInteractionRequest {
+        request_id: "answer-1".into(),
+        interaction_id: created["interactionId"].as_str().unwrap().into(),
+        etag: created["etag"].as_str().unwrap().into(),
+        answer: Some(proto::answer_interaction_request::Answer::Questions(
+            proto::QuestionAnswer {
+                selections: vec![proto::QuestionSelection {
+                    question_id: "question-1".into(),
+                    option_ids: vec!["option-1".into()],
+                }],
+            },
+        )),
+    }
+}
+
+/// Lines the agents received after the `n`-th `initialize` (0-based), i.e. by the n-th process.
+fn received_by_process(record: &std::path::Path, n: usize) -> Vec<Value> {
+    let lines: Vec<Value> = std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let starts: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m["method"] == "initialize")
+        .map(|(i, _)| i)
+        .collect();
+    let from = starts[n];
+    let to = starts.get(n + 1).copied().unwrap_or(lines.len());
+    lines[from..to].to_vec()
+}
+
+async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let state = tempfile::tempdir().unwrap();
+    let workspace = state.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let record = state.path().join("agent-stdin.ndjson");
+
+    let first = ServiceProcess::start(&database.url, state.path(), &record, Some(failpoint));
+    let mut client = first.client().await;
+    let execution = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let mut answering = client.clone();
+    let request = answer_request(&created);
+    // The answer never returns: the service stops inside it.
+    let pending_answer = tokio::spawn(async move { answering.answer_interaction(request).await });
+    first.kill_at(failpoint);
+    let _ = pending_answer.await;
+    let answer_lines = |n| {
+        received_by_process(&record, n)
+            .into_iter()
+            .filter(|m| m.get("method").is_none() && m["id"] == 0)
+            .count()
+    };
+    assert_eq!(
+        answer_lines(0),
+        usize::from(agent_got_the_answer),
+        "the window was the intended one"
+    );
+
+    let second = ServiceProcess::start(&database.url, state.path(), &record, None);
+    let mut client = second.client().await;
+    let interaction = client
+        .get_interaction(proto::GetInteractionRequest {
+            interaction_id: created["interactionId"].as_str().unwrap().into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(interaction.state, proto::InteractionState::Expired as i32);
+    assert_eq!(
+        interaction.delivery, "unknown",
+        "never claimed delivered, never claimed undelivered"
+    );
+    assert_eq!(interaction.reason, "service_restarted");
+    assert!(!interaction.replay_allowed);
+    // The control plane can read why from the stream too.
+    let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let expired = payload(replay.events_until("runtime_request.expired").await.last().unwrap());
+    assert_eq!(expired["delivery"], "unknown");
+    assert_eq!(expired["reason"], "service_restarted");
+    let settled = replay.until_turn_settles().await;
+    assert_eq!(payload(settled.last().unwrap())["failureReason"], "provider_lost");
+    // A retry of the same answer reads back what happened; a new answer is refused.
+    let retry = client
+        .answer_interaction(answer_request(&created))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        retry.interaction.unwrap().state,
+        proto::InteractionState::Expired as i32
+    );
+    let mut another = answer_request(&created);
+    another.request_id = "answer-2".into();
+    assert_refused(
+        client.answer_interaction(another).await,
+        tonic::Code::FailedPrecondition,
+        "INTERACTION_NOT_PENDING",
+    );
+
+    // A new agent process for the tenant never receives the old answer.
+    client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-2".into(),
+            workspace: workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer_lines(1), 0);
+    second.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_answer_is_recorded_but_before_the_pipe_write_expires_it_with_delivery_unknown() {
+    crash_in_window("answer_recorded_before_pipe_write", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_pipe_write_but_before_delivered_is_recorded_expires_it_with_delivery_unknown() {
+    crash_in_window("answer_written_before_delivered", true).await;
+}
