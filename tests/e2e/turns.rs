@@ -7,7 +7,55 @@ on_both_backends!(
     start_turn_while_a_turn_is_active_is_refused_with_failed_precondition,
     the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_records_the_exit_status,
     two_turns_run_one_after_the_other_on_one_session,
+    a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_killed,
 );
+
+async fn a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_killed(backend: Backend) {
+    let options = Options {
+        cancel_grace: std::time::Duration::from_millis(300),
+        stop_grace: std::time::Duration::from_millis(300),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "ignores_cancel.json", options).await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    client
+        .answer_interaction(proto::AnswerInteractionRequest {
+            request_id: "decline".into(),
+            interaction_id: created["interactionId"].as_str().unwrap().into(),
+            etag: created["etag"].as_str().unwrap().into(),
+            answer: Some(proto::answer_interaction_request::Answer::Decline(Default::default())),
+        })
+        .await
+        .unwrap();
+    // The agent reuses request id 0: refused on the wire, never a second identity.
+    let reused = events.events_until("provider.notice.recorded").await;
+    assert_eq!(payload(reused.last().unwrap())["category"], "duplicate_request_id");
+    events.events_until("item.delta").await;
+    client
+        .cancel_turn(proto::CancelTurnRequest {
+            request_id: "cancel-1".into(),
+            execution_id: execution.execution_id.clone(),
+            turn_id: turn.turn_id.clone(),
+        })
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    let exited = settled
+        .iter()
+        .find(|e| e.event_type == "process.exited")
+        .expect("stopped");
+    assert_eq!(payload(exited)["signal"], 9, "SIGTERM was ignored, SIGKILL was not");
+    assert_eq!(payload(exited)["initiatedBy"], "runner");
+    let last = settled.last().unwrap();
+    assert_eq!(last.event_type, "turn.interrupted");
+    assert_eq!(payload(last)["failureReason"], "cancel_timeout");
+    assert!(!process_alive(execution.pid.unwrap()));
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(record.state, proto::ExecutionState::Lost as i32);
+    service.shutdown().await;
+}
 
 async fn a_full_turn_streams_text_a_tool_and_a_question_answered_through_the_api(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;

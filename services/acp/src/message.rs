@@ -60,8 +60,17 @@ pub enum Classified {
 }
 
 /// Classifies one line. `params` absent and `null` both become `Value::Null`.
+///
+/// A line whose only fault is an unpaired UTF-16 surrogate escape (`"\ud800"`, legal
+/// in JavaScript strings, refused by strict JSON parsers) is repaired rather than
+/// dropped, so that the request in it can still be answered: each lone surrogate
+/// escape becomes the six literal characters `\uXXXX`, which is reversible.
 pub fn classify(line: &[u8]) -> Classified {
-    let value: Value = match serde_json::from_slice(line) {
+    let parsed = serde_json::from_slice::<Value>(line).or_else(|e| match escape_lone_surrogates(line) {
+        Some(repaired) => serde_json::from_slice(&repaired).map_err(|_| e),
+        None => Err(e),
+    });
+    let value = match parsed {
         Ok(v) => v,
         Err(e) => {
             return Classified::Invalid {
@@ -111,6 +120,52 @@ pub fn classify(line: &[u8]) -> Classified {
             reason: "neither method nor id".into(),
         },
     }
+}
+
+/// Rewrites lone surrogate escapes as escaped backslashes; `None` when there are none.
+fn escape_lone_surrogates(line: &[u8]) -> Option<Vec<u8>> {
+    let hex_at = |i: usize| -> Option<u16> {
+        let digits = std::str::from_utf8(line.get(i..i + 4)?).ok()?;
+        u16::from_str_radix(digits, 16).ok()
+    };
+    let is_escape_at = |i: usize| line.get(i) == Some(&b'\\') && line.get(i + 1) == Some(&b'u');
+    let mut out = Vec::with_capacity(line.len() + 8);
+    let mut changed = false;
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] != b'\\' {
+            out.push(line[i]);
+            i += 1;
+            continue;
+        }
+        if !is_escape_at(i) {
+            // Any other escape: copy it whole so `\\u` is not mistaken for `\u`.
+            out.extend_from_slice(&line[i..(i + 2).min(line.len())]);
+            i += 2;
+            continue;
+        }
+        let unit = hex_at(i + 2);
+        let paired_high = unit.is_some_and(|u| (0xD800..0xDC00).contains(&u))
+            && is_escape_at(i + 6)
+            && hex_at(i + 8).is_some_and(|low| (0xDC00..0xE000).contains(&low));
+        match unit {
+            Some(u) if (0xD800..0xE000).contains(&u) && !paired_high => {
+                out.push(b'\\');
+                out.extend_from_slice(&line[i..i + 6]);
+                changed = true;
+                i += 6;
+            }
+            _ if paired_high => {
+                out.extend_from_slice(&line[i..i + 12]);
+                i += 12;
+            }
+            _ => {
+                out.extend_from_slice(&line[i..(i + 6).min(line.len())]);
+                i += 6;
+            }
+        }
+    }
+    changed.then_some(out)
 }
 
 fn take_params(object: &mut Map<String, Value>) -> Value {
@@ -190,6 +245,20 @@ mod tests {
     fn a_null_result_is_a_success() {
         match c(json!({"jsonrpc":"2.0","id":7,"result":null})) {
             Classified::Response { result, .. } => assert_eq!(result, Ok(Value::Null)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_escaped_reversibly_and_the_request_survives() {
+        let line = br#"{"jsonrpc":"2.0","id":0,"method":"cursor/ask_question","params":{"t":"a\ud800b","p":"\ud83d\ude00","e":"\\ud800"}}"#;
+        match classify(line) {
+            Classified::Request { id, params, .. } => {
+                assert_eq!(id, RequestId::Number(0));
+                assert_eq!(params["t"], "a\\ud800b", "the lone surrogate is kept as literal text");
+                assert_eq!(params["p"], "😀", "a valid pair is untouched");
+                assert_eq!(params["e"], "\\ud800", "an escaped backslash is not an escape");
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cursor_runner_acp::cursor::{self, AskQuestionParams, CreatePlanParams};
 use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_activity::*;
-use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord, now_ms};
+use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
 use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -600,9 +600,26 @@ impl Actor {
             updated_at_ms: now,
         };
         // Persist before expose: the row commits before the event is appended.
-        if let Err(e) = self.store.insert_interaction(&record).await {
-            respond(request, Ok(cancelled_result())).await;
-            return Err(e.into());
+        match self.store.insert_interaction(&record).await {
+            Ok(()) => {}
+            // The agent reused a request id of this process: never answer two requests
+            // through one identity.
+            Err(StoreError::Duplicate) => {
+                respond(request, Ok(cancelled_result())).await;
+                return self
+                    .notice(
+                        "duplicate_request_id",
+                        format!(
+                            "`{method}` reused request id {} of this process; answered `cancelled`",
+                            record.native_request_id
+                        ),
+                    )
+                    .await;
+            }
+            Err(e) => {
+                respond(request, Ok(cancelled_result())).await;
+                return Err(e.into());
+            }
         }
         self.events
             .emit(
