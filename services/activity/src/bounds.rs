@@ -10,6 +10,38 @@ pub const MAX_ITEM_TEXT_CHARS: usize = 64 * 1024;
 pub const MAX_TOOL_OUTPUT_BYTES: usize = 64 * 1024;
 /// Serialized raw tool input kept in an event.
 pub const MAX_RAW_INPUT_BYTES: usize = 16 * 1024;
+/// Steps one `plan.updated` snapshot may carry (PRP `steps[≤256]`); beyond it the
+/// checklist is cut and a `partial` notice is emitted.
+pub const MAX_PLAN_STEPS: usize = 256;
+/// Characters of one plan step body (a cut is marked with a trailing `…`).
+pub const MAX_STEP_BODY_CHARS: usize = 1000;
+/// Characters of short display strings: tool titles, ids, names, labels, mode ids,
+/// models, config values (a cut is marked with a trailing `…`).
+pub const MAX_NAME_CHARS: usize = 256;
+/// Characters of longer metadata text: command descriptions and hints, session titles,
+/// timestamps as sent.
+pub const MAX_METADATA_TEXT_CHARS: usize = 1024;
+/// Characters of a delegated task's description (PRP short text).
+pub const MAX_DELEGATION_TASK_CHARS: usize = 4000;
+/// Workspace-relative locations kept per tool call.
+pub const MAX_TOOL_LOCATIONS: usize = 64;
+/// Provider diff blocks kept per tool call.
+pub const MAX_TOOL_DIFFS: usize = 16;
+/// Bytes of diff text (old + new, over all diffs of one tool call) kept in an event;
+/// each text keeps its head, with its full byte count and a truncated flag.
+pub const MAX_DIFF_TEXT_BYTES: usize = 64 * 1024;
+/// Artifact references (image/resource content blocks) kept per tool call.
+pub const MAX_TOOL_ARTIFACTS: usize = 16;
+/// Characters of a non-file URI kept in an artifact reference.
+pub const MAX_URI_CHARS: usize = 2048;
+/// Characters of a workspace-relative path kept in an event; a longer path is omitted.
+pub const MAX_PATH_CHARS: usize = 4096;
+/// Commands one `session.commands.updated` may carry.
+pub const MAX_SESSION_COMMANDS: usize = 256;
+/// Config options one `session.config.updated` may carry.
+pub const MAX_CONFIG_OPTIONS: usize = 64;
+/// Values listed per config option (groups are flattened).
+pub const MAX_CONFIG_OPTION_VALUES: usize = 256;
 
 /// Text cut to a bound, saying so.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +73,18 @@ pub struct BoundedOutput {
     pub output_bytes: u64,
     pub output_truncated: bool,
     pub output_digest: String,
+}
+
+/// The first `max_bytes` bytes of `text`, cut back to a char boundary.
+pub(crate) fn head_bytes(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 pub fn bound_output(full: &str) -> BoundedOutput {
@@ -87,5 +131,13 @@ mod tests {
         assert_eq!(b.output, at);
         assert_eq!(b.output_bytes, MAX_TOOL_OUTPUT_BYTES as u64 + 1);
         assert!(b.output_digest.starts_with("sha256:"));
+    }
+
+    #[test]
+    fn head_bytes_cuts_back_to_a_char_boundary() {
+        assert_eq!(head_bytes("abc", 3), "abc");
+        assert_eq!(head_bytes("abc", 2), "ab");
+        assert_eq!(head_bytes("aé", 2), "a");
+        assert_eq!(head_bytes("é", 0), "");
     }
 }

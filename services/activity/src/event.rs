@@ -49,6 +49,23 @@ pub enum ActivityPayload {
     ProcessExited(ProcessExited),
     #[serde(rename = "provider.notice.recorded")]
     ProviderNotice(ProviderNotice),
+    #[serde(rename = "plan.updated")]
+    PlanUpdated(PlanUpdated),
+    #[serde(rename = "delegation.completed")]
+    DelegationCompleted(Delegation),
+    #[serde(rename = "review.mode.changed")]
+    ReviewModeChanged(ReviewModeChanged),
+    /// Extension family (PRP has no `session.*`).
+    #[serde(rename = "session.config.updated")]
+    SessionConfigUpdated(SessionConfigUpdated),
+    /// Extension family (PRP has no `session.*`).
+    #[serde(rename = "session.info.updated")]
+    SessionInfoUpdated(SessionInfoUpdated),
+    /// Extension family (PRP has no `session.*`).
+    #[serde(rename = "session.commands.updated")]
+    SessionCommandsUpdated(SessionCommandsUpdated),
+    #[serde(rename = "usage.reported")]
+    UsageReported(UsageReported),
 }
 
 /// Every `eventType` of the closed set, for documentation and mapping checks.
@@ -71,6 +88,22 @@ pub const EVENT_TYPES: &[&str] = &[
     "process.spawned",
     "process.exited",
     "provider.notice.recorded",
+    "plan.updated",
+    "delegation.completed",
+    "review.mode.changed",
+    "session.config.updated",
+    "session.info.updated",
+    "session.commands.updated",
+    "usage.reported",
+];
+
+/// The event types of [`EVENT_TYPES`] that are extensions: families PRP lacks.
+pub const EXTENSION_EVENT_TYPES: &[&str] = &[
+    "process.spawned",
+    "process.exited",
+    "session.config.updated",
+    "session.info.updated",
+    "session.commands.updated",
 ];
 
 impl ActivityPayload {
@@ -92,7 +125,13 @@ impl ActivityPayload {
             | Self::ToolStarted(_)
             | Self::ToolProgressed(_)
             | Self::ToolCompleted(_)
-            | Self::ProviderNotice(_) => 1,
+            | Self::ProviderNotice(_)
+            | Self::PlanUpdated(_)
+            | Self::DelegationCompleted(_)
+            | Self::ReviewModeChanged(_)
+            | Self::SessionConfigUpdated(_)
+            | Self::SessionInfoUpdated(_)
+            | Self::SessionCommandsUpdated(_) => 1,
             _ => 0,
         }
     }
@@ -186,6 +225,9 @@ pub struct ItemDelta {
     /// Set when the text was cut to [`crate::MAX_ITEM_TEXT_CHARS`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// Set when terminal control sequences were neutralized (see [`crate::sanitize_display`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,12 +257,30 @@ pub struct ToolExecution {
     pub tool_call_id: String,
     pub transport: String,
     pub operation: ToolOperation,
+    /// The tool's title, sanitized for display and bounded to [`crate::MAX_NAME_CHARS`].
     pub name: String,
     pub status: ToolStatus,
+    /// The first workspace-relative location (PRP `target`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Every location inside the workspace, workspace-relative.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<ToolLocation>,
+    /// Locations omitted because they are not provably inside the workspace (a warning
+    /// notice says so once per tool call); the paths themselves are never emitted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub locations_omitted: u32,
+    /// More than [`crate::MAX_TOOL_LOCATIONS`] locations were inside the workspace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub locations_truncated: bool,
+    /// The raw input changed after the tool was first reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_updated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub raw_input_truncated: bool,
+    /// Only from a validated integer `rawOutput.exitCode`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
     /// Which validated `rawOutput` field made the tool `failed` (Cursor never sends `failed`).
@@ -228,6 +288,141 @@ pub struct ToolExecution {
     pub failure_source: Option<String>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub output: Option<BoundedOutput>,
+    /// Where `output` came from: `raw_output` text wins over `content` text blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_source: Option<OutputSource>,
+    /// Provider-reported diff blocks for paths inside the workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diffs: Vec<ProviderDiff>,
+    /// Diff blocks omitted: outside the workspace, or beyond [`crate::MAX_TOOL_DIFFS`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub diffs_omitted: u32,
+    /// Image/audio/resource content blocks as references; their bytes are never ingested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<ToolArtifactRef>,
+    /// Content-block references omitted: outside the workspace, an unsupported URI
+    /// scheme, or beyond [`crate::MAX_TOOL_ARTIFACTS`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub artifacts_omitted: u32,
+    /// Set when display text (the title, a path) had control sequences neutralized.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+impl ToolExecution {
+    /// A tool call known only by its id.
+    pub fn new(tool_call_id: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: tool_call_id.into(),
+            transport: "builtin".into(),
+            operation: ToolOperation::Unknown,
+            name: String::new(),
+            status: ToolStatus::Running,
+            target: None,
+            locations: Vec::new(),
+            locations_omitted: 0,
+            locations_truncated: false,
+            input_updated: false,
+            raw_input: None,
+            raw_input_truncated: false,
+            exit_code: None,
+            failure_source: None,
+            output: None,
+            output_source: None,
+            diffs: Vec::new(),
+            diffs_omitted: 0,
+            artifacts: Vec::new(),
+            artifacts_omitted: 0,
+            sanitized: false,
+        }
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolLocation {
+    /// Workspace-relative, `/`-separated; `.` is the workspace itself.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputSource {
+    RawOutput,
+    Content,
+}
+
+/// What a provider diff block does to its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiffChange {
+    /// `oldText` null or absent: a new file.
+    Create,
+    Modify,
+    /// `newText` empty: the file is deleted.
+    Delete,
+}
+
+/// One provider-reported `{type:"diff", path, oldText?, newText}` block. Texts are data
+/// (kept byte-exact, not sanitized), each cut to its head within the tool's
+/// [`crate::MAX_DIFF_TEXT_BYTES`] budget, with its full byte count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderDiff {
+    pub path: String,
+    pub change: DiffChange,
+    /// Absent for `create`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_text_bytes: Option<u64>,
+    /// Absent for `delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_text_bytes: Option<u64>,
+    /// One of the texts was cut to fit the budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactRefKind {
+    Image,
+    Audio,
+    ResourceLink,
+    Resource,
+}
+
+/// A media or resource content block of a tool call, as a reference only. `reference`
+/// is workspace-relative and lexically checked (no filesystem access here): it must be
+/// revalidated (realpath containment, regular file, no symlink) before anything reads
+/// it. Inline bytes (`data`, `blob`, embedded text) are never carried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolArtifactRef {
+    pub kind: ArtifactRefKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// An `http(s)` URI, bounded to [`crate::MAX_URI_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Always `false`: a reference is not a registered artifact.
+    pub registered: bool,
+    /// The block carried inline bytes, which were dropped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline_data_omitted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -331,41 +526,494 @@ pub struct ProviderNotice {
     pub recoverable: bool,
     pub user_actionable: bool,
     pub summary: String,
+    /// Set when the summary had terminal control sequences neutralized.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
 }
 
 impl ProviderNotice {
-    pub fn warning(category: impl Into<String>, scope: NoticeScope, summary: impl Into<String>) -> Self {
+    /// A recoverable, non-actionable notice; the summary is sanitized and bounded.
+    pub fn new(
+        severity: Severity,
+        category: impl Into<String>,
+        scope: NoticeScope,
+        summary: impl Into<String>,
+    ) -> Self {
+        let clean = crate::sanitize_display(&summary.into());
         Self {
-            severity: Severity::Warning,
+            severity,
             category: category.into(),
             scope,
             recoverable: true,
             user_actionable: false,
-            summary: crate::bound_text(&summary.into(), NOTICE_SUMMARY_CHARS).text,
+            summary: crate::bound_text(&clean.text, NOTICE_SUMMARY_CHARS).text,
+            sanitized: clean.sanitized,
         }
+    }
+
+    pub fn warning(category: impl Into<String>, scope: NoticeScope, summary: impl Into<String>) -> Self {
+        Self::new(Severity::Warning, category, scope, summary)
+    }
+
+    pub fn info(category: impl Into<String>, scope: NoticeScope, summary: impl Into<String>) -> Self {
+        Self::new(Severity::Info, category, scope, summary)
     }
 }
 
 /// Characters a notice summary may carry (PRP short text).
 pub const NOTICE_SUMMARY_CHARS: usize = 4000;
 
+/// Canonical checklist step status (PRP). Cursor's `cancelled` has no counterpart: it
+/// becomes `blocked` with the label `Cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Blocked,
+}
+
+/// ACP plan entry priority, kept as sent (extension field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepPriority {
+    High,
+    Medium,
+    Low,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStep {
+    pub step_id: String,
+    /// Sanitized, bounded to [`crate::MAX_STEP_BODY_CHARS`].
+    pub body: String,
+    pub status: StepStatus,
+    /// Extension: why a step is `blocked` (`Cancelled`, or the unknown native status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Extension: the ACP entry priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<StepPriority>,
+}
+
+/// Where a checklist snapshot came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSource {
+    /// ACP `plan` update: the whole list, replaced.
+    AcpPlan,
+    /// `cursor/update_todos`, merged (`merge:true`) or replaced.
+    CursorTodos,
+}
+
+/// `plan.updated`: a full snapshot of the turn's checklist; it replaces the previous
+/// snapshot of the same `planId`. `revision` strictly increases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanUpdated {
+    pub plan_id: String,
+    pub revision: u64,
+    pub steps: Vec<PlanStep>,
+    /// Extension: which native update produced this snapshot.
+    pub source: PlanSource,
+    /// Extension: the checklist lost detail (steps beyond [`crate::MAX_PLAN_STEPS`] or
+    /// malformed entries); a `*_detail_partial` notice said so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelegationStatus {
+    Running,
+    Waiting,
+    Completed,
+    Failed,
+    Interrupted,
+    Closed,
+}
+
+/// `delegation.*`: a child agent's record. From `cursor/task` it is metadata sent when
+/// the `Task` tool call ends — also for a failed task — so `evidence` says
+/// `cursor_task_metadata`: `completed` means "reported finished", not "succeeded".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delegation {
+    /// `agentId` when sent, else the `Task` tool call id.
+    pub child_id: String,
+    /// The parent's `Task` tool call (the typed edge from parent to child).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
+    /// From `subagentType`: its string, `custom` for `{"custom": name}`, else `unknown`.
+    pub role: String,
+    /// The custom subagent's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `subagentType` as compact JSON when it had an unrecognized shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type_raw: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The task description, bounded to [`crate::MAX_DELEGATION_TASK_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub task_truncated: bool,
+    /// Characters of the child's prompt (the prompt itself is not carried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_chars: Option<u64>,
+    pub status: DelegationStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// What the record rests on, e.g. `cursor_task_metadata` (not proof of success).
+    pub evidence: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+/// `review.mode.changed` (PRP family) from ACP `current_mode_update`; the fields are
+/// extensions (PRP's payload describes Codex review mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewModeChanged {
+    pub mode_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_mode_id: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+/// One selectable value of a config option.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigValue {
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// One ACP `SessionConfigOption`, bounded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOptionSummary {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// `select`, `boolean`, or the type as sent.
+    #[serde(rename = "type")]
+    pub option_type: String,
+    /// A string (select) or a boolean, as sent; absent when it was neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_value: Option<Value>,
+    /// The selectable values, groups flattened, up to [`crate::MAX_CONFIG_OPTION_VALUES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<ConfigValue>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub values_omitted: u32,
+}
+
+/// Extension family `session.config.updated` from ACP `config_option_update`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionConfigUpdated {
+    pub config_options: Vec<ConfigOptionSummary>,
+    /// Options beyond [`crate::MAX_CONFIG_OPTIONS`] or without an id.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub options_omitted: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+/// Extension family `session.info.updated` from ACP `session_info_update`. It may
+/// arrive after the prompt result (Cursor names sessions asynchronously). A field sent
+/// as `null` clears it (`*Cleared`); an absent field is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfoUpdated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub title_cleared: bool,
+    /// As sent (not parsed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub updated_at_cleared: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCommand {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_hint: Option<String>,
+}
+
+/// Extension family `session.commands.updated` from ACP `available_commands_update`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCommandsUpdated {
+    pub commands: Vec<SessionCommand>,
+    /// Commands beyond [`crate::MAX_SESSION_COMMANDS`] or without a name.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub commands_omitted: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+/// A provider-reported cost, as sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportedCost {
+    pub amount: f64,
+    pub currency: String,
+}
+
+/// `usage.reported`, once per turn. Unknown stays unknown: token and cost fields are
+/// absent — never zero — unless the agent reported them (ACP `usage_update`: `used`
+/// and `size` are the context window's used and total tokens, as sent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageReported {
+    pub turn_id: String,
+    /// PRP `requestCountSource`: `unavailable` (ACP never reports request counts).
+    pub request_count_source: String,
+    /// PRP `providerCostStatus`: `reported` or `unpriced`.
+    pub provider_cost_status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_cost_unavailable_reason: Option<String>,
+    /// Extension: what the numbers rest on, `acp_usage_update`, or absent when nothing
+    /// was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<ReportedCost>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_variant_serializes_to_a_listed_event_type() {
-        let samples = vec![
+    /// One sample per variant. The exhaustive match makes a new variant a compile error
+    /// here until it gets a sample (and so a check against [`EVENT_TYPES`]).
+    fn samples() -> Vec<ActivityPayload> {
+        let settled = TurnSettled {
+            turn_id: "t".into(),
+            stop_reason: None,
+            failure_reason: None,
+            message: None,
+        };
+        let boundary = ItemBoundary {
+            item_id: "i".into(),
+            kind: ItemKind::AgentMessage,
+            channel: Channel::Progress,
+        };
+        let ended = RuntimeRequestEnded {
+            interaction_id: "i".into(),
+            kind: InteractionKind::Question,
+            turn_id: "t".into(),
+            reason: "turn_settled".into(),
+            replay_allowed: false,
+            delivery: "pipe_written".into(),
+            request: None,
+        };
+        let delegation = Delegation {
+            child_id: "c".into(),
+            parent_tool_call_id: None,
+            role: "explore".into(),
+            name: None,
+            subagent_type_raw: None,
+            model: None,
+            task: None,
+            task_truncated: false,
+            prompt_chars: None,
+            status: DelegationStatus::Completed,
+            duration_ms: None,
+            evidence: "cursor_task_metadata".into(),
+            sanitized: false,
+        };
+        let all = vec![
             ActivityPayload::TurnStarted(TurnStarted {
                 turn_id: "t".into(),
                 turn_number: 1,
                 prompt_chars: 3,
             }),
+            ActivityPayload::TurnCompleted(settled.clone()),
+            ActivityPayload::TurnCancelled(settled.clone()),
+            ActivityPayload::TurnInterrupted(settled.clone()),
+            ActivityPayload::TurnFailed(settled),
+            ActivityPayload::ItemStarted(boundary.clone()),
+            ActivityPayload::ItemDelta(ItemDelta {
+                item_id: "i".into(),
+                kind: ItemKind::Reasoning,
+                channel: Channel::Summary,
+                text: "x".into(),
+                truncated: false,
+                sanitized: true,
+            }),
+            ActivityPayload::ItemCompleted(boundary),
+            ActivityPayload::ToolStarted(ToolExecution::new("a")),
+            ActivityPayload::ToolProgressed(ToolExecution::new("a")),
+            ActivityPayload::ToolCompleted(ToolExecution::new("a")),
+            ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
+                interaction_id: "i".into(),
+                kind: InteractionKind::Plan,
+                etag: "e".into(),
+                turn_id: "t".into(),
+                request: Value::Null,
+                tool_call_known: None,
+            }),
+            ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
+                interaction_id: "i".into(),
+                kind: InteractionKind::Permission,
+                turn_id: "t".into(),
+                outcome: Value::Null,
+                delivery: "pipe_written".into(),
+                answered_by: "human".into(),
+            }),
+            ActivityPayload::RuntimeRequestCancelled(ended.clone()),
+            ActivityPayload::RuntimeRequestExpired(ended),
+            ActivityPayload::ProcessSpawned(ProcessSpawned {
+                pid: 1,
+                distribution: "unpinned".into(),
+                program: "agent".into(),
+            }),
+            ActivityPayload::ProcessExited(ProcessExited {
+                pid: 1,
+                exit_code: Some(0),
+                signal: None,
+                initiated_by: "agent".into(),
+            }),
             ActivityPayload::ProviderNotice(ProviderNotice::warning("c", NoticeScope::Turn, "s")),
+            ActivityPayload::PlanUpdated(PlanUpdated {
+                plan_id: "p".into(),
+                revision: 1,
+                steps: vec![PlanStep {
+                    step_id: "s".into(),
+                    body: "b".into(),
+                    status: StepStatus::Blocked,
+                    label: Some("Cancelled".into()),
+                    priority: Some(StepPriority::Low),
+                }],
+                source: PlanSource::CursorTodos,
+                partial: false,
+                sanitized: false,
+            }),
+            ActivityPayload::DelegationCompleted(delegation),
+            ActivityPayload::ReviewModeChanged(ReviewModeChanged {
+                mode_id: "plan".into(),
+                previous_mode_id: None,
+                sanitized: false,
+            }),
+            ActivityPayload::SessionConfigUpdated(SessionConfigUpdated {
+                config_options: Vec::new(),
+                options_omitted: 0,
+                sanitized: false,
+            }),
+            ActivityPayload::SessionInfoUpdated(SessionInfoUpdated {
+                title: Some("x".into()),
+                title_cleared: false,
+                updated_at: None,
+                updated_at_cleared: false,
+                sanitized: false,
+            }),
+            ActivityPayload::SessionCommandsUpdated(SessionCommandsUpdated {
+                commands: Vec::new(),
+                commands_omitted: 0,
+                sanitized: false,
+            }),
+            ActivityPayload::UsageReported(UsageReported {
+                turn_id: "t".into(),
+                request_count_source: "unavailable".into(),
+                provider_cost_status: "unpriced".into(),
+                provider_cost_unavailable_reason: Some("cursor_reports_no_usage".into()),
+                usage_source: None,
+                used: None,
+                size: None,
+                cost: None,
+            }),
         ];
-        for sample in samples {
+        for sample in &all {
+            match sample {
+                ActivityPayload::TurnStarted(_)
+                | ActivityPayload::TurnCompleted(_)
+                | ActivityPayload::TurnCancelled(_)
+                | ActivityPayload::TurnInterrupted(_)
+                | ActivityPayload::TurnFailed(_)
+                | ActivityPayload::ItemStarted(_)
+                | ActivityPayload::ItemDelta(_)
+                | ActivityPayload::ItemCompleted(_)
+                | ActivityPayload::ToolStarted(_)
+                | ActivityPayload::ToolProgressed(_)
+                | ActivityPayload::ToolCompleted(_)
+                | ActivityPayload::RuntimeRequestCreated(_)
+                | ActivityPayload::RuntimeRequestResolved(_)
+                | ActivityPayload::RuntimeRequestCancelled(_)
+                | ActivityPayload::RuntimeRequestExpired(_)
+                | ActivityPayload::ProcessSpawned(_)
+                | ActivityPayload::ProcessExited(_)
+                | ActivityPayload::ProviderNotice(_)
+                | ActivityPayload::PlanUpdated(_)
+                | ActivityPayload::DelegationCompleted(_)
+                | ActivityPayload::ReviewModeChanged(_)
+                | ActivityPayload::SessionConfigUpdated(_)
+                | ActivityPayload::SessionInfoUpdated(_)
+                | ActivityPayload::SessionCommandsUpdated(_)
+                | ActivityPayload::UsageReported(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_variant_serializes_to_a_listed_event_type() {
+        let mut seen = std::collections::BTreeSet::new();
+        for sample in samples() {
             let (event_type, _) = sample.into_parts();
             assert!(EVENT_TYPES.contains(&event_type.as_str()), "{event_type}");
+            seen.insert(event_type);
+        }
+        assert_eq!(seen.len(), EVENT_TYPES.len(), "every listed event type has a variant");
+        for extension in EXTENSION_EVENT_TYPES {
+            assert!(EVENT_TYPES.contains(extension), "{extension}");
+        }
+    }
+
+    #[test]
+    fn every_variant_round_trips_through_its_parts() {
+        for event in samples() {
+            let (event_type, payload) = event.into_parts();
+            let back: ActivityPayload =
+                serde_json::from_value(serde_json::json!({"eventType": event_type, "payload": payload})).unwrap();
+            assert_eq!(back, event);
+        }
+    }
+
+    #[test]
+    fn new_families_have_their_priorities() {
+        for event in samples() {
+            let (event_type, _) = event.into_parts();
+            let expected = match event_type.as_str() {
+                "item.delta" => 2,
+                "usage.reported" => 0,
+                t if t.starts_with("turn.") || t.starts_with("runtime_request.") || t.starts_with("process.") => 0,
+                _ => 1,
+            };
+            assert_eq!(event.priority(), expected, "{event_type}");
         }
     }
 

@@ -1,12 +1,20 @@
 //! The closed set of canonical activity events and the normalizer that turns ACP
-//! `session/update`s into them. Pure: no I/O.
+//! `session/update`s (and Cursor's fire-and-forget extension requests) into them.
+//! Pure: no I/O — no filesystem, no clock, no network.
 
 mod bounds;
+mod checklist;
 mod event;
 mod normalizer;
+mod paths;
+mod sanitize;
 
 pub use bounds::{
-    BoundedText, MAX_ITEM_TEXT_CHARS, MAX_RAW_INPUT_BYTES, MAX_TOOL_OUTPUT_BYTES, bound_output, bound_text,
+    BoundedOutput, BoundedText, MAX_CONFIG_OPTION_VALUES, MAX_CONFIG_OPTIONS, MAX_DELEGATION_TASK_CHARS,
+    MAX_DIFF_TEXT_BYTES, MAX_ITEM_TEXT_CHARS, MAX_METADATA_TEXT_CHARS, MAX_NAME_CHARS, MAX_PATH_CHARS, MAX_PLAN_STEPS,
+    MAX_RAW_INPUT_BYTES, MAX_SESSION_COMMANDS, MAX_STEP_BODY_CHARS, MAX_TOOL_ARTIFACTS, MAX_TOOL_DIFFS,
+    MAX_TOOL_LOCATIONS, MAX_TOOL_OUTPUT_BYTES, MAX_URI_CHARS, bound_output, bound_text,
 };
 pub use event::*;
-pub use normalizer::TurnNormalizer;
+pub use normalizer::{TurnNormalizer, USAGE_UNAVAILABLE_REASON};
+pub use sanitize::{SanitizedText, sanitize_display};

@@ -143,7 +143,7 @@ pub(crate) async fn launch(
                 connection,
                 session_id,
                 turn: None,
-                session_normalizer: TurnNormalizer::new("session"),
+                session_normalizer: TurnNormalizer::new("session").with_workspace(record.workspace.clone()),
                 pending: HashMap::new(),
                 policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
@@ -385,7 +385,7 @@ impl Actor {
         // The prompt's response comes back in wire order, after the updates before it.
         let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
         self.turn = Some(ActiveTurn {
-            normalizer: TurnNormalizer::new(record.id.clone()),
+            normalizer: TurnNormalizer::new(record.id.clone()).with_workspace(self.record.workspace.clone()),
             record: record.clone(),
             prompt_request_id,
             tool_calls: HashSet::new(),
@@ -424,11 +424,13 @@ impl Actor {
     async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
         match message {
             Inbound::Request(request) => self.on_agent_request(request).await?,
-            Inbound::Notification { method, params } => {
-                if method == "session/update" {
-                    self.on_session_update(&params).await?;
+            Inbound::Notification { method, params } => match method.as_str() {
+                "session/update" => self.on_session_update(&params).await?,
+                cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
+                    self.on_extension(&method, &params).await?
                 }
-            }
+                _ => {}
+            },
             Inbound::Invalid { reason } => {
                 self.notice(
                     "protocol_invalid_frame",
@@ -456,6 +458,17 @@ impl Actor {
             Inbound::Closed { .. } => return self.on_process_lost().await,
         }
         Ok(Ending::Continue)
+    }
+
+    async fn on_extension(&mut self, method: &str, params: &Value) -> Result<(), EngineError> {
+        let (turn_id, payloads) = match self.turn.as_mut() {
+            Some(turn) => (
+                Some(turn.record.id.clone()),
+                turn.normalizer.on_extension(method, params),
+            ),
+            None => (None, self.session_normalizer.on_extension(method, params)),
+        };
+        self.events.emit(turn_id.as_deref(), payloads).await
     }
 
     async fn on_session_update(&mut self, params: &Value) -> Result<(), EngineError> {
@@ -510,14 +523,11 @@ impl Actor {
                 });
                 self.open_interaction(request, parsed).await
             }
+            // Fire-and-forget extensions: acknowledged at once, never waiting on anyone.
             cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
-                let method = request.method.clone();
+                let (method, params) = (request.method.clone(), request.params.clone());
                 respond(request, Ok(json!({}))).await;
-                self.notice(
-                    "unprojected_cursor_extension",
-                    format!("`{method}` was acknowledged; it is not projected yet"),
-                )
-                .await
+                self.on_extension(&method, &params).await
             }
             method => {
                 let error = RpcError::method_not_found(method);

@@ -1,0 +1,120 @@
+//! Display-channel safety for agent-authored text.
+//!
+//! Agent text ends up on terminals and in web views. Terminal control sequences
+//! (ESC/CSI/OSC), other C0 controls, DEL, C1 controls and bidirectional override
+//! characters are neutralized one character for one character, so a bound measured in
+//! characters is unchanged by sanitizing:
+//!
+//! | input | becomes |
+//! |---|---|
+//! | C0 control `U+0000..=U+001F` other than `\n`, `\t` (and `\r` directly before `\n`) | its Unicode control picture `U+2400 + c` (ESC → `␛`) |
+//! | DEL `U+007F` | `␡` |
+//! | C1 control `U+0080..=U+009F` (8-bit CSI, OSC, …) | `U+FFFD` |
+//! | bidi embedding/override/isolate `U+202A..=U+202E`, `U+2066..=U+2069` | `U+FFFD` |
+//!
+//! Only display text goes through here (item deltas, tool titles, notices, plan step
+//! bodies, session metadata, delegation tasks). Tool output and provider diff text are
+//! data and are kept byte-exact. Approval documents never pass through this crate.
+
+/// Text after neutralization, saying whether anything was replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SanitizedText {
+    pub text: String,
+    pub sanitized: bool,
+}
+
+/// Neutralizes terminal control sequences and other display injection in `text`.
+pub fn sanitize_display(text: &str) -> SanitizedText {
+    if !text.chars().any(needs_check) {
+        return SanitizedText {
+            text: text.to_owned(),
+            sanitized: false,
+        };
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut sanitized = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let replacement = match c {
+            '\n' | '\t' => None,
+            '\r' if chars.peek() == Some(&'\n') => None,
+            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32),
+            '\u{7f}' => Some('\u{2421}'),
+            '\u{80}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => Some('\u{fffd}'),
+            _ => None,
+        };
+        match replacement {
+            Some(r) => {
+                sanitized = true;
+                out.push(r);
+            }
+            None => out.push(c),
+        }
+    }
+    SanitizedText { text: out, sanitized }
+}
+
+fn needs_check(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        && c != '\n'
+        && c != '\t'
+}
+
+/// Display text sanitized and cut to `max_chars` characters; a cut is marked with a
+/// trailing `…` inside the bound. Returns the text and whether it was sanitized.
+pub(crate) fn display_text(raw: &str, max_chars: usize) -> (String, bool) {
+    let clean = sanitize_display(raw);
+    match clean.text.char_indices().nth(max_chars) {
+        None => (clean.text, clean.sanitized),
+        Some(_) => {
+            let keep = max_chars.saturating_sub(1);
+            let cut = clean.text.char_indices().nth(keep).map_or(clean.text.len(), |(i, _)| i);
+            let mut text = clean.text[..cut].to_owned();
+            text.push('…');
+            (text, clean.sanitized)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitizing_table() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("plain text\nwith\ttabs", "plain text\nwith\ttabs", false),
+            ("\u{1b}[31mred\u{1b}[0m", "␛[31mred␛[0m", true),
+            ("\u{1b}]0;title\u{7}", "␛]0;title␇", true),
+            ("a\u{9b}31mb", "a\u{fffd}31mb", true),
+            ("bell\u{7}", "bell␇", true),
+            ("windows\r\nline", "windows\r\nline", false),
+            ("over\rwrite", "over␍write", true),
+            ("del\u{7f}", "del␡", true),
+            ("nul\u{0}", "nul␀", true),
+            ("bidi\u{202e}txt", "bidi\u{fffd}txt", true),
+            ("isolate\u{2066}x\u{2069}", "isolate\u{fffd}x\u{fffd}", true),
+            ("émoji 🎉 ok", "émoji 🎉 ok", false),
+        ];
+        for (input, expected, flagged) in cases {
+            let out = sanitize_display(input);
+            assert_eq!(out.text, *expected, "{input:?}");
+            assert_eq!(out.sanitized, *flagged, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn sanitizing_never_changes_the_character_count() {
+        let all: String = (0u32..0x300).filter_map(char::from_u32).collect();
+        let out = sanitize_display(&all);
+        assert_eq!(out.text.chars().count(), all.chars().count());
+        assert!(out.text.chars().all(|c| !needs_check(c)));
+    }
+
+    #[test]
+    fn display_text_marks_a_cut_inside_the_bound() {
+        assert_eq!(display_text("abcd", 4), ("abcd".to_owned(), false));
+        assert_eq!(display_text("abcde", 4), ("abc…".to_owned(), false));
+        assert_eq!(display_text("\u{1b}bcde", 4), ("␛bc…".to_owned(), true));
+    }
+}

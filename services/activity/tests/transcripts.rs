@@ -1,0 +1,152 @@
+//! Replays every `fixtures/transcripts/<name>.ndjson` through a fresh normalizer (turn
+//! `t1`, workspace `/work/repo`), settles it with `finish()`, and compares the canonical
+//! events with the checked-in `<name>.expected.json`.
+//!
+//! Each transcript line is the `update` object of one `session/update`, or
+//! `{"extension": {"method": …, "params": …}}` for a Cursor extension request.
+//!
+//! A mismatch fails. To regenerate the expected files deliberately (then review the
+//! diff): `UPDATE_TRANSCRIPTS=1 cargo test -p cursor-runner-activity --test transcripts`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use cursor_runner_activity::TurnNormalizer;
+use serde_json::Value;
+
+const TURN_ID: &str = "t1";
+const WORKSPACE: &str = "/work/repo";
+
+fn transcripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/transcripts")
+}
+
+fn replay(name: &str, text: &str) -> Value {
+    let mut normalizer = TurnNormalizer::new(TURN_ID).with_workspace(WORKSPACE);
+    let mut events = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}.ndjson line {}: {e}", index + 1));
+        let produced = match value.get("extension") {
+            Some(extension) => {
+                let method = extension["method"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name}.ndjson line {}: extension without a method", index + 1));
+                normalizer.on_extension(method, extension.get("params").unwrap_or(&Value::Null))
+            }
+            None => normalizer.on_update(&value),
+        };
+        events.extend(produced);
+    }
+    events.extend(normalizer.finish());
+    Value::Array(
+        events
+            .iter()
+            .map(|event| serde_json::to_value(event).expect("events serialize"))
+            .collect(),
+    )
+}
+
+fn first_difference(actual: &Value, expected: &Value) -> String {
+    let (Some(actual), Some(expected)) = (actual.as_array(), expected.as_array()) else {
+        return "the expected file is not a JSON array".into();
+    };
+    for (index, (a, e)) in actual.iter().zip(expected).enumerate() {
+        if a != e {
+            return format!("event {index} differs:\n  actual:   {a}\n  expected: {e}");
+        }
+    }
+    format!("{} events, {} expected", actual.len(), expected.len())
+}
+
+#[test]
+fn every_transcript_replays_to_its_expected_events() {
+    let update = std::env::var("UPDATE_TRANSCRIPTS").is_ok_and(|v| v == "1");
+    let dir = transcripts_dir();
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".ndjson").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no transcripts in {}", dir.display());
+
+    let mut failures = Vec::new();
+    for name in &names {
+        let text = fs::read_to_string(dir.join(format!("{name}.ndjson"))).unwrap();
+        let actual = replay(name, &text);
+        let expected_path = dir.join(format!("{name}.expected.json"));
+        if update {
+            let pretty = serde_json::to_string_pretty(&actual).unwrap() + "\n";
+            fs::write(&expected_path, pretty).unwrap();
+            continue;
+        }
+        let Ok(expected_text) = fs::read_to_string(&expected_path) else {
+            failures.push(format!(
+                "{name}: no {name}.expected.json (regenerate deliberately with UPDATE_TRANSCRIPTS=1)"
+            ));
+            continue;
+        };
+        let expected: Value = match serde_json::from_str(&expected_text) {
+            Ok(expected) => expected,
+            Err(e) => {
+                failures.push(format!("{name}: {name}.expected.json is not JSON: {e}"));
+                continue;
+            }
+        };
+        if actual != expected {
+            failures.push(format!("{name}: {}", first_difference(&actual, &expected)));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} transcript(s) differ from their expected events (if the change is intended, rerun with \
+         UPDATE_TRANSCRIPTS=1 and review the diff):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_expected_file_has_its_transcript() {
+    let dir = transcripts_dir();
+    for entry in fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if let Some(stem) = name.strip_suffix(".expected.json") {
+            assert!(
+                dir.join(format!("{stem}.ndjson")).exists(),
+                "{name} has no {stem}.ndjson"
+            );
+        }
+    }
+}
+
+/// The scenarios the transcripts must keep covering.
+#[test]
+fn the_required_scenarios_have_transcripts() {
+    let dir = transcripts_dir();
+    for name in [
+        "tool_diffs_and_locations",
+        "tool_call_resent",
+        "tool_failing_exit_code",
+        "todos_merge_replace_cancelled",
+        "acp_plan_entries",
+        "cursor_task",
+        "session_metadata",
+        "unknown_update_kinds",
+        "terminal_escapes",
+        "usage_unavailable",
+        "usage_reported",
+    ] {
+        assert!(dir.join(format!("{name}.ndjson")).exists(), "{name}.ndjson");
+        assert!(
+            dir.join(format!("{name}.expected.json")).exists(),
+            "{name}.expected.json"
+        );
+    }
+}
