@@ -4,6 +4,7 @@ use tonic::Code;
 on_both_backends!(
     a_call_without_a_tenant_is_refused,
     another_tenants_execution_is_not_found,
+    another_tenants_interaction_can_be_neither_read_nor_answered,
     executions_are_listed_in_pages,
     health_reports_the_runner_service_serving,
 );
@@ -45,6 +46,39 @@ async fn another_tenants_execution_is_not_found(backend: Backend) {
         .unwrap()
         .into_inner();
     assert!(listed.executions.is_empty());
+    service.shutdown().await;
+}
+
+async fn another_tenants_interaction_can_be_neither_read_nor_answered(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut owner = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut owner, &service).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let id = created["interactionId"].as_str().unwrap().to_owned();
+    let mut stranger = service.client_for(Some("tenant-b")).await;
+    let read = stranger
+        .get_interaction(proto::GetInteractionRequest {
+            interaction_id: id.clone(),
+        })
+        .await;
+    assert_refused(read, Code::NotFound, "INTERACTION_NOT_FOUND");
+    let answered = stranger
+        .answer_interaction(proto::AnswerInteractionRequest {
+            request_id: "stranger".into(),
+            interaction_id: id.clone(),
+            etag: created["etag"].as_str().unwrap().into(),
+            answer: Some(proto::answer_interaction_request::Answer::Cancel(Default::default())),
+        })
+        .await;
+    assert_refused(answered, Code::NotFound, "INTERACTION_NOT_FOUND");
+    let listed = stranger
+        .list_interactions(proto::ListInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.interactions.is_empty());
+    let row = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
+    assert_eq!(row.state, "pending", "nothing changed");
     service.shutdown().await;
 }
 

@@ -16,7 +16,7 @@ on_both_backends!(
     cancelling_answers_a_pending_permission_and_question_once_and_records_each_by_its_kind,
     two_pending_questions_are_answered_independently_in_any_order,
     a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settles,
-    racing_answers_to_one_interaction_deliver_exactly_once,
+    one_answer_per_agent_request_racing_answers_deliver_exactly_once,
     an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on,
 );
 
@@ -374,7 +374,7 @@ fn prost_types_duration(d: Duration) -> ::prost_types::Duration {
     ::prost_types::Duration::try_from(d).unwrap()
 }
 
-async fn racing_answers_to_one_interaction_deliver_exactly_once(backend: Backend) {
+async fn one_answer_per_agent_request_racing_answers_deliver_exactly_once(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let (_, _, mut events) = begin_turn(&mut client, &service).await;

@@ -240,3 +240,61 @@ async fn a_crash_after_the_answer_is_recorded_but_before_the_pipe_write_expires_
 async fn a_crash_after_the_pipe_write_but_before_delivered_is_recorded_expires_it_with_delivery_unknown() {
     crash_in_window("answer_written_before_delivered", true).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_never_replayed() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let state = tempfile::tempdir().unwrap();
+    let workspace = state.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let record = state.path().join("agent-stdin.ndjson");
+
+    let mut first = ServiceProcess::start(&database.url, state.path(), &record, None);
+    let mut client = first.client().await;
+    let execution = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let second = ServiceProcess::start(&database.url, state.path(), &record, None);
+    let mut client = second.client().await;
+    let interaction = client
+        .get_interaction(proto::GetInteractionRequest {
+            interaction_id: created["interactionId"].as_str().unwrap().into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(interaction.state, proto::InteractionState::Expired as i32);
+    assert_eq!(
+        (interaction.reason.as_str(), interaction.delivery.as_str()),
+        ("service_restarted", "not_sent")
+    );
+    assert!(!interaction.replay_allowed);
+    let execution = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(execution.state, proto::ExecutionState::Lost as i32);
+    assert_eq!(execution.failure_reason, "service_restarted");
+    let answers = received_by_process(&record, 0)
+        .into_iter()
+        .filter(|m| m.get("method").is_none())
+        .count();
+    assert_eq!(answers, 0, "the question was never answered, by anyone");
+    second.stop();
+    database.drop_database().await;
+}
