@@ -7,7 +7,68 @@ on_both_backends!(
     the_agent_environment_is_built_from_nothing,
     closing_an_execution_stops_the_agent_and_every_process_in_its_group,
     a_workspace_that_does_not_exist_is_refused_before_any_launch,
+    a_workspace_with_project_mcp_config_is_refused_before_any_launch,
+    config_that_appears_before_session_new_is_refused_and_the_agent_stopped,
 );
+
+async fn a_workspace_with_project_mcp_config_is_refused_before_any_launch(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    std::fs::create_dir_all(service.workspace.join(".cursor")).unwrap();
+    std::fs::write(service.workspace.join(".cursor/mcp.json"), "{}").unwrap();
+    let mut client = service.client().await;
+    let status = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: service.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&status), "WORKSPACE_POLICY");
+    assert!(status.message().contains(".cursor/mcp.json"), "{}", status.message());
+    assert!(service.agent_received().is_empty(), "no agent was launched");
+    service.shutdown().await;
+}
+
+async fn config_that_appears_before_session_new_is_refused_and_the_agent_stopped(backend: Backend) {
+    // The agent takes 300 ms to answer `initialize`; the hooks file appears meanwhile.
+    let service = TestService::start(backend, "slow_start.json").await;
+    let mut client = service.client().await;
+    let workspace = service.workspace.clone();
+    let creating = tokio::spawn(async move {
+        client
+            .create_execution(proto::CreateExecutionRequest {
+                request_id: "create-1".into(),
+                workspace: workspace.display().to_string(),
+                ..Default::default()
+            })
+            .await
+    });
+    eventually("the agent to be initializing", || {
+        service.agent_received().iter().any(|m| m["method"] == "initialize")
+    })
+    .await;
+    std::fs::create_dir_all(service.workspace.join(".cursor")).unwrap();
+    std::fs::write(service.workspace.join(".cursor/hooks.json"), "{}").unwrap();
+    let status = creating.await.unwrap().unwrap_err();
+    assert_eq!(reason(&status), "WORKSPACE_POLICY");
+    assert!(
+        !service.agent_received().iter().any(|m| m["method"] == "session/new"),
+        "the workspace never entered the agent"
+    );
+    let mut client = service.client().await;
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .executions;
+    assert_eq!(listed[0].state, proto::ExecutionState::Failed as i32);
+    assert_eq!(listed[0].failure_reason, "WORKSPACE_POLICY");
+    assert!(!process_alive(listed[0].pid.unwrap()), "the agent was stopped");
+    service.shutdown().await;
+}
 
 async fn every_agent_request_gets_exactly_one_response_and_unknown_requests_get_method_not_found(backend: Backend) {
     let service = TestService::start(backend, "extension_requests.json").await;

@@ -127,7 +127,7 @@ pub(crate) async fn launch(
         )
         .await?;
     let (connection, inbound) = AcpConnection::spawn(stdin, stdout);
-    match handshake(&connection, &record.workspace, config.handshake_timeout).await {
+    match handshake(&connection, &record.workspace, &config).await {
         Ok(session_id) => {
             record.session_id = Some(session_id.clone());
             record.state = ExecutionState::Ready.as_str().into();
@@ -165,13 +165,19 @@ pub(crate) async fn launch(
     }
 }
 
-async fn handshake(connection: &AcpConnection, workspace: &str, limit: Duration) -> Result<String, EngineError> {
+async fn handshake(connection: &AcpConnection, workspace: &str, config: &EngineConfig) -> Result<String, EngineError> {
+    let limit = config.handshake_timeout;
     let initialize = schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1)
         .client_info(schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")));
     let mut initialize = serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
     // Cursor's SDK strips unknown top-level capability keys; its opt-ins go in `_meta`.
     initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true});
     timed(limit, connection.request("initialize", initialize)).await?;
+    // The workspace enters the process with `session/new`: check it again right before.
+    config
+        .workspace_policy
+        .check(std::path::Path::new(workspace))
+        .map_err(crate::engine::policy_refusal)?;
     let new_session = schema::NewSessionRequest::new(workspace);
     let result = timed(limit, connection.request("session/new", new_session)).await?;
     result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {

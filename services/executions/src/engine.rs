@@ -13,6 +13,7 @@ use cursor_runner_store::{
     TurnRecord, now_ms,
 };
 use cursor_runner_supervisor::AgentCommand;
+use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefusal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -47,6 +48,8 @@ pub struct EngineConfig {
     pub stop_grace: Duration,
     /// Idle time after which a stream gets a heartbeat.
     pub heartbeat_interval: Duration,
+    /// What a workspace may not contain (checked at admission and before `session/new`).
+    pub workspace_policy: WorkspacePolicy,
 }
 
 impl EngineConfig {
@@ -58,6 +61,7 @@ impl EngineConfig {
             cancel_grace: Duration::from_secs(15),
             stop_grace: Duration::from_secs(5),
             heartbeat_interval: Duration::from_secs(15),
+            workspace_policy: WorkspacePolicy::default(),
         }
     }
 }
@@ -145,6 +149,7 @@ impl Engine {
         command: CreateExecutionCommand,
     ) -> Result<ExecutionRecord, EngineError> {
         let workspace = validate_workspace(&command.workspace)?;
+        self.config.workspace_policy.check(&workspace).map_err(policy_refusal)?;
         let wait_limit = match command.interaction_wait_limit {
             None => DEFAULT_INTERACTION_WAIT_LIMIT,
             Some(limit) if limit.is_zero() || limit > MAX_INTERACTION_WAIT_LIMIT => {
@@ -746,6 +751,11 @@ pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
         format!("interaction `{}` is {}", record.id, record.state),
     )
     .with("state", record.state.clone())
+}
+
+pub(crate) fn policy_refusal(refusal: WorkspaceRefusal) -> EngineError {
+    EngineError::precondition(Reason::WorkspacePolicy, refusal.to_string())
+        .with("path", refusal.path().display().to_string())
 }
 
 fn validate_workspace(workspace: &str) -> Result<PathBuf, EngineError> {

@@ -4,6 +4,7 @@
 
 mod launch;
 mod process;
+pub mod workspace_policy;
 
 pub use launch::{AgentCommand, FIXED_PATH, LaunchError, LaunchSpec};
 pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
