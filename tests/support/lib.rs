@@ -17,6 +17,9 @@ use tonic::transport::Channel;
 
 pub use cursor_runner_api::pb as proto;
 
+mod service_process;
+pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
+
 /// The server every Postgres test uses unless `DATABASE_URL` names another.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// Bound on any single wait in a test, so a broken service fails instead of hanging.

@@ -4,6 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use cursor_runner_executions::credential::{CredentialBinding, Secret};
 use cursor_runner_executions::interaction::question::Selection;
 use cursor_runner_executions::{
     AnswerCommand, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta, StreamItem,
@@ -82,7 +83,23 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
     ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
         let tenant_id = tenant(&request)?;
         let body = request.into_inner();
-        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        // The secret never enters the idempotency digest (rows keep digests only, but a
+        // digest of a secret is still derived from it).
+        let meta = meta(tenant_id, &body.request_id, &body, |b| {
+            b.request_id.clear();
+            if let Some(credential) = b.credential.as_mut() {
+                credential.secret.clear();
+            }
+        });
+        let credential = body.credential.map(|c| CredentialBinding {
+            provider: c.provider,
+            session_id: c.session_id,
+            credential_name: c.credential_name,
+            secret: Secret::new(c.secret),
+            expires_at_ms: c
+                .expire_time
+                .map(|t| t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000)),
+        });
         let record = self
             .engine
             .create_execution(
@@ -91,6 +108,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                     workspace: body.workspace,
                     approval_policy: convert::approval_policy(body.approval_policy)?,
                     interaction_wait_limit: body.interaction_wait_limit.map(convert::duration).transpose()?,
+                    control_session_id: body.control_session_id,
+                    credential,
                 },
             )
             .await

@@ -12,7 +12,7 @@ use cursor_runner_acp::cursor::{self, AskQuestionParams, CreatePlanParams};
 use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
-use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchSpec};
+use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
@@ -99,6 +99,7 @@ pub(crate) async fn launch(
     store: Arc<dyn Store>,
     config: Arc<EngineConfig>,
     mut record: ExecutionRecord,
+    credential: Option<BoundCredential>,
     mut events: EventWriter,
     commands: mpsc::Receiver<Command>,
 ) -> Result<ExecutionRecord, EngineError> {
@@ -106,6 +107,7 @@ pub(crate) async fn launch(
         command: config.agent_command.clone(),
         workspace: record.workspace.clone().into(),
         private_home: config.state_dir.join("homes").join(&record.id),
+        credential,
     };
     let (mut process, stdin, stdout) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,

@@ -12,7 +12,9 @@ use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
     TurnRecord, now_ms,
 };
-use cursor_runner_supervisor::AgentCommand;
+use cursor_runner_supervisor::{AgentCommand, BoundCredential};
+
+use crate::credential::CredentialBinding;
 use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefusal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -81,6 +83,17 @@ pub struct CreateExecutionCommand {
     pub approval_policy: ApprovalPolicy,
     /// How long a question or plan may wait for a human; `None` means the default.
     pub interaction_wait_limit: Option<Duration>,
+    /// The control plane's session (run) this execution serves.
+    pub control_session_id: String,
+    pub credential: Option<CredentialBinding>,
+}
+
+/// What an admitted `CreateExecution` launches with.
+struct Admitted {
+    workspace: PathBuf,
+    policy: ApprovalPolicy,
+    wait_limit: Duration,
+    credential: Option<BoundCredential>,
 }
 
 /// How long a question or plan waits for a human unless the execution says otherwise.
@@ -160,15 +173,22 @@ impl Engine {
             }
             Some(limit) => limit,
         };
-        let policy = command.approval_policy;
+        let credential = command
+            .credential
+            .map(|binding| binding.admit(&command.control_session_id, now_ms()))
+            .transpose()?;
+        let admitted = Admitted {
+            workspace,
+            policy: command.approval_policy,
+            wait_limit,
+            credential,
+        };
         let engine = self.clone();
         let tenant_id = meta.tenant_id.clone();
         let caller = tenant_id.clone();
         let result = self
             .idempotent(meta, "CreateExecution", move || async move {
-                let record = engine
-                    .launch_execution(&tenant_id, workspace, policy, wait_limit)
-                    .await?;
+                let record = engine.launch_execution(&tenant_id, admitted).await?;
                 Ok(json!({"executionId": record.id}))
             })
             .await?;
@@ -178,10 +198,14 @@ impl Engine {
     async fn launch_execution(
         self: &Arc<Self>,
         tenant_id: &str,
-        workspace: PathBuf,
-        policy: ApprovalPolicy,
-        wait_limit: Duration,
+        admitted: Admitted,
     ) -> Result<ExecutionRecord, EngineError> {
+        let Admitted {
+            workspace,
+            policy,
+            wait_limit,
+            credential,
+        } = admitted;
         let now = now_ms();
         let record = ExecutionRecord {
             id: uuid::Uuid::now_v7().to_string(),
@@ -213,7 +237,15 @@ impl Engine {
                 head: events.subscribe(),
             },
         );
-        actor::launch(self.store.clone(), self.config.clone(), record, events, commands_rx).await
+        actor::launch(
+            self.store.clone(),
+            self.config.clone(),
+            record,
+            credential,
+            events,
+            commands_rx,
+        )
+        .await
     }
 
     pub async fn get_execution(&self, tenant_id: &str, id: &str) -> Result<ExecutionRecord, EngineError> {

@@ -5,97 +5,8 @@
 //! in both windows (the store cannot tell them apart and must not pretend to), say why,
 //! and never hand the old answer to a new agent process.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
 use cursor_runner_e2e::*;
 use serde_json::Value;
-
-/// A `cursor-runner serve` process with its stderr watched for failpoint markers.
-struct ServiceProcess {
-    child: Child,
-    address: SocketAddr,
-    stderr_lines: mpsc::Receiver<String>,
-}
-
-impl ServiceProcess {
-    fn start(database_url: &str, state: &std::path::Path, record: &std::path::Path, failpoint: Option<&str>) -> Self {
-        let address = free_address();
-        let agent = format!(
-            "{} --scenario {} --record {}",
-            fake_agent().display(),
-            scenario("demo.json").display(),
-            record.display()
-        );
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cursor-runner"));
-        command
-            .args(["serve", "--listen", &address.to_string(), "--agent-command", &agent])
-            .arg("--state-dir")
-            .arg(state)
-            .env("CURSOR_RUNNER_DATABASE_URL", database_url)
-            .env("CURSOR_RUNNER_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(name) = failpoint {
-            command.env("CURSOR_RUNNER_FAILPOINT", name);
-        }
-        let mut child = command.spawn().expect("cursor-runner serve");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, stderr_lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Self {
-            child,
-            address,
-            stderr_lines,
-        }
-    }
-
-    async fn client(&self) -> Client {
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(self.address).is_ok() {
-                return connect(self.address, Some(TENANT)).await;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("the service never listened on {}", self.address);
-    }
-
-    /// Waits until the service says it reached `name`, then kills it with SIGKILL.
-    fn kill_at(mut self, name: &str) {
-        let marker = format!("failpoint reached: {name}");
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.stderr_lines.recv_timeout(left) {
-                Ok(line) if line.contains(&marker) => break,
-                Ok(_) => {}
-                Err(_) => panic!("the failpoint {name} was never reached"),
-            }
-        }
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
-    }
-
-    fn stop(mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-    }
-}
-
-fn free_address() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
 
 fn answer_request(created: &Value) -> proto::AnswerInteractionRequest {
     proto::AnswerInteractionRequest {
@@ -111,6 +22,19 @@ fn answer_request(created: &Value) -> proto::AnswerInteractionRequest {
             },
         )),
     }
+}
+
+fn service(database_url: &str, dirs: &ServiceDirs, failpoint: Option<&str>) -> ServiceProcess {
+    ServiceProcess::start(ServiceSettings {
+        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url,
+        state_dir: dirs.root.path(),
+        scenario: "demo.json",
+        record: &dirs.record,
+        env: failpoint
+            .map(|name| vec![("CURSOR_RUNNER_FAILPOINT".to_owned(), name.to_owned())])
+            .unwrap_or_default(),
+    })
 }
 
 /// Lines the agents received after the `n`-th `initialize` (0-based), i.e. by the n-th process.
@@ -133,12 +57,10 @@ fn received_by_process(record: &std::path::Path, n: usize) -> Vec<Value> {
 
 async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
     let database = TestDatabase::create(Backend::Postgres).await;
-    let state = tempfile::tempdir().unwrap();
-    let workspace = state.path().join("workspace");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let record = state.path().join("agent-stdin.ndjson");
+    let dirs = ServiceDirs::new();
+    let (workspace, record) = (&dirs.workspace, &dirs.record);
 
-    let first = ServiceProcess::start(&database.url, state.path(), &record, Some(failpoint));
+    let first = service(&database.url, &dirs, Some(failpoint));
     let mut client = first.client().await;
     let execution = client
         .create_execution(proto::CreateExecutionRequest {
@@ -160,10 +82,11 @@ async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
     let request = answer_request(&created);
     // The answer never returns: the service stops inside it.
     let pending_answer = tokio::spawn(async move { answering.answer_interaction(request).await });
-    first.kill_at(failpoint);
+    first.wait_for_stderr(&format!("failpoint reached: {failpoint}"));
+    first.kill();
     let _ = pending_answer.await;
     let answer_lines = |n| {
-        received_by_process(&record, n)
+        received_by_process(record, n)
             .into_iter()
             .filter(|m| m.get("method").is_none() && m["id"] == 0)
             .count()
@@ -174,7 +97,7 @@ async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
         "the window was the intended one"
     );
 
-    let second = ServiceProcess::start(&database.url, state.path(), &record, None);
+    let second = service(&database.url, &dirs, None);
     let mut client = second.client().await;
     let interaction = client
         .get_interaction(proto::GetInteractionRequest {
@@ -244,12 +167,10 @@ async fn a_crash_after_the_pipe_write_but_before_delivered_is_recorded_expires_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_never_replayed() {
     let database = TestDatabase::create(Backend::Postgres).await;
-    let state = tempfile::tempdir().unwrap();
-    let workspace = state.path().join("workspace");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let record = state.path().join("agent-stdin.ndjson");
+    let dirs = ServiceDirs::new();
+    let (workspace, record) = (&dirs.workspace, &dirs.record);
 
-    let mut first = ServiceProcess::start(&database.url, state.path(), &record, None);
+    let first = service(&database.url, &dirs, None);
     let mut client = first.client().await;
     let execution = client
         .create_execution(proto::CreateExecutionRequest {
@@ -267,10 +188,9 @@ async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_neve
         .await
         .unwrap();
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
+    first.kill();
 
-    let second = ServiceProcess::start(&database.url, state.path(), &record, None);
+    let second = service(&database.url, &dirs, None);
     let mut client = second.client().await;
     let interaction = client
         .get_interaction(proto::GetInteractionRequest {
@@ -290,7 +210,7 @@ async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_neve
     let execution = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(execution.state, proto::ExecutionState::Lost as i32);
     assert_eq!(execution.failure_reason, "service_restarted");
-    let answers = received_by_process(&record, 0)
+    let answers = received_by_process(record, 0)
         .into_iter()
         .filter(|m| m.get("method").is_none())
         .count();

@@ -33,6 +33,59 @@ impl AgentCommand {
     }
 }
 
+/// The only credential variables an agent may receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialName {
+    CursorApiKey,
+    CursorAuthToken,
+}
+
+impl CredentialName {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "CURSOR_API_KEY" => Some(Self::CursorApiKey),
+            "CURSOR_AUTH_TOKEN" => Some(Self::CursorAuthToken),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CursorApiKey => "CURSOR_API_KEY",
+            Self::CursorAuthToken => "CURSOR_AUTH_TOKEN",
+        }
+    }
+}
+
+/// A secret value. Its `Debug` never shows it, so it cannot leak through a log line
+/// or an error that formats the structure holding it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that needs it: the agent's environment.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// The one credential explicitly bound to a launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundCredential {
+    pub name: CredentialName,
+    pub secret: Secret,
+}
+
 /// Everything needed to start one agent process.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
@@ -40,6 +93,8 @@ pub struct LaunchSpec {
     pub workspace: PathBuf,
     /// A private directory for this process's HOME and XDG directories.
     pub private_home: PathBuf,
+    /// At most one credential; nothing else of the kind ever enters.
+    pub credential: Option<BoundCredential>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +126,13 @@ impl LaunchSpec {
             ("NO_OPEN_BROWSER".into(), "1".into()),
             ("PATH".into(), FIXED_PATH.into()),
         ]
+        .into_iter()
+        .chain(
+            self.credential
+                .iter()
+                .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned())),
+        )
+        .collect()
     }
 
     pub(crate) fn prepare(&self) -> Result<(), LaunchError> {
@@ -108,8 +170,26 @@ mod tests {
             command: AgentCommand::parse("x").unwrap(),
             workspace: "/".into(),
             private_home: "/tmp/h".into(),
+            credential: None,
         };
         let names: Vec<_> = spec.environment().into_iter().map(|(k, _)| k).collect();
         assert!(!names.iter().any(|n| n.contains("KEY") || n.contains("TOKEN")));
+    }
+
+    #[test]
+    fn a_bound_credential_enters_under_its_name_only() {
+        let spec = LaunchSpec {
+            command: AgentCommand::parse("x").unwrap(),
+            workspace: "/".into(),
+            private_home: "/tmp/h".into(),
+            credential: Some(BoundCredential {
+                name: CredentialName::CursorAuthToken,
+                secret: Secret::new("tok-123"),
+            }),
+        };
+        let env = spec.environment();
+        assert_eq!(env.iter().filter(|(_, v)| v == "tok-123").count(), 1);
+        assert!(env.contains(&("CURSOR_AUTH_TOKEN".to_owned(), "tok-123".to_owned())));
+        assert!(!format!("{spec:?}").contains("tok-123"), "Debug never shows the secret");
     }
 }

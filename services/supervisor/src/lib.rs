@@ -6,5 +6,5 @@ mod launch;
 mod process;
 pub mod workspace_policy;
 
-pub use launch::{AgentCommand, FIXED_PATH, LaunchError, LaunchSpec};
+pub use launch::{AgentCommand, BoundCredential, CredentialName, FIXED_PATH, LaunchError, LaunchSpec, Secret};
 pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};

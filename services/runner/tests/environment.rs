@@ -1,0 +1,83 @@
+//! The service's own environment (credentials, proxies, loader and Node hooks, its
+//! database URL) never reaches an agent: the agent's environment is built from nothing.
+
+use cursor_runner_e2e::*;
+use serde_json::Value;
+
+const CANARIES: [(&str, &str); 7] = [
+    ("CURSOR_API_KEY", "canary-api-key"),
+    ("CURSOR_AUTH_TOKEN", "canary-auth-token"),
+    ("NODE_OPTIONS", "--require=/canary/hook.js"),
+    ("NODE_PATH", "/canary/node_modules"),
+    ("LD_PRELOAD", "/canary/libhook.so"),
+    ("HTTP_PROXY", "http://canary.invalid:3128"),
+    ("DATABASE_URL", "postgres://canary:canary@canary.invalid/db"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_own_environment_never_reaches_an_agent() {
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let dirs = ServiceDirs::new();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: "env_report.json",
+        record: &dirs.record,
+        env: CANARIES.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    });
+    let mut client = service.client().await;
+    let execution = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: dirs.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    events.until_turn_settles().await;
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dirs.workspace.join("env.json")).unwrap()).unwrap();
+    let mut names: Vec<&str> = report["env"].as_object().unwrap().keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "AGENT_CLI_CREDENTIAL_STORE",
+            "CURSOR_CONFIG_DIR",
+            "CURSOR_DATA_DIR",
+            "HOME",
+            "NODE_DISABLE_COMPILE_CACHE",
+            "NO_OPEN_BROWSER",
+            "PATH",
+            "XDG_CACHE_HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_DATA_HOME",
+        ]
+    );
+    let text = report.to_string();
+    for (name, value) in CANARIES {
+        assert!(!text.contains(value), "{name} leaked into the agent: {text}");
+    }
+    let argv: Vec<String> = serde_json::from_value(report["argv"].clone()).unwrap();
+    assert_eq!(
+        argv,
+        [
+            fake_agent().display().to_string(),
+            "--scenario".into(),
+            scenario("env_report.json").display().to_string(),
+            "--record".into(),
+            dirs.record.display().to_string(),
+        ],
+        "the argv is exactly the configured one"
+    );
+    service.stop();
+    database.drop_database().await;
+}

@@ -1,0 +1,123 @@
+//! Credentials: only one explicitly bound credential reaches the agent, bad bindings
+//! are refused before launch, and the secret appears nowhere else.
+
+use cursor_runner_e2e::*;
+use serde_json::Value;
+use tonic::Code;
+
+on_both_backends!(
+    a_bound_credential_reaches_the_agent_under_its_name_and_nowhere_else,
+    each_bad_credential_binding_is_refused_before_launch_with_its_reason,
+);
+
+const CANARY: &str = "sk-canary-4242-do-not-leak";
+
+fn binding() -> proto::CredentialBinding {
+    proto::CredentialBinding {
+        provider: "cursor".into(),
+        session_id: "run-7".into(),
+        credential_name: "CURSOR_API_KEY".into(),
+        secret: CANARY.into(),
+        expire_time: None,
+    }
+}
+
+fn with_binding(credential: proto::CredentialBinding) -> proto::CreateExecutionRequest {
+    proto::CreateExecutionRequest {
+        control_session_id: "run-7".into(),
+        credential: Some(credential),
+        ..Default::default()
+    }
+}
+
+async fn a_bound_credential_reaches_the_agent_under_its_name_and_nowhere_else(backend: Backend) {
+    let service = TestService::start(backend, "env_report.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let all = events.until_turn_settles().await;
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(service.workspace.join("env.json")).unwrap()).unwrap();
+    let env = report["env"].as_object().unwrap();
+    assert_eq!(env["CURSOR_API_KEY"], CANARY);
+    let holding: Vec<&String> = env
+        .iter()
+        .filter(|(_, v)| v.as_str() == Some(CANARY))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(holding, ["CURSOR_API_KEY"], "the secret enters under its name only");
+    assert!(!env.contains_key("CURSOR_AUTH_TOKEN"));
+    assert!(
+        !env.keys().any(|k| k.contains("BINDING")),
+        "no binding marker reaches the agent"
+    );
+
+    let streamed: String = all.iter().map(|e| format!("{e:?}")).collect();
+    assert!(!streamed.contains(CANARY), "not in the event stream");
+    let record = format!("{:?}", get_execution(&mut client, &execution.execution_id).await);
+    assert!(!record.contains(CANARY), "not in the execution record");
+    let stored = service
+        .store
+        .read_events(&execution.execution_id, 0, 10_000)
+        .await
+        .unwrap();
+    assert!(!format!("{stored:?}").contains(CANARY), "not in the outbox");
+    // A retry with the same request id (and secret) returns the same execution.
+    let again = client.create_execution(proto::CreateExecutionRequest {
+        request_id: "create-1".into(),
+        workspace: service.workspace.display().to_string(),
+        ..with_binding(binding())
+    });
+    assert_eq!(
+        again.await.unwrap().into_inner().execution.unwrap().execution_id,
+        execution.execution_id
+    );
+    service.shutdown().await;
+}
+
+async fn each_bad_credential_binding_is_refused_before_launch_with_its_reason(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    type Edit = fn(&mut proto::CredentialBinding);
+    let cases: Vec<(Edit, Code, &str)> = vec![
+        (
+            |b| b.provider = "openai".into(),
+            Code::InvalidArgument,
+            "CREDENTIAL_WRONG_PROVIDER",
+        ),
+        (
+            |b| b.session_id = "run-8".into(),
+            Code::InvalidArgument,
+            "CREDENTIAL_WRONG_SESSION",
+        ),
+        (
+            |b| b.credential_name = "OPENAI_API_KEY".into(),
+            Code::InvalidArgument,
+            "CREDENTIAL_UNBOUND",
+        ),
+        (|b| b.secret.clear(), Code::InvalidArgument, "CREDENTIAL_MISSING"),
+        (
+            |b| b.expire_time = Some(::prost_types::Timestamp { seconds: 1, nanos: 0 }),
+            Code::FailedPrecondition,
+            "CREDENTIAL_STALE",
+        ),
+    ];
+    for (n, (edit, code, expected)) in cases.into_iter().enumerate() {
+        let mut credential = binding();
+        edit(&mut credential);
+        let result = client
+            .create_execution(proto::CreateExecutionRequest {
+                request_id: format!("bad-{n}"),
+                workspace: service.workspace.display().to_string(),
+                ..with_binding(credential)
+            })
+            .await;
+        let status = result.unwrap_err();
+        assert_eq!((status.code(), reason(&status).as_str()), (code, expected));
+        assert!(
+            !status.message().contains(CANARY),
+            "the refusal never carries the secret"
+        );
+    }
+    assert!(service.agent_received().is_empty(), "nothing was launched");
+    service.shutdown().await;
+}

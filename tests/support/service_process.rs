@@ -1,0 +1,137 @@
+//! `cursor-runner serve` as a separate process, for tests that kill the service or
+//! control its environment.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::{Client, TENANT, WAIT, connect, fake_agent, scenario};
+
+/// How to start one service process.
+pub struct ServiceSettings<'a> {
+    /// The `cursor-runner` binary (`env!("CARGO_BIN_EXE_cursor-runner")` in its tests).
+    pub binary: &'a Path,
+    pub database_url: &'a str,
+    pub state_dir: &'a Path,
+    /// The fake agent's scenario file name under `fixtures/scenarios`.
+    pub scenario: &'a str,
+    /// Where the fake agent records what it reads.
+    pub record: &'a Path,
+    /// Extra environment of the service process itself.
+    pub env: Vec<(String, String)>,
+}
+
+/// A running `cursor-runner serve` with its stderr watched.
+pub struct ServiceProcess {
+    pub child: Child,
+    pub address: SocketAddr,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+impl ServiceProcess {
+    pub fn start(settings: ServiceSettings<'_>) -> Self {
+        let address = free_address();
+        let agent = format!(
+            "{} --scenario {} --record {}",
+            fake_agent().display(),
+            scenario(settings.scenario).display(),
+            settings.record.display()
+        );
+        let mut command = Command::new(settings.binary);
+        command
+            .args(["serve", "--listen", &address.to_string(), "--agent-command", &agent])
+            .arg("--state-dir")
+            .arg(settings.state_dir)
+            .env("CURSOR_RUNNER_DATABASE_URL", settings.database_url)
+            .env("CURSOR_RUNNER_LOG", "warn")
+            .envs(settings.env)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("cursor-runner serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, stderr_lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            address,
+            stderr_lines,
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(self.address).is_ok() {
+                return connect(self.address, Some(TENANT)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the service never listened on {}", self.address);
+    }
+
+    /// Waits until the service's stderr has a line containing `marker`.
+    pub fn wait_for_stderr(&self, marker: &str) {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) if line.contains(marker) => return,
+                Ok(_) => {}
+                Err(_) => panic!("the service never printed `{marker}`"),
+            }
+        }
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+
+    /// SIGTERM (graceful shutdown), then reap.
+    pub fn stop(mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+fn free_address() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("address")
+}
+
+/// A state directory with a workspace and a record file for one service.
+pub struct ServiceDirs {
+    pub root: tempfile::TempDir,
+    pub workspace: PathBuf,
+    pub record: PathBuf,
+}
+
+impl ServiceDirs {
+    pub fn new() -> Self {
+        let root = tempfile::tempdir().expect("temp dir");
+        let workspace = root.path().join("workspace");
+        std::fs::create_dir_all(&workspace).expect("workspace");
+        let record = root.path().join("agent-stdin.ndjson");
+        Self {
+            root,
+            workspace,
+            record,
+        }
+    }
+}
+
+impl Default for ServiceDirs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
