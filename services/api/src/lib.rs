@@ -70,3 +70,32 @@ pub async fn serve(
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every value of every enum in the proto has a row in docs/prp-mapping.md.
+    #[test]
+    fn docs_map_every_proto_enum_value() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let doc = std::fs::read_to_string(format!("{root}/docs/prp-mapping.md")).expect("mapping doc");
+        let mut checked = 0;
+        for file in ["resources.proto", "runner_service.proto"] {
+            let proto = std::fs::read_to_string(format!("{root}/proto/cursor_runner/v1/{file}")).expect("proto");
+            let mut in_enum = false;
+            for line in proto.lines().map(str::trim) {
+                if line.starts_with("enum ") {
+                    in_enum = true;
+                } else if line == "}" {
+                    in_enum = false;
+                } else if in_enum && let Some((name, _)) = line.split_once(" = ") {
+                    assert!(
+                        doc.contains(&format!("| `{name}` |")),
+                        "{name} is missing from docs/prp-mapping.md"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20, "the proto enums were found ({checked})");
+    }
+}
