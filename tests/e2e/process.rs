@@ -9,7 +9,61 @@ on_both_backends!(
     a_workspace_that_does_not_exist_is_refused_before_any_launch,
     a_workspace_with_project_mcp_config_is_refused_before_any_launch,
     config_that_appears_before_session_new_is_refused_and_the_agent_stopped,
+    generated_images_refer_only_to_verified_workspace_files,
 );
+
+async fn generated_images_refer_only_to_verified_workspace_files(backend: Backend) {
+    let service = TestService::start(backend, "generate_image.json").await;
+    let ws = &service.workspace;
+    for file in ["out/cat.png", "ref/dog.png"] {
+        std::fs::create_dir_all(ws.join(file).parent().unwrap()).unwrap();
+        std::fs::write(ws.join(file), b"png").unwrap();
+    }
+    std::fs::write(ws.parent().unwrap().join("outside.png"), b"png").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", ws.join("link.png")).unwrap();
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.completed");
+    let of = |t: &str| {
+        settled
+            .iter()
+            .filter(|e| e.event_type == t)
+            .map(payload)
+            .collect::<Vec<Value>>()
+    };
+    let generated = of("artifact.generated");
+    assert_eq!(generated[0]["reference"], "out/cat.png");
+    assert_eq!(generated[0]["registered"], false);
+    assert_eq!(
+        generated[0]["sanitized"], true,
+        "the escape sequence in the description is neutralized"
+    );
+    assert!(generated[1].get("reference").is_none(), "a symlink is never referenced");
+    let viewed = of("artifact.viewed");
+    assert_eq!(viewed.len(), 1);
+    assert_eq!(viewed[0]["reference"], "ref/dog.png");
+    let refused: Vec<Value> = of("provider.notice.recorded")
+        .into_iter()
+        .filter(|n| n["category"] == "artifact_path_refused")
+        .collect();
+    assert_eq!(refused.len(), 2);
+    assert!(
+        !format!("{refused:?}").contains("/etc/passwd"),
+        "refused paths are never echoed"
+    );
+    let acks: Vec<Value> = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m.get("method").is_none())
+        .collect();
+    assert_eq!(
+        acks,
+        vec![json!({"jsonrpc": "2.0", "id": 3, "result": {}})],
+        "acknowledged once, at once"
+    );
+    service.shutdown().await;
+}
 
 async fn a_workspace_with_project_mcp_config_is_refused_before_any_launch(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;

@@ -66,6 +66,10 @@ pub enum ActivityPayload {
     SessionCommandsUpdated(SessionCommandsUpdated),
     #[serde(rename = "usage.reported")]
     UsageReported(UsageReported),
+    #[serde(rename = "artifact.generated")]
+    ArtifactGenerated(ArtifactGenerated),
+    #[serde(rename = "artifact.viewed")]
+    ArtifactViewed(ArtifactViewed),
 }
 
 /// Every `eventType` of the closed set, for documentation and mapping checks.
@@ -95,6 +99,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "session.info.updated",
     "session.commands.updated",
     "usage.reported",
+    "artifact.generated",
+    "artifact.viewed",
 ];
 
 /// The event types of [`EVENT_TYPES`] that are extensions: families PRP lacks.
@@ -131,7 +137,9 @@ impl ActivityPayload {
             | Self::ReviewModeChanged(_)
             | Self::SessionConfigUpdated(_)
             | Self::SessionInfoUpdated(_)
-            | Self::SessionCommandsUpdated(_) => 1,
+            | Self::SessionCommandsUpdated(_)
+            | Self::ArtifactGenerated(_)
+            | Self::ArtifactViewed(_) => 1,
             _ => 0,
         }
     }
@@ -804,6 +812,74 @@ pub struct UsageReported {
     pub cost: Option<ReportedCost>,
 }
 
+/// An image the agent generated (`cursor/generate_image`). Cursor's reference is a
+/// workspace file the runner verified (inside the workspace by real path, a regular
+/// file, not a symlink); it is never ingested, and nothing registers it as an artifact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactGenerated {
+    pub artifact_id: String,
+    pub tool_call_id: String,
+    /// Workspace-relative path; absent when the agent named none or it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    pub description: String,
+    /// `completed`: Cursor reports a generation once it is done.
+    pub status: String,
+    pub registered: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sanitized: bool,
+}
+
+/// A workspace file the agent looked at as a reference image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactViewed {
+    pub artifact_id: String,
+    pub tool_call_id: String,
+    /// Workspace-relative path.
+    pub reference: String,
+}
+
+/// The events for one `cursor/generate_image`: `artifact.generated`, one
+/// `artifact.viewed` per verified reference, and a warning notice when paths were
+/// refused (never naming them: they may be private).
+pub fn generated_image(
+    tool_call_id: &str,
+    description: &str,
+    reference: Option<String>,
+    viewed: Vec<String>,
+    refused_paths: usize,
+) -> Vec<ActivityPayload> {
+    let clean = crate::sanitize_display(&crate::bound_text(description, crate::MAX_METADATA_TEXT_CHARS).text);
+    let mut events = vec![ActivityPayload::ArtifactGenerated(ArtifactGenerated {
+        artifact_id: tool_call_id.to_owned(),
+        tool_call_id: tool_call_id.to_owned(),
+        reference,
+        description: clean.text,
+        status: "completed".into(),
+        registered: false,
+        sanitized: clean.sanitized,
+    })];
+    events.extend(viewed.into_iter().enumerate().map(|(n, reference)| {
+        ActivityPayload::ArtifactViewed(ArtifactViewed {
+            artifact_id: format!("{tool_call_id}:ref-{}", n + 1),
+            tool_call_id: tool_call_id.to_owned(),
+            reference,
+        })
+    }));
+    if refused_paths > 0 {
+        events.push(ActivityPayload::ProviderNotice(ProviderNotice::warning(
+            "artifact_path_refused",
+            NoticeScope::Turn,
+            format!(
+                "{refused_paths} image path(s) of `{tool_call_id}` were omitted: outside the workspace, not a regular file, or a symlink"
+            ),
+        )));
+    }
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -946,6 +1022,20 @@ mod tests {
                 size: None,
                 cost: None,
             }),
+            ActivityPayload::ArtifactGenerated(ArtifactGenerated {
+                artifact_id: "tc".into(),
+                tool_call_id: "tc".into(),
+                reference: Some("out/cat.png".into()),
+                description: "a cat".into(),
+                status: "completed".into(),
+                registered: false,
+                sanitized: false,
+            }),
+            ActivityPayload::ArtifactViewed(ArtifactViewed {
+                artifact_id: "tc:ref-1".into(),
+                tool_call_id: "tc".into(),
+                reference: "in/dog.png".into(),
+            }),
         ];
         for sample in &all {
             match sample {
@@ -973,7 +1063,9 @@ mod tests {
                 | ActivityPayload::SessionConfigUpdated(_)
                 | ActivityPayload::SessionInfoUpdated(_)
                 | ActivityPayload::SessionCommandsUpdated(_)
-                | ActivityPayload::UsageReported(_) => {}
+                | ActivityPayload::UsageReported(_)
+                | ActivityPayload::ArtifactGenerated(_)
+                | ActivityPayload::ArtifactViewed(_) => {}
             }
         }
         all

@@ -12,6 +12,7 @@ use cursor_runner_acp::cursor::{self, AskQuestionParams, CreatePlanParams};
 use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
+use cursor_runner_supervisor::workspace_paths::workspace_file;
 use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -469,6 +470,9 @@ impl Actor {
     }
 
     async fn on_extension(&mut self, method: &str, params: &Value) -> Result<(), EngineError> {
+        if method == cursor::GENERATE_IMAGE {
+            return self.on_generated_image(params).await;
+        }
         let (turn_id, payloads) = match self.turn.as_mut() {
             Some(turn) => (
                 Some(turn.record.id.clone()),
@@ -476,6 +480,33 @@ impl Actor {
             ),
             None => (None, self.session_normalizer.on_extension(method, params)),
         };
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    /// `cursor/generate_image`: every path is checked on disk (inside the workspace by
+    /// real path, a regular file, no symlink) before an event refers to it.
+    async fn on_generated_image(&mut self, params: &Value) -> Result<(), EngineError> {
+        let workspace = std::path::Path::new(&self.record.workspace);
+        let mut refused = 0;
+        let mut check = |path: &str| match workspace_file(workspace, path) {
+            Ok(relative) => Some(relative),
+            Err(_) => {
+                refused += 1;
+                None
+            }
+        };
+        let reference = params["filePath"].as_str().and_then(&mut check);
+        let viewed: Vec<String> = params["referenceImagePaths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(&mut check)
+            .collect();
+        let tool_call_id = params["toolCallId"].as_str().unwrap_or("unknown");
+        let description = params["description"].as_str().unwrap_or_default();
+        let payloads = generated_image(tool_call_id, description, reference, viewed, refused);
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         self.events.emit(turn_id.as_deref(), payloads).await
     }
 

@@ -4,6 +4,7 @@
 
 mod launch;
 mod process;
+pub mod workspace_paths;
 pub mod workspace_policy;
 
 pub use launch::{AgentCommand, BoundCredential, CredentialName, FIXED_PATH, LaunchError, LaunchSpec, Secret};
