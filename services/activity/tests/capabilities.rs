@@ -1,0 +1,169 @@
+//! The capability coverage list: every row of the seed's capability matrix and of its
+//! field audit (read from the seed text itself) has one entry in
+//! `docs/capabilities.json`, proven by a fixture transcript whose expected events
+//! carry the projected field, or by a named end-to-end test; only the seed's named
+//! absences may be `absent`; what another issue owns is `pending` with its owner.
+//! `docs/capabilities.md` is generated from the same list.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The seed's named absences: the only rows allowed to be `absent`.
+const NAMED_ABSENCES: &[&str] = &[
+    "True active-turn steering",
+    "Queued follow-ups",
+    "Fork/resume methods",
+    "Subagent questions",
+    "Reviews, compaction, hooks, memory",
+    "Goal controls / lineage",
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The first cells of the tab-separated rows following `header` (skipping the header row).
+fn seed_rows(seed: &str, header: &str) -> Vec<String> {
+    seed.lines()
+        .skip_while(|line| !line.starts_with(header))
+        .skip(1)
+        .skip_while(|line| !line.contains('\t'))
+        .skip(1)
+        .take_while(|line| line.contains('\t'))
+        .map(|line| line.split('\t').next().unwrap_or_default().trim().to_owned())
+        .collect()
+}
+
+fn entries() -> Vec<Value> {
+    let text = std::fs::read_to_string(root().join("docs/capabilities.json")).expect("docs/capabilities.json");
+    serde_json::from_str(&text).expect("the coverage list is JSON")
+}
+
+/// True when some value under `path` (dot-separated keys, arrays searched) exists.
+fn has_field(value: &Value, path: &[&str]) -> bool {
+    match (value, path.split_first()) {
+        (_, None) => true,
+        (Value::Array(items), _) => items.iter().any(|item| has_field(item, path)),
+        (Value::Object(map), Some((key, rest))) => map.get(*key).is_some_and(|v| has_field(v, rest)),
+        _ => false,
+    }
+}
+
+fn test_exists(name: &str) -> bool {
+    let needle = format!("fn {name}(");
+    ["tests/e2e", "services/runner/tests"].iter().any(|dir| {
+        std::fs::read_dir(root().join(dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|file| std::fs::read_to_string(file.path()).is_ok_and(|text| text.contains(&needle)))
+    })
+}
+
+#[test]
+fn every_seed_row_is_covered_by_a_fixture_a_test_a_named_absence_or_an_owner() {
+    let seed_path = root().join("../shared/seeds/001_8a03ac1837ae2f09.txt");
+    let seed = std::fs::read_to_string(&seed_path)
+        .unwrap_or_else(|e| panic!("the seed {} must be beside the checkout: {e}", seed_path.display()));
+    let matrix = seed_rows(&seed, "Capability matrix against Codex app-server");
+    let audit = seed_rows(&seed, "Exact remaining field audit");
+    assert!(
+        matrix.len() >= 20 && audit.len() >= 10,
+        "the seed tables were found: {matrix:?} {audit:?}"
+    );
+    let entries = entries();
+    for (table, rows) in [("matrix", &matrix), ("field_audit", &audit)] {
+        for row in rows {
+            let found: Vec<&Value> = entries
+                .iter()
+                .filter(|e| e["table"] == table && e["row"] == row.as_str())
+                .collect();
+            assert_eq!(found.len(), 1, "seed {table} row `{row}` needs exactly one entry");
+        }
+    }
+    for entry in &entries {
+        let (table, row) = (entry["table"].as_str().unwrap(), entry["row"].as_str().unwrap());
+        let rows = if table == "matrix" { &matrix } else { &audit };
+        assert!(rows.iter().any(|r| r == row), "`{row}` is not a seed {table} row");
+        match entry["status"].as_str().unwrap() {
+            "fixture" => {
+                let name = entry["evidence"].as_str().unwrap();
+                let expected = root().join(format!("fixtures/transcripts/{name}.expected.json"));
+                let events: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&expected).unwrap()).unwrap();
+                let event = entry["event"].as_str().unwrap();
+                let field: Vec<&str> = entry["field"].as_str().unwrap().split('.').collect();
+                assert!(
+                    events
+                        .iter()
+                        .any(|e| e["eventType"] == event && has_field(&e["payload"], &field)),
+                    "`{row}`: {name} has no {event} with {field:?}"
+                );
+            }
+            "test" => assert!(
+                test_exists(entry["evidence"].as_str().unwrap()),
+                "`{row}`: no such test"
+            ),
+            "absent" => assert!(NAMED_ABSENCES.contains(&row), "`{row}` is not a named absence"),
+            "pending" => assert!(
+                entry["owner"].as_str().is_some_and(|o| o.starts_with("issue ")),
+                "`{row}` needs an owner"
+            ),
+            other => panic!("`{row}`: unknown status {other}"),
+        }
+        let availability = entry["availability"].as_str().unwrap();
+        assert!(
+            ["available", "partial", "unsupported", "policy_disabled"].contains(&availability),
+            "`{row}`"
+        );
+    }
+}
+
+fn render(entries: &[Value]) -> String {
+    let mut out = String::from(
+        "# Capabilities\n\nGenerated from `docs/capabilities.json` by `services/activity/tests/capabilities.rs` \
+         (`UPDATE_CAPABILITIES=1 cargo test -p cursor-runner-activity --test capabilities` rewrites it). \
+         Each row of the seed's capability matrix and field audit, with its availability (PRP's words) and \
+         how it is proven here: a fixture transcript, an end-to-end test, a named absence, or the issue that owns it. \
+         Nothing here is qualified against a real, authenticated Cursor: \"proven\" means against the scripted fake agent.\n",
+    );
+    for (table, title) in [("matrix", "Capability matrix"), ("field_audit", "Field audit")] {
+        out.push_str(&format!(
+            "\n## {title}\n\n| row | availability | proven by | notes |\n|---|---|---|---|\n"
+        ));
+        for e in entries.iter().filter(|e| e["table"] == table) {
+            let proof = match e["status"].as_str().unwrap_or_default() {
+                "fixture" => format!(
+                    "transcript `{}` (`{}`.`{}`)",
+                    e["evidence"].as_str().unwrap_or_default(),
+                    e["event"].as_str().unwrap_or_default(),
+                    e["field"].as_str().unwrap_or_default()
+                ),
+                "test" => format!("test `{}`", e["evidence"].as_str().unwrap_or_default()),
+                "absent" => "named absence".to_owned(),
+                _ => format!("pending ({})", e["owner"].as_str().unwrap_or_default()),
+            };
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                e["row"].as_str().unwrap_or_default(),
+                e["availability"].as_str().unwrap_or_default(),
+                proof,
+                e["reason"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_capabilities_doc_is_generated_from_the_coverage_list() {
+    let rendered = render(&entries());
+    let path = root().join("docs/capabilities.md");
+    if std::env::var_os("UPDATE_CAPABILITIES").is_some() {
+        std::fs::write(&path, &rendered).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == rendered,
+        "docs/capabilities.md is stale: run with UPDATE_CAPABILITIES=1"
+    );
+}
