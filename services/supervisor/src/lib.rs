@@ -9,3 +9,4 @@ pub mod workspace_policy;
 
 pub use launch::{AgentCommand, BoundCredential, CredentialName, FIXED_PATH, LaunchError, LaunchSpec, Secret};
 pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
+pub mod distribution;
