@@ -26,6 +26,7 @@ macro_rules! on_both_backends {
 
 mod api_surface;
 mod credentials;
+mod distribution;
 mod durable;
 mod idempotency;
 mod interactions;

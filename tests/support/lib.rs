@@ -155,6 +155,8 @@ pub struct Options {
     pub cancel_grace: Duration,
     pub stop_grace: Duration,
     pub heartbeat: Duration,
+    /// Launch this instead of the fake agent with the named scenario.
+    pub agent_command: Option<AgentCommand>,
 }
 
 impl Default for Options {
@@ -163,6 +165,7 @@ impl Default for Options {
             cancel_grace: Duration::from_secs(10),
             stop_grace: Duration::from_secs(2),
             heartbeat: Duration::from_secs(15),
+            agent_command: None,
         }
     }
 }
@@ -198,13 +201,15 @@ impl TestService {
         let workspace = state.path().join("workspace");
         std::fs::create_dir_all(&workspace).unwrap();
         let record = state.path().join("agent-stdin.ndjson");
-        let command = AgentCommand::parse(&format!(
-            "{} --scenario {} --record {}",
-            fake_agent().display(),
-            scenario(scenario_name).display(),
-            record.display()
-        ))
-        .unwrap();
+        let command = options.agent_command.clone().unwrap_or_else(|| {
+            AgentCommand::parse(&format!(
+                "{} --scenario {} --record {}",
+                fake_agent().display(),
+                scenario(scenario_name).display(),
+                record.display()
+            ))
+            .unwrap()
+        });
         let store = cursor_runner_store::connect(&database.url).await.expect("store");
         let mut config = EngineConfig::new(command, state.path().to_path_buf());
         config.cancel_grace = options.cancel_grace;

@@ -13,7 +13,7 @@ use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundS
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
 use cursor_runner_supervisor::workspace_paths::workspace_file;
-use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchSpec};
+use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
@@ -113,7 +113,14 @@ pub(crate) async fn launch(
     let (mut process, stdin, stdout) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,
         Err(e) => {
-            let error = EngineError::new(ErrorKind::Unavailable, Reason::AgentLaunchFailed, e.to_string());
+            let error = match e {
+                LaunchError::DistributionUnverified(_) => EngineError::new(
+                    ErrorKind::FailedPrecondition,
+                    Reason::DistributionUnverified,
+                    e.to_string(),
+                ),
+                _ => EngineError::new(ErrorKind::Unavailable, Reason::AgentLaunchFailed, e.to_string()),
+            };
             fail_execution(&store, &mut record, &error, None).await;
             return Err(error);
         }
@@ -124,7 +131,7 @@ pub(crate) async fn launch(
             None,
             vec![ActivityPayload::ProcessSpawned(ProcessSpawned {
                 pid: process.pid(),
-                distribution: spec.command.distribution_label().into(),
+                distribution: spec.command.distribution_label(),
                 program: spec.command.program.display().to_string(),
             })],
         )

@@ -1,6 +1,7 @@
 //! `cursor-runner`: serve the gRPC API, run migrations, or run the demo.
 
 mod demo;
+mod distribution;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +9,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cursor_runner_executions::{Engine, EngineConfig};
-use cursor_runner_supervisor::AgentCommand;
+use cursor_runner_supervisor::distribution::VerifyMode;
+use cursor_runner_supervisor::{AgentCommand, PinnedDistribution};
 
 #[derive(Parser)]
 #[command(
@@ -33,6 +35,9 @@ enum Command {
     /// Serve in-process on the embedded store, run a scripted turn against the fake
     /// agent, answer its question through the API, and print the event stream.
     Demo(demo::DemoArgs),
+    /// Pin, verify or install a Cursor distribution.
+    #[command(subcommand)]
+    Distribution(distribution::DistributionCommand),
 }
 
 #[derive(clap::Args)]
@@ -44,8 +49,23 @@ struct ServeArgs {
     #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
     database_url: Option<String>,
     /// The agent command line, e.g. `/opt/cursor/node /opt/cursor/index.js acp` or a fake agent.
-    #[arg(long, env = "CURSOR_RUNNER_AGENT_COMMAND")]
-    agent_command: String,
+    #[arg(
+        long,
+        env = "CURSOR_RUNNER_AGENT_COMMAND",
+        required_unless_present = "distribution_manifest",
+        conflicts_with = "distribution_manifest"
+    )]
+    agent_command: Option<String>,
+    /// A pinned Cursor distribution's manifest: the agent is then launched only from the
+    /// verified closure in `--distribution-dir`, re-checked before every launch.
+    #[arg(long, env = "CURSOR_RUNNER_DISTRIBUTION_MANIFEST", requires = "distribution_dir")]
+    distribution_manifest: Option<PathBuf>,
+    /// The materialized closure of the pinned distribution.
+    #[arg(long, env = "CURSOR_RUNNER_DISTRIBUTION_DIR")]
+    distribution_dir: Option<PathBuf>,
+    /// Re-hash the whole closure before each launch (default: file set, sizes, modes).
+    #[arg(long, env = "CURSOR_RUNNER_DISTRIBUTION_FULL_VERIFY")]
+    distribution_full_verify: bool,
     /// Where private agent homes and the default SQLite database live.
     #[arg(long, env = "CURSOR_RUNNER_STATE_DIR", default_value = ".cursor-runner")]
     state_dir: PathBuf,
@@ -78,6 +98,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
             Command::Demo(args) => demo::run(args).await,
+            Command::Distribution(command) => distribution::run(command),
         }
     })
 }
@@ -91,7 +112,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let store = cursor_runner_store::connect(&database_url)
         .await
         .context("opening the store")?;
-    let mut config = EngineConfig::new(AgentCommand::parse(&args.agent_command)?, state_dir);
+    let agent_command = match (&args.agent_command, &args.distribution_manifest, &args.distribution_dir) {
+        (Some(command), _, _) => AgentCommand::parse(command)?,
+        (None, Some(manifest), Some(dir)) => {
+            let pin = distribution::load_pin(manifest, distribution::platform(None)?)?;
+            let pinned = PinnedDistribution {
+                closure_dir: std::fs::canonicalize(dir)?,
+                pin,
+                verify_mode: if args.distribution_full_verify {
+                    VerifyMode::Full
+                } else {
+                    VerifyMode::Quick
+                },
+            };
+            // Refuse to serve from a closure that does not match, rather than fail every launch.
+            cursor_runner_supervisor::distribution::verify(&pinned.closure_dir, &pinned.pin, VerifyMode::Full)?;
+            AgentCommand::pinned(pinned)
+        }
+        _ => anyhow::bail!("give --agent-command, or --distribution-manifest with --distribution-dir"),
+    };
+    let mut config = EngineConfig::new(agent_command, state_dir);
     config.cancel_grace = std::time::Duration::from_secs(args.cancel_grace_secs);
     config.stop_grace = std::time::Duration::from_secs(args.stop_grace_secs);
     config.heartbeat_interval = std::time::Duration::from_secs(args.heartbeat_secs);

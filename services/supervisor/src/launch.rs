@@ -4,8 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::distribution::{PlatformPin, VerifyMode, verify};
+
 /// The only `PATH` an agent sees.
 pub const FIXED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The only arguments a pinned Cursor is ever launched with (never `--force`,
+/// `--trust` or `--approve-mcps`).
+pub const CURSOR_ARGS: [&str; 3] = ["--disable-project-configs", "--disable-auto-update", "acp"];
 
 /// The agent executable and its fixed arguments. A development command is launched
 /// through the same code path as a pinned Cursor distribution and reported `unpinned`.
@@ -13,6 +19,17 @@ pub const FIXED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub struct AgentCommand {
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// The verified closure this command runs from, when it is a pinned Cursor.
+    pub distribution: Option<PinnedDistribution>,
+}
+
+/// A materialized Cursor distribution and the pin it must still match at every launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedDistribution {
+    pub closure_dir: PathBuf,
+    pub pin: PlatformPin,
+    /// `Quick` (file set, sizes, modes) before each launch; `Full` re-hashes everything.
+    pub verify_mode: VerifyMode,
 }
 
 impl AgentCommand {
@@ -24,12 +41,39 @@ impl AgentCommand {
         Ok(Self {
             program: PathBuf::from(program),
             args: words.map(str::to_owned).collect(),
+            distribution: None,
         })
     }
 
-    /// How events and metrics name this launch's distribution.
-    pub fn distribution_label(&self) -> &'static str {
-        "unpinned"
+    /// `<closure>/node <closure>/index.js --disable-project-configs --disable-auto-update acp`.
+    pub fn pinned(distribution: PinnedDistribution) -> Self {
+        let closure = &distribution.closure_dir;
+        let mut args = vec![closure.join(&distribution.pin.entrypoint).display().to_string()];
+        args.extend(CURSOR_ARGS.iter().map(|a| (*a).to_owned()));
+        Self {
+            program: closure.join(&distribution.pin.executable),
+            args,
+            distribution: Some(distribution),
+        }
+    }
+
+    /// How events and metrics name this launch's distribution: the closure digest, or
+    /// `unpinned` for a development command.
+    pub fn distribution_label(&self) -> String {
+        match &self.distribution {
+            Some(d) => format!("sha256:{}", d.pin.closure_sha256),
+            None => "unpinned".into(),
+        }
+    }
+
+    /// Re-checks a pinned closure right before a launch; a development command passes.
+    pub fn verify_before_launch(&self) -> Result<(), LaunchError> {
+        match &self.distribution {
+            None => Ok(()),
+            Some(d) => verify(&d.closure_dir, &d.pin, d.verify_mode)
+                .map(|_| ())
+                .map_err(|e| LaunchError::DistributionUnverified(e.to_string())),
+        }
     }
 }
 
@@ -107,6 +151,8 @@ pub enum LaunchError {
     PrivateHome(String),
     #[error("spawning the agent failed: {0}")]
     Spawn(String),
+    #[error("the Cursor distribution no longer matches its pin: {0}")]
+    DistributionUnverified(String),
 }
 
 impl LaunchSpec {
@@ -136,6 +182,7 @@ impl LaunchSpec {
     }
 
     pub(crate) fn prepare(&self) -> Result<(), LaunchError> {
+        self.command.verify_before_launch()?;
         if !self.workspace.is_dir() {
             return Err(LaunchError::WorkspaceMissing(self.workspace.display().to_string()));
         }

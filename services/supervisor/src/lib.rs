@@ -7,6 +7,9 @@ mod process;
 pub mod workspace_paths;
 pub mod workspace_policy;
 
-pub use launch::{AgentCommand, BoundCredential, CredentialName, FIXED_PATH, LaunchError, LaunchSpec, Secret};
+pub use launch::{
+    AgentCommand, BoundCredential, CURSOR_ARGS, CredentialName, FIXED_PATH, LaunchError, LaunchSpec,
+    PinnedDistribution, Secret,
+};
 pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
 pub mod distribution;
