@@ -10,7 +10,34 @@ on_both_backends!(
     a_workspace_with_project_mcp_config_is_refused_before_any_launch,
     config_that_appears_before_session_new_is_refused_and_the_agent_stopped,
     generated_images_refer_only_to_verified_workspace_files,
+    project_config_created_during_a_turn_is_reported_and_stops_the_turn,
 );
+
+async fn project_config_created_during_a_turn_is_reported_and_stops_the_turn(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    std::fs::create_dir_all(service.workspace.join(".cursor")).unwrap();
+    std::fs::write(service.workspace.join(".cursor/mcp.json"), r#"{"mcpServers":{}}"#).unwrap();
+    let settled = events.until_turn_settles().await;
+    let notice = settled
+        .iter()
+        .find(|e| e.event_type == "provider.notice.recorded" && payload(e)["category"] == "workspace_policy_violation")
+        .expect("the violation is reported");
+    assert!(
+        payload(notice)["summary"]
+            .as_str()
+            .unwrap()
+            .contains(".cursor/mcp.json")
+    );
+    assert_eq!(
+        settled.last().unwrap().event_type,
+        "turn.cancelled",
+        "and the turn is stopped"
+    );
+    service.shutdown().await;
+}
 
 async fn generated_images_refer_only_to_verified_workspace_files(backend: Backend) {
     let service = TestService::start(backend, "generate_image.json").await;

@@ -13,13 +13,14 @@ use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundS
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
 use cursor_runner_supervisor::workspace_paths::workspace_file;
+use cursor_runner_supervisor::workspace_watch::{Violation, WatchGuard, WorkspaceWatcher};
 use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::engine::{EngineConfig, kind_of, not_pending};
+use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::interaction::{
@@ -93,6 +94,8 @@ struct Actor {
     pending: HashMap<String, PendingInteraction>,
     policy: ApprovalPolicy,
     wait_limit: Duration,
+    /// Keeps the workspace watched while the actor lives.
+    _workspace_watch: Option<WatchGuard>,
 }
 
 /// Launches the agent, runs the handshake, and on success leaves an actor running.
@@ -144,7 +147,7 @@ pub(crate) async fn launch(
             record.updated_at_ms = now_ms();
             store.update_execution(&record).await?;
 
-            let actor = Actor {
+            let mut actor = Actor {
                 store,
                 config,
                 record: record.clone(),
@@ -157,8 +160,10 @@ pub(crate) async fn launch(
                 pending: HashMap::new(),
                 policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
+                _workspace_watch: None,
             };
-            tokio::spawn(actor.run(commands, inbound));
+            let violations = actor.watch_workspace();
+            tokio::spawn(actor.run(commands, inbound, violations));
             Ok(record)
         }
         Err(failure) => {
@@ -273,7 +278,58 @@ enum Ending {
 }
 
 impl Actor {
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut inbound: InboundStream) {
+    /// Starts watching the workspace for the life of the session; without a watcher
+    /// (inotify unavailable) the admission checks still hold and a warning is logged.
+    fn watch_workspace(&mut self) -> Option<mpsc::UnboundedReceiver<Violation>> {
+        let watched = WorkspaceWatcher::global().and_then(|watcher| {
+            watcher.watch(
+                std::path::Path::new(&self.record.workspace),
+                self.config.workspace_policy.clone(),
+            )
+        });
+        match watched {
+            Ok((guard, violations)) => {
+                self._workspace_watch = Some(guard);
+                Some(violations)
+            }
+            Err(e) => {
+                tracing::warn!(execution_id = %self.record.id, error = %e, "continuous workspace protection is off");
+                None
+            }
+        }
+    }
+
+    /// Configuration that would load code appeared in the workspace during the session.
+    async fn on_workspace_violation(&mut self, violation: Violation) -> Result<Ending, EngineError> {
+        let stop = self.config.on_workspace_violation == ViolationAction::StopTurn;
+        let mut notice = ProviderNotice::warning(
+            "workspace_policy_violation",
+            NoticeScope::Environment,
+            format!("{violation}{}", if stop { "; the turn is stopped" } else { "" }),
+        );
+        notice.user_actionable = true;
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events
+            .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
+            .await?;
+        if stop
+            && let Some(turn_id) = self
+                .turn
+                .as_ref()
+                .filter(|t| t.cancel_deadline.is_none())
+                .map(|t| t.record.id.clone())
+        {
+            self.cancel_turn_with(&turn_id, "workspace_policy").await?;
+        }
+        Ok(Ending::Continue)
+    }
+
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut inbound: InboundStream,
+        mut violations: Option<mpsc::UnboundedReceiver<Violation>>,
+    ) {
         loop {
             let deadline = self.turn.as_ref().and_then(|t| t.cancel_deadline);
             let handoff = self
@@ -289,7 +345,8 @@ impl Actor {
                     Some(message) => self.on_inbound(message).await,
                 },
                                 () = sleep_until(deadline) => self.on_cancel_timeout().await,
-                () = sleep_until(handoff) => self.on_handoff_due().await,
+                                () = sleep_until(handoff) => self.on_handoff_due().await,
+                Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
             };
             match ending {
                 Ok(Ending::Continue) => {}
@@ -1126,6 +1183,13 @@ fn failpoint(name: &str) {
 fn etag(interaction_id: &str, generation: i64, turn_id: &str) -> String {
     let digest = Sha256::digest(format!("{interaction_id}|{generation}|{turn_id}").as_bytes());
     hex::encode(&digest[..12])
+}
+
+async fn next_violation(violations: &mut Option<mpsc::UnboundedReceiver<Violation>>) -> Option<Violation> {
+    match violations {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

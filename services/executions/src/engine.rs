@@ -52,6 +52,18 @@ pub struct EngineConfig {
     pub heartbeat_interval: Duration,
     /// What a workspace may not contain (checked at admission and before `session/new`).
     pub workspace_policy: WorkspacePolicy,
+    /// What happens when refused configuration appears during a session.
+    pub on_workspace_violation: ViolationAction,
+}
+
+/// The reaction to refused configuration appearing in a workspace mid-session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ViolationAction {
+    /// Emit a warning notice and cancel the running turn.
+    #[default]
+    StopTurn,
+    /// Emit a warning notice only.
+    Warn,
 }
 
 impl EngineConfig {
@@ -64,6 +76,7 @@ impl EngineConfig {
             stop_grace: Duration::from_secs(5),
             heartbeat_interval: Duration::from_secs(15),
             workspace_policy: WorkspacePolicy::default(),
+            on_workspace_violation: ViolationAction::default(),
         }
     }
 }

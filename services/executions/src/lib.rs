@@ -11,6 +11,9 @@ pub mod interaction;
 pub mod state;
 
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
-pub use engine::{AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta, StreamItem};
+pub use engine::{
+    AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta, StreamItem,
+    ViolationAction,
+};
 pub use error::{EngineError, ErrorKind, Reason};
 pub use interaction::{ApprovalPolicy, InteractionAnswer};

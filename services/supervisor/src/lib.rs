@@ -6,6 +6,7 @@ mod launch;
 mod process;
 pub mod workspace_paths;
 pub mod workspace_policy;
+pub mod workspace_watch;
 
 pub use launch::{
     AgentCommand, BoundCredential, CURSOR_ARGS, CredentialName, FIXED_PATH, LaunchError, LaunchSpec,

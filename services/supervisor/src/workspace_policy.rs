@@ -101,7 +101,7 @@ impl WorkspacePolicy {
 
 /// The workspace and its parents up to the nearest Git root; just the workspace when
 /// it is not inside a Git repository.
-fn directories_to_check(real: &Path) -> Vec<PathBuf> {
+pub(crate) fn directories_to_check(real: &Path) -> Vec<PathBuf> {
     let chain: Vec<PathBuf> = real.ancestors().map(Path::to_path_buf).collect();
     match chain.iter().position(|dir| present(&dir.join(".git"))) {
         Some(root) => chain[..=root].to_vec(),
