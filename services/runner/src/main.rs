@@ -2,6 +2,7 @@
 
 mod demo;
 mod distribution;
+mod doctor;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ enum Command {
     /// Pin, verify or install a Cursor distribution.
     #[command(subcommand)]
     Distribution(distribution::DistributionCommand),
+    /// Report what this host offers and lacks (exit 1 when something required is
+    /// missing), or with --probe, probe the agent without a credential.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(clap::Args)]
@@ -99,6 +103,13 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Demo(args) => demo::run(args).await,
             Command::Distribution(command) => distribution::run(command),
+            Command::Doctor(args) => {
+                if doctor::run(args).await? {
+                    Ok(())
+                } else {
+                    std::process::exit(1)
+                }
+            }
         }
     })
 }

@@ -1,0 +1,224 @@
+//! `cursor-runner doctor`: what this host offers and lacks, with an exit status; and
+//! `doctor --probe`: a credential-free probe of the agent through the same launcher the
+//! service uses, written as JSON so an operator can record what a Cursor build offers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use cursor_runner_acp::{AcpConnection, AcpError};
+use cursor_runner_supervisor::distribution::{Platform, VerifyMode};
+use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
+use cursor_runner_supervisor::workspace_watch::WorkspaceWatcher;
+use cursor_runner_supervisor::{AgentCommand, AgentProcess, LaunchSpec, PinnedDistribution};
+use serde_json::{Value, json};
+
+/// Bound on reaching the database.
+const DATABASE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on each probe call: a probe must never hang.
+const PROBE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(clap::Args)]
+pub struct DoctorArgs {
+    /// The agent command line to probe (a development agent), or use a pinned distribution.
+    #[arg(long, env = "CURSOR_RUNNER_AGENT_COMMAND")]
+    agent_command: Option<String>,
+    #[arg(long, env = "CURSOR_RUNNER_DISTRIBUTION_MANIFEST", requires = "distribution_dir")]
+    distribution_manifest: Option<PathBuf>,
+    #[arg(long, env = "CURSOR_RUNNER_DISTRIBUTION_DIR")]
+    distribution_dir: Option<PathBuf>,
+    #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Run the credential-free probe of the agent and write its result as JSON.
+    #[arg(long)]
+    probe: bool,
+    /// Where the probe's JSON goes (default: stdout).
+    #[arg(long, requires = "probe")]
+    out: Option<PathBuf>,
+}
+
+struct Check {
+    name: &'static str,
+    ok: bool,
+    required: bool,
+    detail: String,
+}
+
+pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
+    if args.probe {
+        let command = agent_command(&args)?.context("--probe needs --agent-command or a distribution")?;
+        let report = probe(command).await?;
+        let text = serde_json::to_string_pretty(&report)?;
+        match &args.out {
+            Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+            None => println!("{text}"),
+        }
+        return Ok(true);
+    }
+    let mut checks = Vec::new();
+    let platform = Platform::current();
+    checks.push(Check {
+        name: "platform",
+        ok: platform.is_ok(),
+        required: true,
+        detail: platform
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|e| e.to_string()),
+    });
+    match agent_command(&args) {
+        Ok(Some(command)) => checks.push(Check {
+            name: "distribution",
+            ok: command.verify_before_launch().is_ok(),
+            required: true,
+            detail: command.distribution_label(),
+        }),
+        Ok(None) => checks.push(Check {
+            name: "distribution",
+            ok: false,
+            required: false,
+            detail: "no agent configured".into(),
+        }),
+        Err(e) => checks.push(Check {
+            name: "distribution",
+            ok: false,
+            required: true,
+            detail: e.to_string(),
+        }),
+    }
+    let watcher = WorkspaceWatcher::global();
+    checks.push(Check {
+        name: "workspace watch (inotify)",
+        ok: watcher.is_ok(),
+        required: false,
+        detail: watcher
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "one shared instance".into()),
+    });
+    let enterprise = WorkspacePolicy::default().enterprise_hooks;
+    checks.push(Check {
+        name: "enterprise hooks file absent",
+        ok: std::fs::symlink_metadata(&enterprise).is_err(),
+        required: true,
+        detail: enterprise.display().to_string(),
+    });
+    let root = nix::unistd::geteuid().is_root();
+    checks.push(Check {
+        name: "agent uid separation",
+        ok: false,
+        required: false,
+        detail: format!(
+            "not built yet: agents run as the service's uid{}",
+            if root { " (root)" } else { "" }
+        ),
+    });
+    if let Some(url) = &args.database_url {
+                let store = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, cursor_runner_store::connect(url)).await;
+        let (ok, detail) = match store {
+            Ok(Ok(store)) => (true, store.backend().to_owned()),
+            Ok(Err(e)) => (false, e.to_string()),
+            Err(_) => (false, format!("no answer within {DATABASE_CHECK_TIMEOUT:?}")),
+        };
+        checks.push(Check {
+            name: "database",
+            ok,
+            required: true,
+            detail,
+        });
+        if url.starts_with("postgres") && !url_has_password(url) {
+            checks.push(Check {
+                name: "database requires a password",
+                ok: false,
+                required: false,
+                detail: "the URL has no password: if the server trusts local connections, an agent on this host could connect too".into(),
+            });
+        }
+    }
+    for check in &checks {
+        let mark = match (check.ok, check.required) {
+            (true, _) => "ok  ",
+            (false, true) => "FAIL",
+            (false, false) => "warn",
+        };
+        println!("{mark} {:<30} {}", check.name, check.detail);
+    }
+    Ok(checks.iter().all(|c| c.ok || !c.required))
+}
+
+fn url_has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(credentials, _)| credentials.contains(':'))
+}
+
+fn agent_command(args: &DoctorArgs) -> anyhow::Result<Option<AgentCommand>> {
+    Ok(
+        match (&args.agent_command, &args.distribution_manifest, &args.distribution_dir) {
+            (Some(command), _, _) => Some(AgentCommand::parse(command)?),
+            (None, Some(manifest), Some(dir)) => {
+                let pin = crate::distribution::load_pin(manifest, crate::distribution::platform(None)?)?;
+                Some(AgentCommand::pinned(PinnedDistribution {
+                    closure_dir: std::fs::canonicalize(dir)?,
+                    pin,
+                    verify_mode: VerifyMode::Full,
+                }))
+            }
+            _ => None,
+        },
+    )
+}
+
+/// `initialize`, then the methods whose answers tell what this build offers without a
+/// credential: `session/new`, `session/list`, `cursor/list_available_models` (expected
+/// `-32000` auth required) and `session/fork`, `session/resume` (expected `-32601`).
+async fn probe(command: AgentCommand) -> anyhow::Result<Value> {
+    let scratch = tempfile::tempdir()?;
+    let workspace = scratch.path().join("workspace");
+    std::fs::create_dir_all(&workspace)?;
+    let spec = LaunchSpec {
+        command: command.clone(),
+        workspace: workspace.clone(),
+        private_home: scratch.path().join("home"),
+        credential: None,
+    };
+    let (mut process, stdin, stdout) = AgentProcess::spawn(&spec)?;
+    let (connection, _inbound) = AcpConnection::spawn(stdin, stdout);
+    let cwd = workspace.display().to_string();
+    let calls: [(&str, Value); 6] = [
+        (
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false}}),
+        ),
+        ("session/new", json!({"cwd": cwd, "mcpServers": []})),
+        ("session/list", json!({"cwd": cwd})),
+        ("cursor/list_available_models", json!({})),
+        ("session/fork", json!({"sessionId": "probe", "cwd": cwd})),
+        (
+            "session/resume",
+            json!({"sessionId": "probe", "cwd": cwd, "mcpServers": []}),
+        ),
+    ];
+    let mut results = serde_json::Map::new();
+    for (method, params) in calls {
+        let outcome = match tokio::time::timeout(PROBE_CALL_TIMEOUT, connection.request(method, params)).await {
+            Err(_) => json!({"outcome": "timeout"}),
+            Ok(Ok(result)) => json!({"outcome": "result", "result": result}),
+            Ok(Err(AcpError::Rpc(e))) => json!({"outcome": "error", "code": e.code, "message": e.message}),
+            Ok(Err(e)) => json!({"outcome": "failed", "message": e.to_string()}),
+        };
+        results.insert(method.to_owned(), outcome);
+    }
+    connection.close_stdin().await;
+    let exit = process.stop(Duration::from_secs(5)).await;
+    Ok(json!({
+        "schemaVersion": 1,
+        "distribution": command.distribution_label(),
+        "program": command.program.display().to_string(),
+        "calls": results,
+        "exit": {"exitCode": exit.exit_code, "signal": exit.signal},
+    }))
+}
