@@ -30,6 +30,7 @@ mod distribution;
 mod durable;
 mod idempotency;
 mod interactions;
+mod orphans;
 mod process;
 mod streaming;
 mod turns;

@@ -52,8 +52,8 @@ async fn a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_k
     assert_eq!(last.event_type, "turn.interrupted");
     assert_eq!(payload(last)["failureReason"], "cancel_timeout");
     assert!(!process_alive(execution.pid.unwrap()));
-    let record = get_execution(&mut client, &execution.execution_id).await;
-    assert_eq!(record.state, proto::ExecutionState::Lost as i32);
+    // The actor settles the turn, then marks the execution lost: poll past that gap.
+    execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     service.shutdown().await;
 }
 
@@ -193,8 +193,8 @@ async fn the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_recor
     assert_eq!(payload(failed)["failureReason"], "agent_exited");
     assert!(payload(failed)["message"].as_str().unwrap().contains("fatal: boom"));
 
-    let record = get_execution(&mut client, &execution.execution_id).await;
-    assert_eq!(record.state, proto::ExecutionState::Lost as i32);
+    // The actor settles the turn, then marks the execution lost: poll past that gap.
+    let record = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     assert_eq!(record.exit_status.unwrap().exit_code, Some(3));
     assert_refused(
         start_turn(&mut client, &execution.execution_id, "turn-2").await,

@@ -17,7 +17,9 @@ use tonic::transport::Channel;
 
 pub use cursor_runner_api::pb as proto;
 
+mod processes;
 mod service_process;
+pub use processes::*;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 
 /// The server every Postgres test uses unless `DATABASE_URL` names another.
@@ -113,6 +115,30 @@ pub fn fake_agent() -> PathBuf {
     path
 }
 
+/// The `cursor-runner` binary, built next to the test binaries: its hidden `agent-init`
+/// mode runs each agent as PID 1 of its own PID namespace. Rebuilt (a no-op when fresh)
+/// if it is missing or older than this test binary, so a stale init is never tested.
+pub fn agent_init() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("current exe");
+            let dir = exe.parent().and_then(Path::parent).expect("target dir");
+            let path = dir.join("cursor-runner");
+            let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            if modified(&path).is_none_or(|built| modified(&exe).is_some_and(|test| built < test)) {
+                let status = std::process::Command::new(env!("CARGO"))
+                    .args(["build", "-q", "-p", "cursor-runner"])
+                    .current_dir(workspace_root())
+                    .status()
+                    .expect("cargo build -p cursor-runner");
+                assert!(status.success(), "building cursor-runner failed");
+            }
+            path
+        })
+        .clone()
+}
+
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -157,6 +183,8 @@ pub struct Options {
     pub heartbeat: Duration,
     /// Launch this instead of the fake agent with the named scenario.
     pub agent_command: Option<AgentCommand>,
+    /// Run agents under `agent-init` in their own PID namespace (`false`: the fallbacks only).
+    pub pid_namespace: bool,
 }
 
 impl Default for Options {
@@ -166,6 +194,7 @@ impl Default for Options {
             stop_grace: Duration::from_secs(2),
             heartbeat: Duration::from_secs(15),
             agent_command: None,
+            pid_namespace: true,
         }
     }
 }
@@ -215,6 +244,8 @@ impl TestService {
         config.cancel_grace = options.cancel_grace;
         config.stop_grace = options.stop_grace;
         config.heartbeat_interval = options.heartbeat;
+        config.agent_init = Some(agent_init());
+        config.pid_namespace = options.pid_namespace;
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -242,6 +273,11 @@ impl TestService {
 
     pub async fn client(&self) -> Client {
         self.client_for(Some(TENANT)).await
+    }
+
+    /// The service's state directory (private homes, the launch ledger).
+    pub fn state_dir(&self) -> &Path {
+        self._state.path()
     }
 
     /// A client whose calls carry `tenant` (or no tenant at all).
@@ -321,10 +357,19 @@ pub async fn begin_turn(client: &mut Client, service: &TestService) -> (pb::Exec
 pub async fn begin_turn_with(
     client: &mut Client,
     service: &TestService,
+    settings: pb::CreateExecutionRequest,
+) -> (pb::Execution, pb::Turn, Subscriber) {
+    begin_turn_at(client, &service.workspace, settings).await
+}
+
+/// [`begin_turn_with`] for any service (e.g. a [`ServiceProcess`]) and workspace.
+pub async fn begin_turn_at(
+    client: &mut Client,
+    workspace: &Path,
     mut settings: pb::CreateExecutionRequest,
 ) -> (pb::Execution, pb::Turn, Subscriber) {
     settings.request_id = "create-1".into();
-    settings.workspace = service.workspace.display().to_string();
+    settings.workspace = workspace.display().to_string();
     let execution = client
         .create_execution(settings)
         .await
@@ -351,6 +396,23 @@ pub async fn get_execution(client: &mut Client, execution_id: &str) -> pb::Execu
         .into_inner()
         .execution
         .expect("execution")
+}
+
+/// Polls `GetExecution` until the execution is in `state` (or `WAIT` runs out).
+pub async fn execution_in_state(client: &mut Client, execution_id: &str, state: pb::ExecutionState) -> pb::Execution {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let record = get_execution(client, execution_id).await;
+        if record.state == state as i32 {
+            return record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "execution {execution_id} never reached {state:?} (state {})",
+            record.state
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A subscriber that collects frames.

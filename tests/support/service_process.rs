@@ -104,6 +104,16 @@ impl ServiceProcess {
     }
 }
 
+impl Drop for ServiceProcess {
+    /// A test that fails half-way must not leave its service running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn free_address() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().expect("address")

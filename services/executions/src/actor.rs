@@ -113,7 +113,11 @@ pub(crate) async fn launch(
         private_home: config.state_dir.join("homes").join(&record.id),
         credential,
     };
-    let (mut process, stdin, stdout) = match AgentProcess::spawn(&spec) {
+    let spawned = match &config.guardian {
+        Some(guardian) => guardian.spawn(&spec, &record.id, record.generation),
+        None => AgentProcess::spawn(&spec),
+    };
+    let (mut process, stdin, stdout) = match spawned {
         Ok(spawned) => spawned,
         Err(e) => {
             let error = match e {
@@ -885,11 +889,25 @@ impl Actor {
         };
         let written = p.request.respond(Ok(cancelled_result())).await;
         let mut record = p.record;
-        record.state = p.persisted.state_when_turn_ends().as_str().into();
-        record.reason = Some(reason.into());
-        record.delivery = Some(if written.is_ok() { "pipe_written" } else { "not_sent" }.into());
-        record.replay_allowed = false;
         record.outcome = Some(cancelled_result().to_string());
+        let delivery = if written.is_ok() { "pipe_written" } else { "not_sent" };
+        self.end_pending(record, p.persisted.state_when_turn_ends(), reason, delivery)
+            .await
+    }
+
+    /// Records a pending interaction's end (compare-and-set from `pending`; never
+    /// replayable) and exposes it with the full request.
+    async fn end_pending(
+        &mut self,
+        mut record: InteractionRecord,
+        state: InteractionState,
+        reason: &str,
+        delivery: &str,
+    ) -> Result<(), EngineError> {
+        record.state = state.as_str().into();
+        record.reason = Some(reason.into());
+        record.delivery = Some(delivery.into());
+        record.replay_allowed = false;
         record.updated_at_ms = now_ms();
         if self
             .store
@@ -1029,6 +1047,9 @@ impl Actor {
 
     async fn on_cancel_timeout(&mut self) -> Result<Ending, EngineError> {
         self.stop_process("runner").await?;
+        // The execution is marked lost before the turn's terminal event, so a client
+        // reacting to that event already reads the final state.
+        self.mark_lost("cancel_timeout").await?;
         self.settle_turn(
             TurnState::Interrupted,
             None,
@@ -1039,7 +1060,6 @@ impl Actor {
             )),
         )
         .await?;
-        self.mark_lost("cancel_timeout").await?;
         Ok(Ending::Stop)
     }
 
@@ -1055,17 +1075,17 @@ impl Actor {
             .emit(None, vec![exited(&self.process, exit, "agent")])
             .await?;
         self.settle_pending_lost().await?;
+        self.record.failure_message = Some(message.clone());
+        self.mark_lost(Reason::AgentExited.as_str()).await?;
         if self.turn.is_some() {
             self.settle_turn(
                 TurnState::Failed,
                 None,
                 Some(TurnFailureReason::AgentExited),
-                Some(message.clone()),
+                Some(message),
             )
             .await?;
         }
-        self.record.failure_message = Some(message);
-        self.mark_lost(Reason::AgentExited.as_str()).await?;
         Ok(Ending::Stop)
     }
 
@@ -1074,19 +1094,8 @@ impl Actor {
         let mut pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
         pending.sort_unstable_by(|a, b| a.record.id.cmp(&b.record.id));
         for p in pending {
-            let mut record = p.record;
-            record.state = InteractionState::Expired.as_str().into();
-            record.reason = Some("provider_process_lost".into());
-            record.delivery = Some("not_sent".into());
-            record.replay_allowed = false;
-            record.updated_at_ms = now_ms();
-            if self
-                .store
-                .transition_interaction(InteractionState::Pending.as_str(), &record)
-                .await?
-            {
-                self.emit_ended(&record, true).await?;
-            }
+            self.end_pending(p.record, InteractionState::Expired, "provider_process_lost", "not_sent")
+                .await?;
         }
         Ok(())
     }
@@ -1118,6 +1127,7 @@ impl Actor {
 
     /// The stop ladder: close stdin, SIGTERM the group, grace, SIGKILL, reap.
     async fn stop_process(&mut self, initiated_by: &str) -> Result<ExitProof, EngineError> {
+        self.process.census_descendants();
         self.connection.close_stdin().await;
         let exit = self.process.stop(self.config.stop_grace).await;
         self.events

@@ -12,7 +12,7 @@ use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
     TurnRecord, now_ms,
 };
-use cursor_runner_supervisor::{AgentCommand, BoundCredential};
+use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
 
 use crate::credential::CredentialBinding;
 use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefusal};
@@ -54,6 +54,13 @@ pub struct EngineConfig {
     pub workspace_policy: WorkspacePolicy,
     /// What happens when refused configuration appears during a session.
     pub on_workspace_violation: ViolationAction,
+    /// The binary whose hidden `agent-init` mode runs as PID 1 of each agent's own PID
+    /// namespace (`serve` sets its own executable). `None`: no namespace, fallbacks only.
+    pub agent_init: Option<PathBuf>,
+    /// `false` turns the PID-namespace mechanism off even with `agent_init` set.
+    pub pid_namespace: bool,
+    /// Set by [`Engine::start`]: launches every agent (ledger swept, subreaper set).
+    pub guardian: Option<Guardian>,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -77,6 +84,9 @@ impl EngineConfig {
             heartbeat_interval: Duration::from_secs(15),
             workspace_policy: WorkspacePolicy::default(),
             on_workspace_violation: ViolationAction::default(),
+            agent_init: None,
+            pid_namespace: true,
+            guardian: None,
         }
     }
 }
@@ -153,7 +163,13 @@ pub struct Engine {
 impl Engine {
     /// Starts the engine and settles what a previous incarnation left live: its agents
     /// are gone, so their turns fail and their pending interactions expire (never replayed).
-    pub async fn start(store: Arc<dyn Store>, config: EngineConfig) -> Result<Arc<Self>, EngineError> {
+    pub async fn start(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Arc<Self>, EngineError> {
+        // Sweeps what a SIGKILLed previous incarnation left running, before anything launches.
+        config.guardian = Some(Guardian::start(GuardianConfig {
+            state_dir: config.state_dir.clone(),
+            agent_init: config.agent_init.clone(),
+            pid_namespace: config.pid_namespace,
+        }));
         let engine = Arc::new(Self {
             store,
             config: Arc::new(config),

@@ -54,7 +54,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&workspace)?;
     let store = cursor_runner_store::connect(&format!("sqlite:{}", state.join("demo.db").display())).await?;
     let command = AgentCommand::parse(&format!("{} --scenario {}", fake_agent.display(), scenario.display()))?;
-    let engine = Engine::start(store, EngineConfig::new(command, state.clone())).await?;
+    let mut config = EngineConfig::new(command, state.clone());
+    // The same lifetime guardian as `serve`: each agent under this binary's agent-init.
+    config.agent_init = std::env::current_exe().ok();
+    let engine = Engine::start(store, config).await?;
     let listener = cursor_runner_api::bind("127.0.0.1:0".parse()?).await?;
     let address = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -113,7 +113,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
         ),
     });
     if let Some(url) = &args.database_url {
-                let store = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, cursor_runner_store::connect(url)).await;
+        let store = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, cursor_runner_store::connect(url)).await;
         let (ok, detail) = match store {
             Ok(Ok(store)) => (true, store.backend().to_owned()),
             Ok(Err(e)) => (false, e.to_string()),

@@ -82,9 +82,21 @@ struct ServeArgs {
     /// Seconds of silence before an event stream gets a heartbeat.
     #[arg(long, env = "CURSOR_RUNNER_HEARTBEAT_SECS", default_value_t = 15)]
     heartbeat_secs: u64,
+    /// Run each agent as PID 1's child in its own PID namespace (under this binary's
+    /// `agent-init`) when the host permits it; `false` leaves only the fallbacks
+    /// (parent-death signal, process group, subreaper, launch ledger).
+    #[arg(long, env = "CURSOR_RUNNER_PID_NAMESPACE", default_value_t = true, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pid_namespace: bool,
 }
 
 fn main() -> anyhow::Result<()> {
+    // Hidden mode `agent-init -- <program> <args…>`: PID 1 of an agent's own PID
+    // namespace (see `cursor_runner_supervisor::agent_init`). Dispatched before anything
+    // else starts: no runtime, no logging, and stdout belongs to the agent.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent-init") {
+        cursor_runner_supervisor::agent_init::main(std::env::args_os().skip(2));
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -146,6 +158,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.cancel_grace = std::time::Duration::from_secs(args.cancel_grace_secs);
     config.stop_grace = std::time::Duration::from_secs(args.stop_grace_secs);
     config.heartbeat_interval = std::time::Duration::from_secs(args.heartbeat_secs);
+    config.agent_init = Some(std::env::current_exe().context("locating this binary for agent-init")?);
+    config.pid_namespace = args.pid_namespace;
     let engine = Engine::start(store.clone(), config).await?;
     let listener = cursor_runner_api::bind(args.listen)
         .await

@@ -62,21 +62,7 @@ async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
 
     let first = service(&database.url, &dirs, Some(failpoint));
     let mut client = first.client().await;
-    let execution = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: "create-1".into(),
-            workspace: workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (execution, _turn, mut events) = begin_turn_at(&mut client, workspace, Default::default()).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
     let mut answering = client.clone();
     let request = answer_request(&created);
@@ -172,21 +158,7 @@ async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_neve
 
     let first = service(&database.url, &dirs, None);
     let mut client = first.client().await;
-    let execution = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: "create-1".into(),
-            workspace: workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (execution, _turn, mut events) = begin_turn_at(&mut client, workspace, Default::default()).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
     first.kill();
 

@@ -27,21 +27,7 @@ async fn the_services_own_environment_never_reaches_an_agent() {
         env: CANARIES.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
     });
     let mut client = service.client().await;
-    let execution = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: "create-1".into(),
-            workspace: dirs.workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
-    let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    start_turn(&mut client, &execution.execution_id, "turn-1")
-        .await
-        .unwrap();
+    let (_execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     events.until_turn_settles().await;
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(dirs.workspace.join("env.json")).unwrap()).unwrap();

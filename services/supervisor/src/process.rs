@@ -1,15 +1,34 @@
-//! A running agent: its own process group, its stderr tail, and the stop ladder.
+//! A running agent: its own process group (inside its own PID namespace when
+//! permitted), its stderr tail, and the stop ladder.
 
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use crate::guardian::Registration;
 use crate::launch::{LaunchError, LaunchSpec};
+use crate::spawner::{ChildGuard, Spawner};
+
+/// How long `agent-init` may take to report the agent it started.
+const INIT_REPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How an agent is launched.
+#[derive(Debug, Clone)]
+pub(crate) enum Isolation {
+    /// Under `<init> agent-init`, forked as PID 1 of a new PID namespace.
+    PidNamespace { init: PathBuf },
+    /// Directly (fallback mechanisms only).
+    Direct,
+}
 
 /// Bytes of the agent's stderr kept for failure reports (the newest ones).
 pub const STDERR_TAIL_BYTES: usize = 4 * 1024;
@@ -31,31 +50,106 @@ impl From<std::process::ExitStatus> for ExitProof {
 }
 
 pub struct AgentProcess {
+    /// `agent-init` with a PID namespace, else the agent itself.
     child: Child,
+    /// The agent's pid as the host sees it.
     pid: u32,
+    /// `agent-init`'s pid, when the agent runs in its own PID namespace.
+    init_pid: Option<u32>,
+    /// `agent-init`'s status pipe: the agent's exact exit status.
+    init_status: Option<File>,
     stderr_tail: Arc<Mutex<Vec<u8>>>,
     exit: Option<ExitProof>,
+    registration: Option<Registration>,
 }
 
 impl AgentProcess {
-    /// Starts the agent as the leader of a new process group with a closed environment.
+    /// Starts the agent as the leader of a new process group with a closed environment,
+    /// forked by the dedicated spawner thread with a parent-death signal (no PID
+    /// namespace, no ledger: see [`crate::Guardian::spawn`] for those).
     pub fn spawn(spec: &LaunchSpec) -> Result<(Self, ChildStdin, ChildStdout), LaunchError> {
+        Self::launch(spec, &Isolation::Direct)
+    }
+
+    pub(crate) fn launch(
+        spec: &LaunchSpec,
+        isolation: &Isolation,
+    ) -> Result<(Self, ChildStdin, ChildStdout), LaunchError> {
         spec.prepare()?;
-        let mut command = Command::new(&spec.command.program);
-        command
-            .args(&spec.command.args)
-            .current_dir(&spec.workspace)
-            .env_clear()
-            .envs(spec.environment())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| LaunchError::Spawn(e.to_string()))?;
-        let pid = child
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| LaunchError::Spawn("agents are launched from inside a tokio runtime".into()))?;
+        let (program, args) = (spec.command.program.clone(), spec.command.args.clone());
+        let (workspace, environment) = (spec.workspace.clone(), spec.environment());
+        let isolation = isolation.clone();
+        let spawned = Spawner::global()
+            .run(move |spawner| {
+                // tokio registers the child with this runtime's process driver.
+                let _runtime = runtime.enter();
+                let guard = spawner.child_guard();
+                let base = |command: &mut Command| {
+                    command
+                        .current_dir(&workspace)
+                        .env_clear()
+                        .envs(environment)
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped())
+                        .process_group(0)
+                        .kill_on_drop(true);
+                };
+                match isolation {
+                    Isolation::Direct => {
+                        let mut command = Command::new(&program);
+                        command.args(&args);
+                        base(&mut command);
+                        // SAFETY: `arm` makes async-signal-safe system calls only.
+                        unsafe { command.pre_exec(move || guard.arm()) };
+                        command.spawn().map(|child| (child, None))
+                    }
+                    Isolation::PidNamespace { init } => {
+                        let (status_read, status_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+                        let status_fd = status_write.as_raw_fd();
+                        let mut command = Command::new(&init);
+                        command
+                            .arg("agent-init")
+                            .arg("--status-fd")
+                            .arg(status_fd.to_string())
+                            .arg("--")
+                            .arg(&program)
+                            .args(&args);
+                        base(&mut command);
+                        // SAFETY: async-signal-safe system calls only.
+                        unsafe { command.pre_exec(move || arm_init(guard, status_fd)) };
+                        let child = spawner.in_new_pid_namespace(|| command.spawn())??;
+                        drop(status_write);
+                        Ok((child, Some(File::from(status_read))))
+                    }
+                }
+            })
+            .and_then(|spawned| spawned)
+            .map_err(|e| LaunchError::Spawn(e.to_string()))?;
+        let (mut child, init_status) = spawned;
+        let first_pid = child
             .id()
             .ok_or_else(|| LaunchError::Spawn("the process exited at once".into()))?;
+        let (pid, init_pid) = match &init_status {
+            None => (first_pid, None),
+            Some(status) => match read_line(status, INIT_REPORT_TIMEOUT) {
+                Ok(Some(line)) if line.starts_with("pid ") => {
+                    let agent = line[4..].trim().parse::<u32>().ok().filter(|p| *p > 0);
+                    (agent.unwrap_or(first_pid), Some(first_pid))
+                }
+                other => {
+                    let message = match other {
+                        Ok(Some(line)) => line.strip_prefix("error ").unwrap_or(&line).to_owned(),
+                        Ok(None) => "agent-init exited before starting the agent".to_owned(),
+                        Err(e) => format!("agent-init did not report the agent: {e}"),
+                    };
+                    let _ = child.start_kill();
+                    return Err(LaunchError::Spawn(message));
+                }
+            },
+        };
         let stdin = child
             .stdin
             .take()
@@ -84,12 +178,34 @@ impl AgentProcess {
             Self {
                 child,
                 pid,
+                init_pid,
+                init_status,
                 stderr_tail,
                 exit: None,
+                registration: None,
             },
             stdin,
             stdout,
         ))
+    }
+
+    pub(crate) fn attach(&mut self, registration: Registration) {
+        self.registration = Some(registration);
+    }
+
+    /// Without a PID namespace: notes every descendant of the agent now, while the
+    /// tree still hangs from it, so those that left its process group (`setsid()`) are
+    /// killed when it ends. Call it before the first step of the stop ladder (closing
+    /// stdin lets the agent exit and orphan them). A no-op with a namespace.
+    pub fn census_descendants(&self) {
+        if let Some(registration) = &self.registration {
+            registration.census();
+        }
+    }
+
+    /// `agent-init`'s pid (PID 1 of the agent's namespace, seen from the host), if any.
+    pub fn init_pid(&self) -> Option<u32> {
+        self.init_pid
     }
 
     pub fn pid(&self) -> u32 {
@@ -114,8 +230,20 @@ impl AgentProcess {
                 signal: None,
             },
         };
-        self.signal_group(Signal::SIGKILL);
+        let proof = match self.init_status.take() {
+            // agent-init has exited, so its namespace is empty; the agent's own status
+            // is on the pipe unless the init itself was killed first.
+            Some(mut status) => agent_status(&mut status).unwrap_or(proof),
+            // The leader is reaped; what stayed in its group goes now.
+            None => {
+                self.signal_group(Signal::SIGKILL);
+                proof
+            }
+        };
         self.exit = Some(proof);
+        if let Some(registration) = &self.registration {
+            registration.end();
+        }
         proof
     }
 
@@ -130,6 +258,7 @@ impl AgentProcess {
         if let Some(exit) = self.exit {
             return exit;
         }
+        self.census_descendants();
         self.signal_group(Signal::SIGTERM);
         if let Some(proof) = self.wait_for(grace).await {
             return proof;
@@ -138,10 +267,100 @@ impl AgentProcess {
         self.wait().await
     }
 
-    /// Signals the whole group, so descendants that stayed in it go too.
+    /// Signals the whole group, so descendants that stayed in it go too. With a PID
+    /// namespace the init gets it: it forwards SIGTERM to the agent's group, and its
+    /// death by SIGKILL ends the whole namespace.
     fn signal_group(&self, signal: Signal) {
-        if let Ok(pid) = i32::try_from(self.pid) {
-            let _ = killpg(Pid::from_raw(pid), signal);
+        match self.init_pid {
+            Some(init) => {
+                if let Ok(init) = i32::try_from(init) {
+                    let _ = kill(Pid::from_raw(init), signal);
+                }
+            }
+            None => {
+                if let Ok(pid) = i32::try_from(self.pid) {
+                    let _ = killpg(Pid::from_raw(pid), signal);
+                }
+            }
         }
     }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            // Not reaped yet, so the pid (and its group id) is still ours.
+            // `kill_on_drop` then SIGKILLs the direct child and tokio reaps it.
+            self.signal_group(Signal::SIGKILL);
+        }
+    }
+}
+
+/// In the forked child, before exec'ing `agent-init`: the parent-death signal, and the
+/// status pipe left open across exec.
+fn arm_init(guard: ChildGuard, status_fd: RawFd) -> io::Result<()> {
+    guard.arm()?;
+    // SAFETY: fcntl is async-signal-safe.
+    if unsafe { libc::fcntl(status_fd, libc::F_SETFD, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One line from the init's status pipe, waiting at most `limit`; `None` at EOF.
+fn read_line(file: &File, limit: Duration) -> io::Result<Option<String>> {
+    let deadline = Instant::now() + limit;
+    let mut line = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"));
+        }
+        let mut poll = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+        if ready < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        if ready == 0 {
+            continue;
+        }
+        let mut byte = [0u8; 1];
+        match (&*file).read(&mut byte)? {
+            0 => return Ok(None),
+            _ if byte[0] == b'\n' => return Ok(Some(String::from_utf8_lossy(&line).into_owned())),
+            _ => line.push(byte[0]),
+        }
+    }
+}
+
+/// The agent's exit status as `agent-init` reported it (`exit N` / `signal N`), read
+/// after the init exited (so the pipe is at EOF, never blocking).
+fn agent_status(status: &mut File) -> Option<ExitProof> {
+    let mut text = String::new();
+    status.read_to_string(&mut text).ok()?;
+    text.lines().rev().find_map(|line| {
+        let (kind, value) = line.split_once(' ')?;
+        let value = value.trim().parse::<i32>().ok()?;
+        match kind {
+            "exit" => Some(ExitProof {
+                exit_code: Some(value),
+                signal: None,
+            }),
+            "signal" => Some(ExitProof {
+                exit_code: None,
+                signal: Some(value),
+            }),
+            _ => None,
+        }
+    })
 }

@@ -1,0 +1,195 @@
+//! `cursor-runner agent-init -- <program> <args…>`: the tiny init each agent runs under.
+//!
+//! The launcher forks it as PID 1 of a new PID namespace (see `spawner`). When PID 1
+//! of a namespace dies, the kernel SIGKILLs every other process in it — including one
+//! that called `setsid()` — so the whole agent tree ends with this process, whether it
+//! exits because the agent did, is SIGKILLed by the stop ladder, or gets its
+//! parent-death signal because the service died.
+//!
+//! It spawns the agent with stdin, stdout, stderr, environment and working directory
+//! passed through (the agent leads its own process group), forwards SIGTERM, SIGINT,
+//! SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the agent's group, reaps every child (PID 1
+//! inherits every orphan of the namespace), and exits with the agent's exit code, or
+//! 128 + the signal that killed it. PID 1 cannot die of a signal it does not handle, so
+//! the exact status also goes to the launcher on `--status-fd`, one line each:
+//! `pid <host pid>` once the agent runs, then `exit <code>` or `signal <number>`
+//! (`error <message>` if the agent could not be started).
+//!
+//! Single-threaded and synchronous on purpose: no runtime, no logging, nothing on
+//! stdout (it belongs to the agent's protocol).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpid};
+
+/// The signals the init passes on to the agent's process group.
+pub const FORWARDED_SIGNALS: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// Exit code when the agent cannot be started (as a shell reports "command not found").
+const CANNOT_START: i32 = 127;
+
+/// `agent-init [--status-fd N] -- <program> <args…>` (the arguments after
+/// `agent-init`). Never returns.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
+    let mut args = args.into_iter();
+    let mut status_fd = None;
+    let mut command = Vec::new();
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--status-fd") => {
+                status_fd = args.next().and_then(|fd| fd.to_str()?.parse::<RawFd>().ok());
+                if status_fd.is_none() {
+                    usage();
+                }
+            }
+            Some("--") => {
+                command.extend(args.by_ref());
+                break;
+            }
+            _ => usage(),
+        }
+    }
+    if command.is_empty() {
+        usage();
+    }
+    run(status_fd, &command)
+}
+
+fn usage() -> ! {
+    eprintln!("usage: cursor-runner agent-init [--status-fd N] -- <program> [args…]");
+    std::process::exit(2)
+}
+
+/// Runs the init and exits with the agent's status. `status_fd` is inherited from the
+/// launcher; `command` is the agent's program and arguments.
+pub fn run(status_fd: Option<RawFd>, command: &[OsString]) -> ! {
+    // SAFETY: the launcher passed this descriptor to us for exactly this use; nothing
+    // else in this process owns it.
+    let mut status = status_fd.map(|fd| unsafe { File::from_raw_fd(fd) });
+    let code = match supervise(status.as_mut(), command) {
+        Ok(code) => code,
+        Err(e) => {
+            report(status.as_mut(), &format!("error {e}"));
+            eprintln!("cursor-runner agent-init: {e}");
+            CANNOT_START
+        }
+    };
+    std::process::exit(code)
+}
+
+fn supervise(mut status: Option<&mut File>, command: &[OsString]) -> io::Result<i32> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| io::Error::other("no agent command given"))?;
+    if let Some(file) = status.as_deref() {
+        // The agent must not inherit the status pipe.
+        set_cloexec(file.as_raw_fd())?;
+    }
+    // The launcher armed it before exec; arming it again costs nothing.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+
+    // Blocked before the agent exists, so a SIGTERM sent meanwhile waits for us
+    // instead of being dropped (PID 1 ignores signals it does not handle).
+    let mut watched = SigSet::empty();
+    watched.add(Signal::SIGCHLD);
+    for signal in FORWARDED_SIGNALS {
+        watched.add(signal);
+    }
+    watched.thread_block().map_err(io::Error::from)?;
+
+    let mut command = std::process::Command::new(program);
+    command.args(args).process_group(0);
+    // The agent must not inherit our blocked signals (std resets SIGPIPE, not the mask).
+    // SAFETY: sigprocmask is async-signal-safe; the set is a stack value.
+    unsafe {
+        command.pre_exec(|| {
+            let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(empty.as_mut_ptr());
+            if libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let child = command
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot start {}: {e}", program.to_string_lossy())))?;
+    let agent = Pid::from_raw(child.id() as i32);
+    // We reap it ourselves with waitpid(-1); the std handle is not needed.
+    drop(child);
+    report(status.as_deref_mut(), &format!("pid {}", host_pid_of(agent)));
+
+    loop {
+        let signal = watched.wait().map_err(io::Error::from)?;
+        if signal != Signal::SIGCHLD {
+            forward(agent, signal);
+            continue;
+        }
+        // Reap everything that has exited: the agent, and any orphan PID 1 inherited.
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == agent => {
+                    report(status.as_deref_mut(), &format!("exit {code}"));
+                    return Ok(code);
+                }
+                Ok(WaitStatus::Signaled(pid, signal, _)) if pid == agent => {
+                    report(status.as_deref_mut(), &format!("signal {}", signal as i32));
+                    return Ok(128 + signal as i32);
+                }
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Sends `signal` to the agent's process group, or to the agent alone if it left it.
+fn forward(agent: Pid, signal: Signal) {
+    if killpg(agent, signal) == Err(Errno::ESRCH) {
+        let _ = kill(agent, signal);
+    }
+}
+
+/// The agent's pid as the host sees it. `/proc` is the host's (no fresh mount), and
+/// `/proc/thread-self` resolves in the namespace of that mount, so this thread's
+/// `children` file lists host pids. Outside a namespace the pid is already the host's.
+fn host_pid_of(agent: Pid) -> i32 {
+    if getpid().as_raw() != 1 {
+        return agent.as_raw();
+    }
+    std::fs::read_to_string("/proc/thread-self/children")
+        .ok()
+        .and_then(|children| children.split_whitespace().next()?.parse().ok())
+        // 0: unknown; the launcher then names the init instead.
+        .unwrap_or(0)
+}
+
+fn report(status: Option<&mut File>, line: &str) {
+    if let Some(file) = status {
+        // The launcher may be gone; the init carries on regardless.
+        let _ = writeln!(file, "{line}");
+    }
+}
+
+fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    // SAFETY: `fd` is open for the lifetime of this call (owned by the caller's File).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(io::Error::from)?;
+    Ok(())
+}
