@@ -30,6 +30,7 @@ mod distribution;
 mod durable;
 mod idempotency;
 mod interactions;
+mod metrics;
 mod orphans;
 mod process;
 mod streaming;

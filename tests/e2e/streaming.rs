@@ -196,3 +196,11 @@ async fn persist_before_expose_every_streamed_event_and_interaction_is_already_c
     }
     service.shutdown().await;
 }
+
+/// Keeps the P1 benchmark compiling and running (its figures come from `cargo bench`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_throughput_benchmark_runs_at_smoke_size() {
+    let report = cursor_runner_e2e::throughput::measure(Backend::Sqlite, 200).await;
+    assert_eq!(report.updates, 200);
+    assert!(report.events_streamed > 200, "every chunk became an event");
+}

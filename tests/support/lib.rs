@@ -19,6 +19,7 @@ pub use cursor_runner_api::pb as proto;
 
 mod processes;
 mod service_process;
+pub mod throughput;
 pub use processes::*;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 
@@ -73,6 +74,30 @@ impl TestDatabase {
         }
     }
 
+    /// Makes the database unreachable (`true`: new connections refused, open ones
+    /// terminated) or reachable again (Postgres only).
+    pub async fn set_unreachable(&self, unreachable: bool) {
+        let admin_url = self
+            .admin_url
+            .as_ref()
+            .expect("only a PostgreSQL database can be cut off");
+        let mut admin = connect_admin(admin_url).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS {}",
+            self.name, !unreachable
+        )))
+        .execute(&mut admin)
+        .await
+        .expect("ALTER DATABASE");
+        if unreachable {
+            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+                .bind(&self.name)
+                .execute(&mut admin)
+                .await
+                .expect("terminating the service's connections");
+        }
+    }
+
     /// Drops the database (Postgres); the SQLite file goes with its temp dir.
     pub async fn drop_database(self) {
         if let Some(admin_url) = &self.admin_url {
@@ -106,7 +131,7 @@ pub fn fake_agent() -> PathBuf {
     let path = dir.join("fake-cursor");
     if !path.is_file() {
         let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "fake-cursor"])
+            .args(build_args(dir, "fake-cursor"))
             .current_dir(workspace_root())
             .status()
             .expect("cargo build -p fake-cursor");
@@ -128,7 +153,7 @@ pub fn agent_init() -> PathBuf {
             let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
             if modified(&path).is_none_or(|built| modified(&exe).is_some_and(|test| built < test)) {
                 let status = std::process::Command::new(env!("CARGO"))
-                    .args(["build", "-q", "-p", "cursor-runner"])
+                    .args(build_args(dir, "cursor-runner"))
                     .current_dir(workspace_root())
                     .status()
                     .expect("cargo build -p cursor-runner");
@@ -137,6 +162,16 @@ pub fn agent_init() -> PathBuf {
             path
         })
         .clone()
+}
+
+/// `cargo build` arguments for `package` in the profile whose output directory is `dir`
+/// (a release bench needs release binaries beside it).
+fn build_args(dir: &Path, package: &str) -> Vec<String> {
+    let mut args = vec!["build".to_owned(), "-q".to_owned(), "-p".to_owned(), package.to_owned()];
+    if dir.ends_with("release") {
+        args.push("--release".to_owned());
+    }
+    args
 }
 
 pub fn workspace_root() -> PathBuf {
@@ -273,6 +308,18 @@ impl TestService {
 
     pub async fn client(&self) -> Client {
         self.client_for(Some(TENANT)).await
+    }
+
+    /// The service's database.
+    pub fn database(&self) -> &TestDatabase {
+        self.database
+            .as_ref()
+            .expect("the database lives as long as the service")
+    }
+
+    /// A scrape of the engine's metrics: the exact text `/metrics` serves.
+    pub fn metrics(&self) -> String {
+        self.engine.metrics().encode()
     }
 
     /// The service's state directory (private homes, the launch ledger).

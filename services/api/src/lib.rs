@@ -25,6 +25,59 @@ use tokio::net::TcpListener;
 /// How long open calls may take to finish once shutdown begins.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How often health pings the store.
+pub const HEALTH_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A store ping slower than this counts as unreachable.
+pub const HEALTH_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The name `grpc.health.v1` reports the runner service under.
+pub const RUNNER_SERVICE_NAME: &str = "cursor_runner.v1.RunnerService";
+
+type RunnerServer = pb::runner_service_server::RunnerServiceServer<RunnerApi>;
+
+/// Keeps the runner service's health (and the server's overall `""` status) truthful:
+/// NOT_SERVING once draining has begun or while the store does not answer a ping.
+async fn report_health(engine: Arc<Engine>, reporter: tonic_health::server::HealthReporter) {
+    let mut draining = engine.draining();
+    let mut serving = true;
+    let mut probe = tokio::time::interval(HEALTH_PROBE_INTERVAL);
+    loop {
+        let now_serving = !*draining.borrow_and_update()
+            && tokio::time::timeout(HEALTH_PROBE_TIMEOUT, engine.store_reachable())
+                .await
+                .unwrap_or(false)
+            && !*draining.borrow();
+        if now_serving != serving {
+            serving = now_serving;
+            set_health(&reporter, serving).await;
+            if serving {
+                tracing::info!("health: SERVING");
+            } else {
+                tracing::warn!(draining = *draining.borrow(), "health: NOT_SERVING");
+            }
+        }
+        tokio::select! {
+            _ = probe.tick() => {}
+            changed = draining.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+async fn set_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    if serving {
+        reporter.set_serving::<RunnerServer>().await;
+    } else {
+        reporter.set_not_serving::<RunnerServer>().await;
+    }
+}
+
 /// Serves the runner, health and reflection services on `listener` until `shutdown`
 /// resolves.
 pub async fn serve(
@@ -33,9 +86,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<pb::runner_service_server::RunnerServiceServer<RunnerApi>>()
-        .await;
+    set_health(&health_reporter, true).await;
+    let health = tokio::spawn(report_health(engine.clone(), health_reporter.clone()));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -56,14 +108,17 @@ pub async fn serve(
     let bounded_drain = async {
         shutdown.await;
         engine.end_streams();
+        set_health(&health_reporter, false).await;
         let _ = stop_tx.send(());
         tokio::time::sleep(SHUTDOWN_GRACE).await;
         tracing::warn!("calls still open after the shutdown grace period; dropping them");
     };
-    tokio::select! {
+    let result = tokio::select! {
         result = server => result,
         () = bounded_drain => Ok(()),
-    }
+    };
+    health.abort();
+    result
 }
 
 /// Binds a listener; `127.0.0.1:0` picks a free port.
@@ -73,6 +128,14 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn health_names_the_runner_service_by_its_grpc_name() {
+        assert_eq!(
+            <super::RunnerServer as tonic::server::NamedService>::NAME,
+            super::RUNNER_SERVICE_NAME
+        );
+    }
+
     /// Every value of every enum in the proto has a row in docs/prp-mapping.md.
     #[test]
     fn docs_map_every_proto_enum_value() {

@@ -23,6 +23,7 @@ use crate::actor::{self, Command};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::interaction::{ApprovalPolicy, InteractionAnswer};
+use crate::metrics::Metrics;
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 pub type ExecutionView = ExecutionRecord;
@@ -158,6 +159,7 @@ pub struct Engine {
     in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
     /// Flips to true when the service starts shutting down: open streams end.
     draining: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
 }
 
 impl Engine {
@@ -176,6 +178,7 @@ impl Engine {
             executions: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
             draining: watch::Sender::new(false),
+            metrics: Arc::new(Metrics::new()),
         });
         engine.recover_after_restart().await?;
         Ok(engine)
@@ -185,11 +188,43 @@ impl Engine {
         &self.store
     }
 
+    /// This engine's metrics (served by the runner on its metrics port).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether shutdown has begun ([`Engine::end_streams`]); health reports NOT_SERVING then.
+    pub fn draining(&self) -> watch::Receiver<bool> {
+        self.draining.subscribe()
+    }
+
+    /// A cheap round trip to the store, for health.
+    pub async fn store_reachable(&self) -> bool {
+        self.store.get_execution("", "").await.is_ok()
+    }
+
     pub async fn create_execution(
         self: &Arc<Self>,
         meta: RequestMeta,
         command: CreateExecutionCommand,
     ) -> Result<ExecutionRecord, EngineError> {
+        let admitted = self
+            .admit(command)
+            .inspect_err(|e| self.metrics.launch_refused(e.reason))?;
+        let engine = self.clone();
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let result = self
+            .idempotent(meta, "CreateExecution", move || async move {
+                let record = engine.launch_execution(&tenant_id, admitted).await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    /// Checks a `CreateExecution` before anything is claimed or launched.
+    fn admit(&self, command: CreateExecutionCommand) -> Result<Admitted, EngineError> {
         let workspace = validate_workspace(&command.workspace)?;
         self.config.workspace_policy.check(&workspace).map_err(policy_refusal)?;
         let wait_limit = match command.interaction_wait_limit {
@@ -206,22 +241,12 @@ impl Engine {
             .credential
             .map(|binding| binding.admit(&command.control_session_id, now_ms()))
             .transpose()?;
-        let admitted = Admitted {
+        Ok(Admitted {
             workspace,
             policy: command.approval_policy,
             wait_limit,
             credential,
-        };
-        let engine = self.clone();
-        let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
-        let result = self
-            .idempotent(meta, "CreateExecution", move || async move {
-                let record = engine.launch_execution(&tenant_id, admitted).await?;
-                Ok(json!({"executionId": record.id}))
-            })
-            .await?;
-        self.execution_from_result(&caller, &result).await
+        })
     }
 
     async fn launch_execution(
@@ -257,15 +282,21 @@ impl Engine {
             interaction_wait_limit_ms: i64::try_from(wait_limit.as_millis()).unwrap_or(i64::MAX),
         };
         self.store.insert_execution(&record).await?;
-        let events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0);
+        let events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0)
+            .with_metrics(self.metrics.clone());
         let (commands_tx, commands_rx) = mpsc::channel(64);
-        lock(&self.executions).insert(
-            record.id.clone(),
-            ExecutionHandle {
-                commands: commands_tx,
-                head: events.subscribe(),
-            },
-        );
+        {
+            let mut executions = lock(&self.executions);
+            // Forget executions whose actor has ended: their state lives in the store.
+            executions.retain(|_, handle| !handle.commands.is_closed());
+            executions.insert(
+                record.id.clone(),
+                ExecutionHandle {
+                    commands: commands_tx,
+                    head: events.subscribe(),
+                },
+            );
+        }
         actor::launch(
             self.store.clone(),
             self.config.clone(),
@@ -275,6 +306,7 @@ impl Engine {
             commands_rx,
         )
         .await
+        .inspect_err(|e| self.metrics.launch_refused(e.reason))
     }
 
     pub async fn get_execution(&self, tenant_id: &str, id: &str) -> Result<ExecutionRecord, EngineError> {
@@ -488,7 +520,9 @@ impl Engine {
         let store = self.store.clone();
         let heartbeat = self.config.heartbeat_interval;
         let mut draining = self.draining.subscribe();
+        let open_stream = self.metrics.stream_opened();
         tokio::spawn(async move {
+            let _open_stream = open_stream;
             let mut cursor = after_sequence;
             let mut caught_up = false;
             loop {
@@ -733,7 +767,8 @@ impl Engine {
     async fn recover_after_restart(&self) -> Result<(), EngineError> {
         for mut execution in self.store.list_live_executions().await? {
             let head = self.store.head_sequence(&execution.id).await?;
-            let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head);
+            let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head)
+                .with_metrics(self.metrics.clone());
             for state in [InteractionState::Pending, InteractionState::Answered] {
                 let stranded = self
                     .store

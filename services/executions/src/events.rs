@@ -9,6 +9,7 @@ use cursor_runner_store::{EventRecord, Store, now_ms};
 use tokio::sync::watch;
 
 use crate::error::EngineError;
+use crate::metrics::Metrics;
 
 pub struct EventWriter {
     store: Arc<dyn Store>,
@@ -16,6 +17,7 @@ pub struct EventWriter {
     generation: i64,
     next_sequence: i64,
     head: watch::Sender<i64>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl EventWriter {
@@ -27,7 +29,14 @@ impl EventWriter {
             generation,
             next_sequence: head + 1,
             head: tx,
+            metrics: None,
         }
+    }
+
+    /// Counts every committed event in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn subscribe(&self) -> watch::Receiver<i64> {
@@ -63,6 +72,11 @@ impl EventWriter {
         self.store.append_events(&records).await?;
         self.next_sequence += records.len() as i64;
         self.head.send_replace(self.next_sequence - 1);
+        if let Some(metrics) = &self.metrics {
+            for (record, payload) in records.iter().zip(&payloads) {
+                metrics.observe(&record.event_type, payload);
+            }
+        }
         Ok(())
     }
 }

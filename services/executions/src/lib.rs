@@ -8,6 +8,7 @@ mod engine;
 mod error;
 mod events;
 pub mod interaction;
+pub mod metrics;
 pub mod state;
 
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
@@ -17,3 +18,4 @@ pub use engine::{
 };
 pub use error::{EngineError, ErrorKind, Reason};
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
+pub use metrics::Metrics;

@@ -3,6 +3,7 @@
 mod demo;
 mod distribution;
 mod doctor;
+mod metrics_http;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +43,22 @@ enum Command {
     /// Report what this host offers and lacks (exit 1 when something required is
     /// missing), or with --probe, probe the agent without a credential.
     Doctor(doctor::DoctorArgs),
+    /// Ask a running service's `grpc.health.v1` whether it serves: exit 0 when
+    /// SERVING, 1 otherwise (draining, store unreachable, nothing listening). For probes.
+    Healthcheck(HealthcheckArgs),
+}
+
+#[derive(clap::Args)]
+struct HealthcheckArgs {
+    /// Address of the service's gRPC listener.
+    #[arg(long, env = "CURSOR_RUNNER_HEALTHCHECK_ADDR", default_value = "127.0.0.1:50051")]
+    addr: String,
+    /// The service to ask about (`""` is the server as a whole).
+    #[arg(long, default_value = cursor_runner_api::RUNNER_SERVICE_NAME)]
+    service: String,
+    /// Seconds to wait for the connection and the answer.
+    #[arg(long, default_value_t = 5)]
+    timeout_secs: u64,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +66,9 @@ struct ServeArgs {
     /// Address of the gRPC listener.
     #[arg(long, env = "CURSOR_RUNNER_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
+    /// Address of the Prometheus `/metrics` HTTP listener (OpenMetrics text); off when unset.
+    #[arg(long, env = "CURSOR_RUNNER_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// `postgres://…` (production) or `sqlite:PATH` (single node). Default: SQLite in the state directory.
     #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
     database_url: Option<String>,
@@ -115,6 +135,13 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Demo(args) => demo::run(args).await,
             Command::Distribution(command) => distribution::run(command),
+            Command::Healthcheck(args) => {
+                if healthcheck(args).await {
+                    Ok(())
+                } else {
+                    std::process::exit(1)
+                }
+            }
             Command::Doctor(args) => {
                 if doctor::run(args).await? {
                     Ok(())
@@ -164,11 +191,73 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = cursor_runner_api::bind(args.listen)
         .await
         .context("binding the listener")?;
+    let metrics_server = match args.metrics_listen {
+        Some(address) => {
+            let metrics_listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("binding the metrics listener {address}"))?;
+            tracing::info!(address = %metrics_listener.local_addr()?, "serving /metrics");
+            let metrics = engine.metrics().clone();
+            Some(tokio::spawn(async move {
+                if let Err(e) = metrics_http::serve(metrics, metrics_listener, std::future::pending()).await {
+                    tracing::error!(error = %e, "the metrics listener failed");
+                }
+            }))
+        }
+        None => None,
+    };
     tracing::info!(address = %listener.local_addr()?, store = store.backend(), "serving");
     cursor_runner_api::serve(engine.clone(), listener, shutdown_signal()).await?;
     tracing::info!("shutting down: stopping every agent");
     engine.shutdown().await;
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.abort();
+    }
     Ok(())
+}
+
+/// Prints the status and says whether it is SERVING.
+async fn healthcheck(args: HealthcheckArgs) -> bool {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let limit = std::time::Duration::from_secs(args.timeout_secs);
+    let uri = if args.addr.contains("://") {
+        args.addr.clone()
+    } else {
+        format!("http://{}", args.addr)
+    };
+    let check = async {
+        let channel = tonic::transport::Endpoint::from_shared(uri)?
+            .connect_timeout(limit)
+            .connect()
+            .await?;
+        let response = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: args.service.clone(),
+            })
+            .await?;
+        anyhow::Ok(response.into_inner().status())
+    };
+    match tokio::time::timeout(limit, check).await {
+        Ok(Ok(ServingStatus::Serving)) => {
+            println!("SERVING");
+            true
+        }
+        Ok(Ok(status)) => {
+            println!("{}", status.as_str_name());
+            false
+        }
+        Ok(Err(e)) => {
+            eprintln!("healthcheck of {} failed: {e:#}", args.addr);
+            false
+        }
+        Err(_) => {
+            eprintln!("healthcheck of {} timed out after {limit:?}", args.addr);
+            false
+        }
+    }
 }
 
 async fn shutdown_signal() {
