@@ -31,6 +31,9 @@ use crate::state::{ExecutionState, InteractionState, TurnState};
 
 type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
 
+/// Most `session/update`s normalized into one outbox append.
+const MAX_UPDATES_PER_APPEND: usize = 256;
+
 pub(crate) enum Command {
     StartTurn {
         prompt: String,
@@ -345,7 +348,10 @@ impl Actor {
             let ending = tokio::select! {
                 Some(command) = commands.recv() => self.on_command(command).await,
                 message = inbound.recv() => match message {
-                    Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
+                                        Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
+                    Some(Inbound::Notification { method, params }) if method == "session/update" => {
+                        self.on_updates(params, &mut inbound).await
+                    }
                     Some(message) => self.on_inbound(message).await,
                 },
                                 () = sleep_until(deadline) => self.on_cancel_timeout().await,
@@ -579,26 +585,58 @@ impl Actor {
     }
 
     async fn on_session_update(&mut self, params: &Value) -> Result<(), EngineError> {
+        let payloads = self.normalize_update(params);
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    /// A run of `session/update`s already waiting in the inbound queue is normalized
+    /// into one outbox append (one commit) instead of one per update; the first other
+    /// message ends the run and is handled after it, so wire order is kept.
+    async fn on_updates(&mut self, first: Value, inbound: &mut InboundStream) -> Result<Ending, EngineError> {
+        let mut payloads = self.normalize_update(&first);
+        let mut next = None;
+        for _ in 1..MAX_UPDATES_PER_APPEND {
+            match inbound.try_recv() {
+                Ok(Inbound::Notification { method, params }) if method == "session/update" => {
+                    payloads.extend(self.normalize_update(&params));
+                }
+                Ok(other) => {
+                    next = Some(other);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events.emit(turn_id.as_deref(), payloads).await?;
+        match next {
+            None => Ok(Ending::Continue),
+            Some(Inbound::Closed { .. }) => self.on_process_lost().await,
+            Some(message) => self.on_inbound(message).await,
+        }
+    }
+
+    /// The events of one `session/update`, for the running turn or the session.
+    fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
         let session = params.get("sessionId").and_then(Value::as_str);
         if session != Some(self.session_id.as_str()) {
-            return self
-                .notice(
-                    "unknown_session_update",
-                    "dropped a session/update for a session this execution does not own",
-                )
-                .await;
+            return vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
+                "unknown_session_update",
+                NoticeScope::Turn,
+                "dropped a session/update for a session this execution does not own",
+            ))];
         }
         let update = params.get("update").cloned().unwrap_or(Value::Null);
-        let (turn_id, payloads) = match self.turn.as_mut() {
+        match self.turn.as_mut() {
             Some(turn) => {
                 if let Some(id) = update.get("toolCallId").and_then(Value::as_str) {
                     turn.tool_calls.insert(id.to_owned());
                 }
-                (Some(turn.record.id.clone()), turn.normalizer.on_update(&update))
+                turn.normalizer.on_update(&update)
             }
-            None => (None, self.session_normalizer.on_update(&update)),
-        };
-        self.events.emit(turn_id.as_deref(), payloads).await
+            None => self.session_normalizer.on_update(&update),
+        }
     }
 
     async fn on_agent_request(&mut self, request: AgentRequest) -> Result<(), EngineError> {
