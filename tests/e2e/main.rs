@@ -25,6 +25,7 @@ macro_rules! on_both_backends {
 }
 
 mod api_surface;
+mod auth;
 mod credentials;
 mod distribution;
 mod durable;

@@ -186,17 +186,37 @@ pub type Client = RunnerServiceClient<InterceptedService<Channel, TenantHeader>>
 
 /// Adds the caller's tenant to every request (or nothing, to test its absence).
 #[derive(Clone)]
-pub struct TenantHeader(Option<tonic::metadata::AsciiMetadataValue>);
+pub struct TenantHeader {
+    tenant: Option<tonic::metadata::AsciiMetadataValue>,
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
+}
 
 impl tonic::service::Interceptor for TenantHeader {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(tenant) = &self.0 {
+        if let Some(tenant) = &self.tenant {
             request
                 .metadata_mut()
                 .insert(cursor_runner_api::TENANT_METADATA, tenant.clone());
         }
+        if let Some(authorization) = &self.authorization {
+            request.metadata_mut().insert("authorization", authorization.clone());
+        }
         Ok(request)
     }
+}
+
+/// A client that sends a bearer token (and, to prove it is ignored, maybe a tenant header).
+pub async fn connect_with_token(address: std::net::SocketAddr, token: Option<&str>, tenant: Option<&str>) -> Client {
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    let header = TenantHeader {
+        tenant: tenant.map(|t| tonic::metadata::MetadataValue::try_from(t).unwrap()),
+        authorization: token.map(|t| tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")).unwrap()),
+    };
+    RunnerServiceClient::with_interceptor(channel, header)
 }
 
 /// A client of the service at `address` whose calls carry `tenant` (or none).
@@ -207,7 +227,13 @@ pub async fn connect(address: std::net::SocketAddr, tenant: Option<&str>) -> Cli
         .await
         .expect("connect");
     let tenant = tenant.map(|t| tonic::metadata::MetadataValue::try_from(t).unwrap());
-    RunnerServiceClient::with_interceptor(channel, TenantHeader(tenant))
+    RunnerServiceClient::with_interceptor(
+        channel,
+        TenantHeader {
+            tenant,
+            authorization: None,
+        },
+    )
 }
 
 /// Knobs a test may turn before the service starts.
@@ -220,6 +246,8 @@ pub struct Options {
     pub agent_command: Option<AgentCommand>,
     /// Run agents under `agent-init` in their own PID namespace (`false`: the fallbacks only).
     pub pid_namespace: bool,
+    /// Serve with token authentication from this tokens file.
+    pub tokens_file: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -229,6 +257,7 @@ impl Default for Options {
             stop_grace: Duration::from_secs(2),
             heartbeat: Duration::from_secs(15),
             agent_command: None,
+            tokens_file: None,
             pid_namespace: true,
         }
     }
@@ -286,10 +315,19 @@ impl TestService {
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server_engine = engine.clone();
+        let auth = options
+            .tokens_file
+            .as_ref()
+            .map(|path| Arc::new(cursor_runner_api::TokenAuth::from_file(path).expect("tokens file")));
         let server = tokio::spawn(async move {
-            cursor_runner_api::serve(server_engine, listener, async {
-                let _ = stopped.await;
-            })
+            cursor_runner_api::serve_with(
+                server_engine,
+                listener,
+                async {
+                    let _ = stopped.await;
+                },
+                auth,
+            )
             .await
             .expect("server");
         });

@@ -1,6 +1,7 @@
 //! The gRPC edge: generated code, request translation, and the one place where domain
 //! errors become `tonic::Status`. It translates; the engine decides.
 
+pub mod auth;
 mod convert;
 mod service;
 mod status;
@@ -12,6 +13,7 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cursor_runner_descriptor");
 }
 
+pub use auth::TokenAuth;
 pub use convert::struct_to_json;
 pub use service::{RunnerApi, TENANT_METADATA};
 pub use status::{ERROR_DOMAIN, to_status};
@@ -85,6 +87,17 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    serve_with(engine, listener, shutdown, None).await
+}
+
+/// [`serve`] with token authentication: when `auth` is set, every runner call needs a
+/// valid bearer token and its tenant comes from the token (health stays open).
+pub async fn serve_with(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+    auth: Option<Arc<TokenAuth>>,
+) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&health_reporter, true).await;
     let health = tokio::spawn(report_health(engine.clone(), health_reporter.clone()));
@@ -97,9 +110,17 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(
-            engine.clone(),
-        )))
+        .add_service(pb::runner_service_server::RunnerServiceServer::with_interceptor(
+            RunnerApi::new(engine.clone()),
+            move |mut request: tonic::Request<()>| {
+                if let Some(auth) = &auth {
+                    let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+                    let caller = auth.authenticate(header)?;
+                    request.extensions_mut().insert(caller);
+                }
+                Ok(request)
+            },
+        ))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
             let _ = stop_rx.await;
         });

@@ -33,7 +33,12 @@ impl RunnerApi {
     }
 }
 
+/// The caller's tenant: from its token when authentication is on (metadata is then
+/// ignored), else from the `x-tenant-id` metadata.
 fn tenant<T>(request: &Request<T>) -> Result<String, Status> {
+    if let Some(caller) = request.extensions().get::<crate::auth::Caller>() {
+        return Ok(caller.tenant_id.clone());
+    }
     let refuse = |message: &str| {
         to_status(EngineError::new(
             cursor_runner_executions::ErrorKind::InvalidArgument,

@@ -9,6 +9,7 @@ pub const ERROR_DOMAIN: &str = "cursor-runner";
 
 pub fn to_status(error: EngineError) -> tonic::Status {
     let code = match error.kind {
+        ErrorKind::Unauthenticated => Code::Unauthenticated,
         ErrorKind::InvalidArgument => Code::InvalidArgument,
         ErrorKind::NotFound => Code::NotFound,
         ErrorKind::FailedPrecondition => Code::FailedPrecondition,

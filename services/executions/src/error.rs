@@ -5,6 +5,7 @@ use cursor_runner_store::StoreError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    Unauthenticated,
     InvalidArgument,
     NotFound,
     FailedPrecondition,
@@ -20,7 +21,12 @@ impl ErrorKind {
     pub fn is_refusal(self) -> bool {
         matches!(
             self,
-            Self::InvalidArgument | Self::NotFound | Self::FailedPrecondition | Self::Aborted | Self::OutOfRange
+            Self::Unauthenticated
+                | Self::InvalidArgument
+                | Self::NotFound
+                | Self::FailedPrecondition
+                | Self::Aborted
+                | Self::OutOfRange
         )
     }
 }
@@ -50,6 +56,7 @@ macro_rules! reasons {
 }
 
 reasons! {
+        Unauthenticated => "UNAUTHENTICATED": "Token authentication is on and the call carries no valid bearer token.",
     TenantRequired => "TENANT_REQUIRED": "The call carries no tenant (`x-tenant-id` metadata).",
     RequestIdRequired => "REQUEST_ID_REQUIRED": "A mutating call carries no `request_id`.",
     RequestIdReused => "REQUEST_ID_REUSED": "The `request_id` was used before with a different request body.",
@@ -143,6 +150,7 @@ impl EngineError {
         let error = value.get("error")?;
         let kind = match error.get("kind")?.as_str()? {
             "InvalidArgument" => ErrorKind::InvalidArgument,
+            "Unauthenticated" => ErrorKind::Unauthenticated,
             "NotFound" => ErrorKind::NotFound,
             "FailedPrecondition" => ErrorKind::FailedPrecondition,
             "Aborted" => ErrorKind::Aborted,

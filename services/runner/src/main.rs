@@ -69,6 +69,10 @@ struct ServeArgs {
     /// Address of the Prometheus `/metrics` HTTP listener (OpenMetrics text); off when unset.
     #[arg(long, env = "CURSOR_RUNNER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Bearer tokens per tenant (JSON with sha256 digests, re-read when it changes). Without
+    /// it callers are unauthenticated and name their tenant in `x-tenant-id`.
+    #[arg(long, env = "CURSOR_RUNNER_TOKENS_FILE")]
+    tokens_file: Option<PathBuf>,
     /// `postgres://…` (production) or `sqlite:PATH` (single node). Default: SQLite in the state directory.
     #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
     database_url: Option<String>,
@@ -207,7 +211,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     tracing::info!(address = %listener.local_addr()?, store = store.backend(), "serving");
-    cursor_runner_api::serve(engine.clone(), listener, shutdown_signal()).await?;
+    let auth = match &args.tokens_file {
+        Some(path) => Some(std::sync::Arc::new(cursor_runner_api::TokenAuth::from_file(path)?)),
+        None => {
+            tracing::warn!(
+                "no --tokens-file: callers are not authenticated and name their tenant in x-tenant-id; listen on loopback only"
+            );
+            None
+        }
+    };
+    cursor_runner_api::serve_with(engine.clone(), listener, shutdown_signal(), auth).await?;
     tracing::info!("shutting down: stopping every agent");
     engine.shutdown().await;
     if let Some(metrics_server) = metrics_server {

@@ -1,0 +1,173 @@
+//! Token authentication: with a tokens file, every runner call needs a valid bearer
+//! token, the tenant comes from the token (never from metadata), and tokens rotate
+//! without a restart. Health stays open for probes.
+
+use std::path::{Path, PathBuf};
+
+use cursor_runner_e2e::*;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tonic::Code;
+
+on_both_backends!(
+    every_runner_call_without_a_valid_token_is_unauthenticated,
+    the_tenant_comes_from_the_token_and_another_tenants_resources_are_not_found,
+    tokens_rotate_without_a_restart,
+);
+
+fn write_tokens(path: &Path, tokens: &[(&str, &str)]) {
+    let entries: Vec<_> = tokens
+        .iter()
+        .map(|(tenant, token)| json!({"tenant_id": tenant, "sha256": hex_digest(token)}))
+        .collect();
+    // Write then rename, as an operator's tooling would, so a reader never sees half a file.
+    let staged = path.with_extension("new");
+    std::fs::write(&staged, json!({"tokens": entries}).to_string()).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+fn hex_digest(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+async fn authenticated(backend: Backend, tokens: &[(&str, &str)]) -> (TestService, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens.json");
+    write_tokens(&path, tokens);
+    let options = Options {
+        tokens_file: Some(path.clone()),
+        ..Options::default()
+    };
+    (TestService::start_with(backend, "demo.json", options).await, path, dir)
+}
+
+async fn every_runner_call_without_a_valid_token_is_unauthenticated(backend: Backend) {
+    let (service, _, _dir) = authenticated(backend, &[("tenant-a", "tok-a")]).await;
+    for token in [None, Some("wrong-token")] {
+        let mut client = connect_with_token(service.address, token, Some(TENANT)).await;
+        let results: Vec<(&str, Result<(), tonic::Status>)> = vec![
+            (
+                "CreateExecution",
+                client
+                    .create_execution(proto::CreateExecutionRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "GetExecution",
+                client
+                    .get_execution(proto::GetExecutionRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "ListExecutions",
+                client
+                    .list_executions(proto::ListExecutionsRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "CloseExecution",
+                client
+                    .close_execution(proto::CloseExecutionRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "StartTurn",
+                client.start_turn(proto::StartTurnRequest::default()).await.map(drop),
+            ),
+            (
+                "CancelTurn",
+                client.cancel_turn(proto::CancelTurnRequest::default()).await.map(drop),
+            ),
+            (
+                "StreamEvents",
+                client
+                    .stream_events(proto::StreamEventsRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "AckEvents",
+                client.ack_events(proto::AckEventsRequest::default()).await.map(drop),
+            ),
+            (
+                "ListInteractions",
+                client
+                    .list_interactions(proto::ListInteractionsRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "GetInteraction",
+                client
+                    .get_interaction(proto::GetInteractionRequest::default())
+                    .await
+                    .map(drop),
+            ),
+            (
+                "AnswerInteraction",
+                client
+                    .answer_interaction(proto::AnswerInteractionRequest::default())
+                    .await
+                    .map(drop),
+            ),
+        ];
+        for (rpc, result) in results {
+            let status = result.expect_err(rpc);
+            assert_eq!(
+                (status.code(), reason(&status).as_str()),
+                (Code::Unauthenticated, "UNAUTHENTICATED"),
+                "{rpc}"
+            );
+        }
+    }
+    let mut health = tonic_health::pb::health_client::HealthClient::new(service.channel().await);
+    let open = health
+        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .await;
+    assert!(open.is_ok(), "health stays open for probes");
+    service.shutdown().await;
+}
+
+async fn the_tenant_comes_from_the_token_and_another_tenants_resources_are_not_found(backend: Backend) {
+    let (service, _, _dir) = authenticated(backend, &[("tenant-a", "tok-a"), ("tenant-b", "tok-b")]).await;
+    let mut owner = connect_with_token(service.address, Some("tok-a"), None).await;
+    let execution = create_execution(&mut owner, &service, "create-1").await;
+    assert_eq!(execution.tenant_id, "tenant-a", "the tenant is the token's");
+    // Tenant B's token with tenant A's name in the metadata: the metadata is ignored.
+    let mut stranger = connect_with_token(service.address, Some("tok-b"), Some("tenant-a")).await;
+    let result = stranger
+        .get_execution(proto::GetExecutionRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await;
+    assert_refused(result, Code::NotFound, "EXECUTION_NOT_FOUND");
+    service.shutdown().await;
+}
+
+async fn tokens_rotate_without_a_restart(backend: Backend) {
+    let (service, path, _dir) = authenticated(backend, &[("tenant-a", "old-token")]).await;
+    let mut old = connect_with_token(service.address, Some("old-token"), None).await;
+    assert!(
+        old.list_executions(proto::ListExecutionsRequest::default())
+            .await
+            .is_ok()
+    );
+    // A different size guarantees the file looks changed even within one mtime tick.
+    write_tokens(&path, &[("tenant-a", "the-new-token")]);
+    let refused = old.list_executions(proto::ListExecutionsRequest::default()).await;
+    assert_refused(refused, Code::Unauthenticated, "UNAUTHENTICATED");
+    let mut new = connect_with_token(service.address, Some("the-new-token"), None).await;
+    assert!(
+        new.list_executions(proto::ListExecutionsRequest::default())
+            .await
+            .is_ok()
+    );
+    service.shutdown().await;
+}
