@@ -7,6 +7,7 @@ on_both_backends!(
     start_turn_while_a_turn_is_active_is_refused_with_failed_precondition,
     the_agent_exiting_mid_turn_fails_the_turn_with_a_typed_reason_and_records_the_exit_status,
     two_turns_run_one_after_the_other_on_one_session,
+    replace_active_interrupts_the_running_turn_then_starts_the_new_one,
     a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_killed,
 );
 
@@ -218,5 +219,51 @@ async fn two_turns_run_one_after_the_other_on_one_session(backend: Backend) {
         assert_eq!(settled.last().unwrap().event_type, "turn.completed");
         assert!(settled.iter().filter(|e| e.turn_id == turn.turn_id).count() >= 3);
     }
+    service.shutdown().await;
+}
+
+async fn replace_active_interrupts_the_running_turn_then_starts_the_new_one(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let (execution, first, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    let second = client
+        .start_turn(proto::StartTurnRequest {
+            request_id: "turn-2".into(),
+            execution_id: execution.execution_id.clone(),
+            prompt: vec![proto::PromptBlock {
+                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
+            }],
+            replace_active: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .turn
+        .unwrap();
+    assert_eq!(second.turn_number, 2);
+    let replaced = events.until_turn_settles().await;
+    let last = replaced.last().unwrap();
+    assert_eq!(
+        (last.event_type.as_str(), last.turn_id.as_str()),
+        ("turn.interrupted", first.turn_id.as_str())
+    );
+    assert_eq!(
+        payload(last)["failureReason"],
+        "replaced_by_new_turn",
+        "reported as a replacement, never as steering"
+    );
+    let next = events.until_turn_settles().await;
+    assert!(
+        next.iter()
+            .any(|e| e.event_type == "turn.started" && e.turn_id == second.turn_id)
+    );
+    assert_eq!(next.last().unwrap().event_type, "turn.completed");
+    let prompts = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m["method"] == "session/prompt")
+        .count();
+    assert_eq!(prompts, 2, "the new prompt was sent only after the first settled");
     service.shutdown().await;
 }

@@ -428,6 +428,7 @@ pub async fn start_turn(client: &mut Client, execution_id: &str, request_id: &st
             prompt: vec![pb::PromptBlock {
                 content: Some(pb::prompt_block::Content::Text("do the work".into())),
             }],
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner().turn.expect("turn"))

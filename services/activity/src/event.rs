@@ -173,6 +173,8 @@ pub enum TurnFailureReason {
     ProviderLost,
     ProtocolError,
     CancelTimeout,
+    /// `StartTurn` with `replace_active` cancelled this turn to start another.
+    ReplacedByNewTurn,
 }
 
 impl TurnFailureReason {
@@ -184,6 +186,7 @@ impl TurnFailureReason {
             Self::ProviderLost => "provider_lost",
             Self::ProtocolError => "protocol_error",
             Self::CancelTimeout => "cancel_timeout",
+            Self::ReplacedByNewTurn => "replaced_by_new_turn",
         }
     }
 }

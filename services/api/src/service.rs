@@ -198,7 +198,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         }
         let turn = self
             .engine
-            .start_turn(meta, &body.execution_id, prompt)
+            .start_turn(meta, &body.execution_id, prompt, body.replace_active)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::StartTurnResponse {

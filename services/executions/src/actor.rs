@@ -37,6 +37,7 @@ const MAX_UPDATES_PER_APPEND: usize = 256;
 pub(crate) enum Command {
     StartTurn {
         prompt: String,
+        replace_active: bool,
         reply: Reply<TurnRecord>,
     },
     CancelTurn {
@@ -73,6 +74,8 @@ struct ActiveTurn {
     prompt_request_id: Option<i64>,
     /// Tool call ids seen in this turn, to tell whether a request's `toolCallId` is known.
     tool_calls: HashSet<String>,
+    /// A `replace_active` start is waiting for this turn to settle.
+    replaced: bool,
     cancel_deadline: Option<Instant>,
 }
 
@@ -99,6 +102,8 @@ struct Actor {
     wait_limit: Duration,
     /// Keeps the workspace watched while the actor lives.
     _workspace_watch: Option<WatchGuard>,
+    /// The prompt of a `replace_active` start, sent once the replaced turn settles.
+    queued_start: Option<(String, Reply<TurnRecord>)>,
 }
 
 /// Launches the agent, runs the handshake, and on success leaves an actor running.
@@ -168,6 +173,7 @@ pub(crate) async fn launch(
                 policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
                 _workspace_watch: None,
+                queued_start: None,
             };
             let violations = actor.watch_workspace();
             tokio::spawn(actor.run(commands, inbound, violations));
@@ -373,6 +379,12 @@ impl Actor {
             }
         }
         // Refuse what is still queued: the execution is over.
+        if let Some((_, reply)) = self.queued_start.take() {
+            let _ = reply.send(Err(EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!("execution `{}` is {}", self.record.id, self.record.state),
+            )));
+        }
         commands.close();
         while let Some(command) = commands.recv().await {
             self.refuse(command);
@@ -398,7 +410,12 @@ impl Actor {
     async fn on_command(&mut self, command: Command) -> Result<Ending, EngineError> {
         tracing::debug!(execution_id = %self.record.id, command = command.name(), "command");
         match command {
-            Command::StartTurn { prompt, reply } => {
+            Command::StartTurn {
+                prompt,
+                replace_active: true,
+                reply,
+            } if self.turn.is_some() => self.replace_turn(prompt, reply).await?,
+            Command::StartTurn { prompt, reply, .. } => {
                 let result = self.start_turn(prompt).await;
                 let _ = reply.send(result);
             }
@@ -423,6 +440,28 @@ impl Actor {
             }
         }
         Ok(Ending::Continue)
+    }
+
+    /// `replace_active`: cancel the running turn (it settles `interrupted`, reason
+    /// `replaced_by_new_turn`) and start the new prompt once it has settled.
+    async fn replace_turn(&mut self, prompt: String, reply: Reply<TurnRecord>) -> Result<(), EngineError> {
+        if self.queued_start.is_some() {
+            let _ = reply.send(Err(EngineError::precondition(
+                Reason::TurnActive,
+                "another turn is already waiting to replace the running one",
+            )));
+            return Ok(());
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        turn.replaced = true;
+        let (turn_id, cancelling) = (turn.record.id.clone(), turn.cancel_deadline.is_some());
+        self.queued_start = Some((prompt, reply));
+        if !cancelling {
+            self.cancel_turn_with(&turn_id, "replaced_by_new_turn").await?;
+        }
+        Ok(())
     }
 
     async fn start_turn(&mut self, prompt: String) -> Result<TurnRecord, EngineError> {
@@ -472,6 +511,7 @@ impl Actor {
             record: record.clone(),
             prompt_request_id,
             tool_calls: HashSet::new(),
+            replaced: false,
             cancel_deadline: None,
         });
         Ok(record)
@@ -1013,6 +1053,12 @@ impl Actor {
         }
         let settlement = match result {
             Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
+                Some("cancelled") if self.turn.as_ref().is_some_and(|t| t.replaced) => (
+                    TurnState::Interrupted,
+                    Some("cancelled".to_owned()),
+                    Some(TurnFailureReason::ReplacedByNewTurn),
+                    Some("replaced by a new turn (replace_active)".to_owned()),
+                ),
                 Some("cancelled") => (TurnState::Cancelled, Some("cancelled".to_owned()), None, None),
                 Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
                 None => (
@@ -1039,6 +1085,10 @@ impl Actor {
         };
         let (state, stop_reason, failure, message) = settlement;
         self.settle_turn(state, stop_reason, failure, message).await?;
+        if let Some((prompt, reply)) = self.queued_start.take() {
+            let started = self.start_turn(prompt).await;
+            let _ = reply.send(started);
+        }
         Ok(Ending::Continue)
     }
 

@@ -334,6 +334,7 @@ impl Engine {
         meta: RequestMeta,
         execution_id: &str,
         prompt: String,
+        replace_active: bool,
     ) -> Result<TurnRecord, EngineError> {
         if prompt.trim().is_empty() {
             return Err(EngineError::invalid(
@@ -348,7 +349,11 @@ impl Engine {
         let result = self
             .idempotent(meta, "StartTurn", move || async move {
                 let turn = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn { prompt, reply })
+                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn {
+                        prompt,
+                        replace_active,
+                        reply,
+                    })
                     .await?;
                 Ok(json!({"turnId": turn.id}))
             })

@@ -122,6 +122,7 @@ async fn drive(client: &mut Client, workspace: &Path) -> anyhow::Result<()> {
             prompt: vec![pb::PromptBlock {
                 content: Some(pb::prompt_block::Content::Text("Set up the database layer.".into())),
             }],
+            ..Default::default()
         })
         .await?
         .into_inner()
