@@ -7,7 +7,41 @@ on_both_backends!(
     another_tenants_interaction_can_be_neither_read_nor_answered,
     executions_are_listed_in_pages,
     health_reports_the_runner_service_serving,
+    get_capabilities_serves_the_list_the_docs_table_is_rendered_from,
 );
+
+async fn get_capabilities_serves_the_list_the_docs_table_is_rendered_from(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let served = client
+        .get_capabilities(proto::GetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(workspace_root().join("docs/capabilities.json")).unwrap())
+            .unwrap();
+    let table = std::fs::read_to_string(workspace_root().join("docs/capabilities.md")).unwrap();
+    assert_eq!(served.len(), list.len());
+    for (capability, entry) in served.iter().zip(&list) {
+        assert_eq!(capability.name, entry["row"].as_str().unwrap());
+        let availability = entry["availability"].as_str().unwrap();
+        assert!(
+            table.contains(&format!("| {} | {availability} |", capability.name)),
+            "{}",
+            capability.name
+        );
+        assert_eq!(
+            capability.qualification,
+            proto::CapabilityQualification::Unverified as i32,
+            "implemented is not qualified"
+        );
+    }
+    let steering = served.iter().find(|c| c.name == "True active-turn steering").unwrap();
+    assert_eq!(steering.availability, proto::CapabilityAvailability::Unsupported as i32);
+    service.shutdown().await;
+}
 
 async fn a_call_without_a_tenant_is_refused(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;

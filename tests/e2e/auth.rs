@@ -117,6 +117,13 @@ async fn every_runner_call_without_a_valid_token_is_unauthenticated(backend: Bac
                     .await
                     .map(drop),
             ),
+            (
+                "GetCapabilities",
+                client
+                    .get_capabilities(proto::GetCapabilitiesRequest {})
+                    .await
+                    .map(drop),
+            ),
         ];
         for (rpc, result) in results {
             let status = result.expect_err(rpc);

@@ -319,6 +319,31 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         }))
     }
 
+    async fn get_capabilities(
+        &self,
+        request: Request<pb::GetCapabilitiesRequest>,
+    ) -> Result<Response<pb::GetCapabilitiesResponse>, Status> {
+        tenant(&request)?;
+        let capabilities = cursor_runner_executions::capabilities::capabilities()
+            .into_iter()
+            .map(|entry| pb::Capability {
+                availability: match entry.availability.as_str() {
+                    "available" => pb::CapabilityAvailability::Available,
+                    "partial" => pb::CapabilityAvailability::Partial,
+                    "unsupported" => pb::CapabilityAvailability::Unsupported,
+                    "policy_disabled" => pb::CapabilityAvailability::PolicyDisabled,
+                    _ => pb::CapabilityAvailability::Unspecified,
+                } as i32,
+                qualification: pb::CapabilityQualification::Unverified as i32,
+                evidence: entry.evidence_text(),
+                name: entry.row,
+                table: entry.table,
+                reason: entry.reason,
+            })
+            .collect();
+        Ok(Response::new(pb::GetCapabilitiesResponse { capabilities }))
+    }
+
     async fn answer_interaction(
         &self,
         request: Request<pb::AnswerInteractionRequest>,

@@ -3,6 +3,7 @@
 //! calls [`Engine`]; it never decides anything itself.
 
 mod actor;
+pub mod capabilities;
 pub mod credential;
 mod engine;
 mod error;
