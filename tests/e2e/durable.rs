@@ -288,14 +288,7 @@ async fn cancelling_answers_a_pending_permission_and_question_once_and_records_e
     let mut client = service.client().await;
     let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
     created(&mut events, 2).await;
-    client
-        .cancel_turn(proto::CancelTurnRequest {
-            request_id: "cancel-1".into(),
-            execution_id: execution.execution_id.clone(),
-            turn_id: turn.turn_id.clone(),
-        })
-        .await
-        .unwrap();
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
     let settled = events.until_turn_settles().await;
     assert_eq!(settled.last().unwrap().event_type, "turn.cancelled");
     let cancelled = settled

@@ -297,15 +297,7 @@ async fn interactions_are_listed_and_read_with_their_full_request(backend: Backe
         .into_inner()
         .interactions;
     assert_eq!(listed.len(), 1);
-    let got = client
-        .get_interaction(proto::GetInteractionRequest {
-            interaction_id: created["interactionId"].as_str().unwrap().into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .interaction
-        .unwrap();
+    let got = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
     assert_eq!(got, listed[0]);
     assert_eq!(got.kind, proto::InteractionKind::Question as i32);
     let request = cursor_runner_api::struct_to_json(got.request.as_ref().unwrap());

@@ -34,14 +34,7 @@ async fn a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_k
     let reused = events.events_until("provider.notice.recorded").await;
     assert_eq!(payload(reused.last().unwrap())["category"], "duplicate_request_id");
     events.events_until("item.delta").await;
-    client
-        .cancel_turn(proto::CancelTurnRequest {
-            request_id: "cancel-1".into(),
-            execution_id: execution.execution_id.clone(),
-            turn_id: turn.turn_id.clone(),
-        })
-        .await
-        .unwrap();
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
     let settled = events.until_turn_settles().await;
     let exited = settled
         .iter()
@@ -161,14 +154,7 @@ async fn start_turn_while_a_turn_is_active_is_refused_with_failed_precondition(b
     assert_eq!(prompts, 1, "the refused turn never reaches the agent");
 
     let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
-    client
-        .cancel_turn(proto::CancelTurnRequest {
-            request_id: "cancel-1".into(),
-            execution_id: execution.execution_id.clone(),
-            turn_id: turn.turn_id.clone(),
-        })
-        .await
-        .unwrap();
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
     let settled = events.until_turn_settles().await;
     let last = settled.last().unwrap();
     assert_eq!(last.event_type, "turn.cancelled");

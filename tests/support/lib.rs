@@ -501,6 +501,47 @@ pub async fn execution_in_state(client: &mut Client, execution_id: &str, state: 
     }
 }
 
+pub async fn get_interaction(client: &mut Client, interaction_id: &str) -> pb::Interaction {
+    client
+        .get_interaction(pb::GetInteractionRequest {
+            interaction_id: interaction_id.into(),
+        })
+        .await
+        .expect("GetInteraction")
+        .into_inner()
+        .interaction
+        .expect("interaction")
+}
+
+pub async fn cancel_turn(client: &mut Client, execution_id: &str, turn_id: &str) -> pb::Turn {
+    client
+        .cancel_turn(pb::CancelTurnRequest {
+            request_id: format!("cancel-{turn_id}"),
+            execution_id: execution_id.into(),
+            turn_id: turn_id.into(),
+        })
+        .await
+        .expect("CancelTurn")
+        .into_inner()
+        .turn
+        .expect("turn")
+}
+
+/// The agent's whole environment, by name, as the launcher builds it from nothing:
+/// written out here, not taken from the code's own list.
+pub const CLOSED_AGENT_ENVIRONMENT: [&str; 10] = [
+    "AGENT_CLI_CREDENTIAL_STORE",
+    "CURSOR_CONFIG_DIR",
+    "CURSOR_DATA_DIR",
+    "HOME",
+    "NODE_DISABLE_COMPILE_CACHE",
+    "NO_OPEN_BROWSER",
+    "PATH",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+];
+
 /// A subscriber that collects frames.
 pub struct Subscriber {
     stream: tonic::Streaming<pb::StreamEventsResponse>,

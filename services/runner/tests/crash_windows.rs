@@ -85,15 +85,7 @@ async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
 
     let second = service(&database.url, &dirs, None);
     let mut client = second.client().await;
-    let interaction = client
-        .get_interaction(proto::GetInteractionRequest {
-            interaction_id: created["interactionId"].as_str().unwrap().into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .interaction
-        .unwrap();
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
     assert_eq!(interaction.state, proto::InteractionState::Expired as i32);
     assert_eq!(
         interaction.delivery, "unknown",
@@ -164,15 +156,7 @@ async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_neve
 
     let second = service(&database.url, &dirs, None);
     let mut client = second.client().await;
-    let interaction = client
-        .get_interaction(proto::GetInteractionRequest {
-            interaction_id: created["interactionId"].as_str().unwrap().into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .interaction
-        .unwrap();
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
     assert_eq!(interaction.state, proto::InteractionState::Expired as i32);
     assert_eq!(
         (interaction.reason.as_str(), interaction.delivery.as_str()),
