@@ -69,14 +69,19 @@ async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
     // The answer never returns: the service stops inside it.
     let pending_answer = tokio::spawn(async move { answering.answer_interaction(request).await });
     first.wait_for_stderr(&format!("failpoint reached: {failpoint}"));
-    first.kill();
-    let _ = pending_answer.await;
     let answer_lines = |n| {
         received_by_process(record, n)
             .into_iter()
             .filter(|m| m.get("method").is_none() && m["id"] == 0)
             .count()
     };
+    if agent_got_the_answer {
+        // The answer is flushed into the pipe, but the (live) agent may not have read it
+        // yet; killing the service now would kill the agent with the line still unread.
+        eventually("the agent to read the answer", || answer_lines(0) == 1).await;
+    }
+    first.kill();
+    let _ = pending_answer.await;
     assert_eq!(
         answer_lines(0),
         usize::from(agent_got_the_answer),
