@@ -16,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 root.join("cursor_runner/v1/resources.proto"),
                 root.join("cursor_runner/v1/runner_service.proto"),
+                root.join("cursor_runner/v1/admin_service.proto"),
             ],
             &[root],
         )?;

@@ -13,6 +13,7 @@ on_both_backends!(
     every_runner_call_without_a_valid_token_is_unauthenticated,
     the_tenant_comes_from_the_token_and_another_tenants_resources_are_not_found,
     tokens_rotate_without_a_restart,
+    admin_calls_need_an_admin_token,
 );
 
 fn write_tokens(path: &Path, tokens: &[(&str, &str)]) {
@@ -176,5 +177,39 @@ async fn tokens_rotate_without_a_restart(backend: Backend) {
             .await
             .is_ok()
     );
+    service.shutdown().await;
+}
+
+async fn admin_calls_need_an_admin_token(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens.json");
+    let tokens = json!({"tokens": [
+        {"tenant_id": "tenant-a", "sha256": hex_digest("tok-a")},
+        {"tenant_id": "ops", "sha256": hex_digest("tok-admin"), "role": "admin"},
+    ]});
+    std::fs::write(&path, tokens.to_string()).unwrap();
+    let options = Options {
+        tokens_file: Some(path),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "demo.json", options).await;
+    for (token, code) in [
+        (None, Code::Unauthenticated),
+        (Some("wrong-token"), Code::Unauthenticated),
+        (Some("tok-a"), Code::PermissionDenied),
+    ] {
+        let mut admin = service.admin(token).await;
+        let status = admin.get_pool_status(proto::GetPoolStatusRequest {}).await;
+        assert_eq!(status.unwrap_err().code(), code, "GetPoolStatus with {token:?}");
+        let drain = admin.drain(proto::DrainRequest::default()).await;
+        assert_eq!(drain.unwrap_err().code(), code, "Drain with {token:?}");
+    }
+    let mut admin = service.admin(Some("tok-admin")).await;
+    let status = admin
+        .get_pool_status(proto::GetPoolStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!status.draining, "the refused drains changed nothing");
     service.shutdown().await;
 }

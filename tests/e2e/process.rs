@@ -199,12 +199,16 @@ async fn the_agent_environment_is_built_from_nothing(backend: Backend) {
     assert_eq!(report["env"]["AGENT_CLI_CREDENTIAL_STORE"], "memory");
     assert_eq!(report["env"]["NO_OPEN_BROWSER"], "1");
     let home = report["env"]["HOME"].as_str().unwrap();
-    assert!(
-        home.ends_with(&format!("homes/{}", execution.execution_id)),
-        "a private home: {home}"
-    );
+    let slot = execution.lease.as_ref().unwrap().slot_id.clone();
     assert_eq!(
-        report["cwd"].as_str().unwrap(),
+        std::path::Path::new(home),
+        service.state_dir().join("homes").join(&slot),
+        "a private home per process"
+    );
+    // The process runs in its private home; the workspace enters only with session/new.
+    assert_eq!(report["cwd"].as_str().unwrap(), home);
+    assert_eq!(
+        report["session_cwd"].as_str().unwrap(),
         std::fs::canonicalize(&service.workspace).unwrap().to_str().unwrap()
     );
     assert_eq!(report["pgid"], report["pid"], "the agent leads its own process group");

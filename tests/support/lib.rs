@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cursor_runner_api::pb::admin_service_client::AdminServiceClient;
 use cursor_runner_api::pb::runner_service_client::RunnerServiceClient;
 use cursor_runner_api::pb::{self, stream_events_response::Frame};
-use cursor_runner_executions::{Engine, EngineConfig};
+use cursor_runner_executions::{Engine, EngineConfig, PoolConfig};
 use cursor_runner_store::Store;
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::Value;
@@ -17,6 +18,7 @@ use tonic::transport::Channel;
 
 pub use cursor_runner_api::pb as proto;
 
+pub mod lease_latency;
 mod processes;
 mod service_process;
 pub mod throughput;
@@ -183,6 +185,7 @@ pub fn scenario(name: &str) -> PathBuf {
 }
 
 pub type Client = RunnerServiceClient<InterceptedService<Channel, TenantHeader>>;
+pub type AdminClient = AdminServiceClient<InterceptedService<Channel, TenantHeader>>;
 
 /// Adds the caller's tenant to every request (or nothing, to test its absence).
 #[derive(Clone)]
@@ -248,6 +251,8 @@ pub struct Options {
     pub pid_namespace: bool,
     /// Serve with token authentication from this tokens file.
     pub tokens_file: Option<PathBuf>,
+    pub pool: PoolConfig,
+    pub drain_deadline: Duration,
 }
 
 impl Default for Options {
@@ -259,6 +264,8 @@ impl Default for Options {
             agent_command: None,
             tokens_file: None,
             pid_namespace: true,
+            pool: PoolConfig::default(),
+            drain_deadline: Duration::from_secs(30),
         }
     }
 }
@@ -310,6 +317,8 @@ impl TestService {
         config.heartbeat_interval = options.heartbeat;
         config.agent_init = Some(agent_init());
         config.pid_namespace = options.pid_namespace;
+        config.pool = options.pool.clone();
+        config.drain_deadline = options.drain_deadline;
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -363,6 +372,17 @@ impl TestService {
     /// The service's state directory (private homes, the launch ledger).
     pub fn state_dir(&self) -> &Path {
         self._state.path()
+    }
+
+    /// An `AdminService` client, with a bearer token when given.
+    pub async fn admin(&self, token: Option<&str>) -> AdminClient {
+        AdminServiceClient::with_interceptor(
+            self.channel().await,
+            TenantHeader {
+                tenant: None,
+                authorization: token.map(|t| tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")).unwrap()),
+            },
+        )
     }
 
     /// A client whose calls carry `tenant` (or no tenant at all).

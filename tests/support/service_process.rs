@@ -22,6 +22,8 @@ pub struct ServiceSettings<'a> {
     pub record: &'a Path,
     /// Extra environment of the service process itself.
     pub env: Vec<(String, String)>,
+    /// Extra `serve` arguments.
+    pub args: Vec<String>,
 }
 
 /// A running `cursor-runner serve` with its stderr watched.
@@ -45,6 +47,7 @@ impl ServiceProcess {
             .args(["serve", "--listen", &address.to_string(), "--agent-command", &agent])
             .arg("--state-dir")
             .arg(settings.state_dir)
+            .args(&settings.args)
             .env("CURSOR_RUNNER_DATABASE_URL", settings.database_url)
             .env("CURSOR_RUNNER_LOG", "warn")
             .envs(settings.env)
@@ -94,13 +97,26 @@ impl ServiceProcess {
         self.child.wait().expect("reaped");
     }
 
-    /// SIGTERM (graceful shutdown), then reap.
+    /// SIGTERM (a graceful drain), then reap.
     pub fn stop(mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        self.signal(nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal);
+    }
+
+    /// Waits up to `WAIT` for the service to exit by itself; its exit status.
+    pub async fn exit_status(&mut self) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the service never exited");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

@@ -47,6 +47,10 @@ pub enum ActivityPayload {
     ProcessSpawned(ProcessSpawned),
     #[serde(rename = "process.exited")]
     ProcessExited(ProcessExited),
+    /// The execution is done with its process, which goes back to the pool to serve
+    /// another session of the same profile (instead of `process.exited`).
+    #[serde(rename = "process.released")]
+    ProcessReleased(ProcessReleased),
     #[serde(rename = "provider.notice.recorded")]
     ProviderNotice(ProviderNotice),
     #[serde(rename = "plan.updated")]
@@ -91,6 +95,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "runtime_request.expired",
     "process.spawned",
     "process.exited",
+    "process.released",
     "provider.notice.recorded",
     "plan.updated",
     "delegation.completed",
@@ -107,6 +112,7 @@ pub const EVENT_TYPES: &[&str] = &[
 pub const EXTENSION_EVENT_TYPES: &[&str] = &[
     "process.spawned",
     "process.exited",
+    "process.released",
     "session.config.updated",
     "session.info.updated",
     "session.commands.updated",
@@ -175,6 +181,8 @@ pub enum TurnFailureReason {
     CancelTimeout,
     /// `StartTurn` with `replace_active` cancelled this turn to start another.
     ReplacedByNewTurn,
+    /// The service drained (rolling upgrade) and cancelled the turn at the drain deadline.
+    ServiceDraining,
 }
 
 impl TurnFailureReason {
@@ -187,6 +195,7 @@ impl TurnFailureReason {
             Self::ProtocolError => "protocol_error",
             Self::CancelTimeout => "cancel_timeout",
             Self::ReplacedByNewTurn => "replaced_by_new_turn",
+            Self::ServiceDraining => "service_draining",
         }
     }
 }
@@ -509,6 +518,14 @@ pub struct ProcessExited {
     pub signal: Option<i32>,
     /// Who ended it: `agent` (it exited by itself) or `runner` (the stop ladder).
     pub initiated_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessReleased {
+    pub pid: u32,
+    /// Sessions the process has served, this one included.
+    pub sessions_served: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -977,6 +994,10 @@ mod tests {
                 signal: None,
                 initiated_by: "agent".into(),
             }),
+            ActivityPayload::ProcessReleased(ProcessReleased {
+                pid: 1,
+                sessions_served: 1,
+            }),
             ActivityPayload::ProviderNotice(ProviderNotice::warning("c", NoticeScope::Turn, "s")),
             ActivityPayload::PlanUpdated(PlanUpdated {
                 plan_id: "p".into(),
@@ -1059,6 +1080,7 @@ mod tests {
                 | ActivityPayload::RuntimeRequestExpired(_)
                 | ActivityPayload::ProcessSpawned(_)
                 | ActivityPayload::ProcessExited(_)
+                | ActivityPayload::ProcessReleased(_)
                 | ActivityPayload::ProviderNotice(_)
                 | ActivityPayload::PlanUpdated(_)
                 | ActivityPayload::DelegationCompleted(_)

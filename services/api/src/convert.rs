@@ -2,7 +2,7 @@
 
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_executions::{
-    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionRecord, Reason, TurnRecord,
+    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionRecord, LeaseInfo, Reason, TurnRecord,
 };
 use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind};
 use serde_json::Value;
@@ -37,6 +37,18 @@ pub fn duration(d: prost_types::Duration) -> Result<std::time::Duration, tonic::
             "a duration must not be negative",
         ))
     })
+}
+
+/// A `std` duration as proto (saturating: no duration here comes near the limit).
+pub fn std_duration_proto(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration::try_from(d).unwrap_or(prost_types::Duration {
+        seconds: i64::MAX,
+        nanos: 0,
+    })
+}
+
+fn ms_proto(ms: u64) -> prost_types::Duration {
+    duration_proto(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 fn duration_proto(ms: i64) -> prost_types::Duration {
@@ -110,6 +122,19 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
         update_time: Some(timestamp(r.updated_at_ms)),
         approval_policy: approval_policy_proto(&r.approval_policy) as i32,
         interaction_wait_limit: Some(duration_proto(r.interaction_wait_limit_ms)),
+        lease: r
+            .lease
+            .as_deref()
+            .and_then(LeaseInfo::from_json)
+            .map(|l| pb::ExecutionLease {
+                slot_id: l.slot_id,
+                warm: l.warm,
+                lease_duration: Some(ms_proto(l.lease_ms)),
+                spawn_duration: Some(ms_proto(l.spawn_ms)),
+                initialize_duration: Some(ms_proto(l.initialize_ms)),
+                session_new_duration: l.session_new_ms.map(ms_proto),
+                sessions_served: l.sessions_served,
+            }),
     }
 }
 

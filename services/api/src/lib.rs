@@ -1,6 +1,7 @@
 //! The gRPC edge: generated code, request translation, and the one place where domain
 //! errors become `tonic::Status`. It translates; the engine decides.
 
+mod admin;
 pub mod auth;
 mod convert;
 mod service;
@@ -13,6 +14,7 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cursor_runner_descriptor");
 }
 
+pub use admin::AdminApi;
 pub use auth::TokenAuth;
 pub use convert::struct_to_json;
 pub use service::{RunnerApi, TENANT_METADATA};
@@ -107,6 +109,7 @@ pub async fn serve_with(
         .build_v1()
         .expect("the embedded descriptor sets are valid");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let admin_auth = auth.clone();
     let server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
@@ -117,6 +120,16 @@ pub async fn serve_with(
                     let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
                     let caller = auth.authenticate(header)?;
                     request.extensions_mut().insert(caller);
+                }
+                Ok(request)
+            },
+        ))
+        .add_service(pb::admin_service_server::AdminServiceServer::with_interceptor(
+            AdminApi::new(engine.clone()),
+            move |request: tonic::Request<()>| {
+                if let Some(auth) = &admin_auth {
+                    let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+                    admin::require_admin(&auth.authenticate(header)?)?;
                 }
                 Ok(request)
             },
@@ -163,7 +176,7 @@ mod tests {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
         let doc = std::fs::read_to_string(format!("{root}/docs/prp-mapping.md")).expect("mapping doc");
         let mut checked = 0;
-        for file in ["resources.proto", "runner_service.proto"] {
+        for file in ["resources.proto", "runner_service.proto", "admin_service.proto"] {
             let proto = std::fs::read_to_string(format!("{root}/proto/cursor_runner/v1/{file}")).expect("proto");
             let mut in_enum = false;
             for line in proto.lines().map(str::trim) {

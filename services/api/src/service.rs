@@ -115,6 +115,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                     interaction_wait_limit: body.interaction_wait_limit.map(convert::duration).transpose()?,
                     control_session_id: body.control_session_id,
                     credential,
+                    lease_wait: body.lease_wait.map(convert::duration).transpose()?,
                 },
             )
             .await

@@ -15,10 +15,15 @@ pub fn to_status(error: EngineError) -> tonic::Status {
         ErrorKind::FailedPrecondition => Code::FailedPrecondition,
         ErrorKind::Aborted => Code::Aborted,
         ErrorKind::OutOfRange => Code::OutOfRange,
+        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::Internal => Code::Internal,
     };
     let metadata: std::collections::HashMap<String, String> = error.metadata.into_iter().collect();
-    let details = ErrorDetails::with_error_info(error.reason.as_str(), ERROR_DOMAIN, metadata);
+    let mut details = ErrorDetails::with_error_info(error.reason.as_str(), ERROR_DOMAIN, metadata);
+    if let Some(delay) = error.retry_after {
+        details.set_retry_info(Some(delay));
+    }
     tonic::Status::with_error_details(code, error.message, details)
 }

@@ -14,7 +14,7 @@ use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use cursor_runner_supervisor::workspace_watch::{Violation, WatchGuard, WorkspaceWatcher};
-use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
+use cursor_runner_supervisor::{AgentProcess, ExitProof};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
@@ -23,10 +23,13 @@ use tokio::time::Instant;
 use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
+use crate::handshake;
 use crate::interaction::{
     ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
     RequestRefused, cancelled_result,
 };
+use crate::lease::LeaseInfo;
+use crate::pool::{Pool, SlotTicket, WarmProcess, exit_message};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
@@ -54,6 +57,13 @@ pub(crate) enum Command {
     Close {
         reply: Reply<ExecutionRecord>,
     },
+    /// The service drains: let the running turn settle until `deadline`, then cancel
+    /// it; close once no turn runs. Replies when the execution is closed. A second
+    /// drain may only bring the deadline forward.
+    Drain {
+        deadline: Instant,
+        reply: Reply<ExecutionRecord>,
+    },
 }
 
 impl Command {
@@ -63,6 +73,7 @@ impl Command {
             Self::CancelTurn { .. } => "cancel_turn",
             Self::Answer { .. } => "answer",
             Self::Close { .. } => "close",
+            Self::Drain { .. } => "drain",
         }
     }
 }
@@ -74,8 +85,9 @@ struct ActiveTurn {
     prompt_request_id: Option<i64>,
     /// Tool call ids seen in this turn, to tell whether a request's `toolCallId` is known.
     tool_calls: HashSet<String>,
-    /// A `replace_active` start is waiting for this turn to settle.
-    replaced: bool,
+    /// The service, not the caller, cancelled this turn (a `replace_active` start, or
+    /// the drain deadline): a `cancelled` stop settles it `interrupted` with this reason.
+    interrupted_by: Option<TurnFailureReason>,
     cancel_deadline: Option<Instant>,
 }
 
@@ -90,10 +102,15 @@ struct PendingInteraction {
 struct Actor {
     store: Arc<dyn Store>,
     config: Arc<EngineConfig>,
+    pool: Pool,
     record: ExecutionRecord,
     events: EventWriter,
     process: AgentProcess,
     connection: AcpConnection,
+    /// The leased slot; `None` once the process went back to the pool.
+    ticket: Option<SlotTicket>,
+    /// Sessions the process served before this one.
+    sessions_served: u32,
     session_id: String,
     turn: Option<ActiveTurn>,
     session_normalizer: TurnNormalizer,
@@ -104,55 +121,62 @@ struct Actor {
     _workspace_watch: Option<WatchGuard>,
     /// The prompt of a `replace_active` start, sent once the replaced turn settles.
     queued_start: Option<(String, Reply<TurnRecord>)>,
+    /// Set by a clean close the pool accepts: the process serves another session.
+    reuse: bool,
+    /// The service is draining: refuse new turns, settle the running one by the
+    /// deadline (else cancel it), then close.
+    drain: Option<Drain>,
 }
 
-/// Launches the agent, runs the handshake, and on success leaves an actor running.
+struct Drain {
+    deadline: Instant,
+    cancelled: bool,
+    replies: Vec<Reply<ExecutionRecord>>,
+}
+
+/// Binds a leased process to the execution: `process.spawned`, then `session/new`
+/// (after the workspace policy is checked again); on success leaves an actor running.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn launch(
     store: Arc<dyn Store>,
     config: Arc<EngineConfig>,
+    pool: Pool,
     mut record: ExecutionRecord,
-    credential: Option<BoundCredential>,
+    warm: WarmProcess,
+    mut lease: LeaseInfo,
     mut events: EventWriter,
     commands: mpsc::Receiver<Command>,
 ) -> Result<ExecutionRecord, EngineError> {
-    let spec = LaunchSpec {
-        command: config.agent_command.clone(),
-        workspace: record.workspace.clone().into(),
-        private_home: config.state_dir.join("homes").join(&record.id),
-        credential,
-    };
-    let spawned = match &config.guardian {
-        Some(guardian) => guardian.spawn(&spec, &record.id, record.generation),
-        None => AgentProcess::spawn(&spec),
-    };
-    let (mut process, stdin, stdout) = match spawned {
-        Ok(spawned) => spawned,
-        Err(e) => {
-            let error = match e {
-                LaunchError::DistributionUnverified(_) => EngineError::new(
-                    ErrorKind::FailedPrecondition,
-                    Reason::DistributionUnverified,
-                    e.to_string(),
-                ),
-                _ => EngineError::new(ErrorKind::Unavailable, Reason::AgentLaunchFailed, e.to_string()),
-            };
-            fail_execution(&store, &mut record, &error, None).await;
-            return Err(error);
-        }
-    };
+    let WarmProcess {
+        mut process,
+        connection,
+        inbound,
+        sessions_served,
+        ticket,
+        ..
+    } = warm;
     record.pid = Some(i64::from(process.pid()));
     events
         .emit(
             None,
             vec![ActivityPayload::ProcessSpawned(ProcessSpawned {
                 pid: process.pid(),
-                distribution: spec.command.distribution_label(),
-                program: spec.command.program.display().to_string(),
+                distribution: config.agent_command.distribution_label(),
+                program: config.agent_command.program.display().to_string(),
             })],
         )
         .await?;
-    let (connection, inbound) = AcpConnection::spawn(stdin, stdout);
-    match handshake(&connection, &record.workspace, &config).await {
+    let began = std::time::Instant::now();
+    let opened = handshake::new_session(
+        &connection,
+        &record.workspace,
+        &config.workspace_policy,
+        config.handshake_timeout,
+    )
+    .await;
+    lease.session_new_ms = Some(began.elapsed().as_millis() as u64);
+    record.lease = Some(lease.to_json());
+    match opened {
         Ok(session_id) => {
             record.session_id = Some(session_id.clone());
             record.state = ExecutionState::Ready.as_str().into();
@@ -162,10 +186,13 @@ pub(crate) async fn launch(
             let mut actor = Actor {
                 store,
                 config,
+                pool,
                 record: record.clone(),
                 events,
                 process,
                 connection,
+                ticket: Some(ticket),
+                sessions_served,
                 session_id,
                 turn: None,
                 session_normalizer: TurnNormalizer::new("session").with_workspace(record.workspace.clone()),
@@ -174,6 +201,8 @@ pub(crate) async fn launch(
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
                 _workspace_watch: None,
                 queued_start: None,
+                reuse: false,
+                drain: None,
             };
             let violations = actor.watch_workspace();
             tokio::spawn(actor.run(commands, inbound, violations));
@@ -186,63 +215,16 @@ pub(crate) async fn launch(
             if error.reason == Reason::AgentExited {
                 error.message = exit_message(&exit, &process.stderr_tail());
             }
-            let _ = events.emit(None, vec![exited(&process, exit, "agent")]).await;
+            pool.record_failure(&ticket.profile_id, error.reason, &error.message);
+            let _ = events.emit(None, vec![exited(process.pid(), exit, "agent")]).await;
             fail_execution(&store, &mut record, &error, Some(exit)).await;
             Err(error)
         }
     }
 }
 
-async fn handshake(connection: &AcpConnection, workspace: &str, config: &EngineConfig) -> Result<String, EngineError> {
-    let limit = config.handshake_timeout;
-    let initialize = schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1)
-        .client_info(schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")));
-    let mut initialize = serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
-    // Cursor's SDK strips unknown top-level capability keys; its opt-ins go in `_meta`.
-    initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true});
-    timed(limit, connection.request("initialize", initialize)).await?;
-    // The workspace enters the process with `session/new`: check it again right before.
-    config
-        .workspace_policy
-        .check(std::path::Path::new(workspace))
-        .map_err(crate::engine::policy_refusal)?;
-    let new_session = schema::NewSessionRequest::new(workspace);
-    let result = timed(limit, connection.request("session/new", new_session)).await?;
-    result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {
-        EngineError::new(
-            ErrorKind::Unavailable,
-            Reason::ProtocolError,
-            "session/new returned no sessionId",
-        )
-    })
-}
-
-async fn timed(limit: Duration, call: impl Future<Output = Result<Value, AcpError>>) -> Result<Value, EngineError> {
-    match tokio::time::timeout(limit, call).await {
-        Err(_) => Err(EngineError::new(
-            ErrorKind::Unavailable,
-            Reason::AgentUnresponsive,
-            format!("the agent did not answer within {limit:?}"),
-        )),
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::AUTH_REQUIRED => Err(EngineError::precondition(
-            Reason::AuthRequired,
-            "the agent requires authentication (-32000)",
-        )),
-        Ok(Err(AcpError::Rpc(e))) => Err(EngineError::new(
-            ErrorKind::Unavailable,
-            Reason::ProtocolError,
-            e.to_string(),
-        )),
-        Ok(Err(_)) => Err(EngineError::new(
-            ErrorKind::Unavailable,
-            Reason::AgentExited,
-            "the agent exited",
-        )),
-    }
-}
-
-async fn fail_execution(
+/// Records a launch that failed before the execution got a ready agent.
+pub(crate) async fn fail_execution(
     store: &Arc<dyn Store>,
     record: &mut ExecutionRecord,
     error: &EngineError,
@@ -261,27 +243,13 @@ async fn fail_execution(
     }
 }
 
-fn exited(process: &AgentProcess, exit: ExitProof, initiated_by: &str) -> ActivityPayload {
+pub(crate) fn exited(pid: u32, exit: ExitProof, initiated_by: &str) -> ActivityPayload {
     ActivityPayload::ProcessExited(ProcessExited {
-        pid: process.pid(),
+        pid,
         exit_code: exit.exit_code,
         signal: exit.signal,
         initiated_by: initiated_by.into(),
     })
-}
-
-fn exit_message(exit: &ExitProof, stderr_tail: &str) -> String {
-    let status = match (exit.exit_code, exit.signal) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(signal)) => format!("signal {signal}"),
-        (None, None) => "unknown status".into(),
-    };
-    let tail = stderr_tail.trim();
-    if tail.is_empty() {
-        format!("the agent exited ({status})")
-    } else {
-        format!("the agent exited ({status}); stderr tail: {tail}")
-    }
 }
 
 /// How an actor's loop ends.
@@ -351,8 +319,10 @@ impl Actor {
                 .filter(|p| p.persisted.kind() != InteractionKind::Permission)
                 .map(|p| p.handoff_at)
                 .min();
+            let drain_due = self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline);
             let ending = tokio::select! {
                 Some(command) = commands.recv() => self.on_command(command).await,
+                () = sleep_until(drain_due) => self.on_drain_deadline().await,
                 message = inbound.recv() => match message {
                                         Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
                     Some(Inbound::Notification { method, params }) if method == "session/update" => {
@@ -363,6 +333,14 @@ impl Actor {
                                 () = sleep_until(deadline) => self.on_cancel_timeout().await,
                                 () = sleep_until(handoff) => self.on_handoff_due().await,
                 Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
+            };
+            if self.events.is_fenced() {
+                self.stop_fenced().await;
+                break;
+            }
+            let ending = match ending {
+                Ok(Ending::Continue) => self.close_if_drained().await,
+                other => other,
             };
             match ending {
                 Ok(Ending::Continue) => {}
@@ -385,9 +363,41 @@ impl Actor {
                 format!("execution `{}` is {}", self.record.id, self.record.state),
             )));
         }
+        if let Some(drain) = self.drain.take() {
+            for reply in drain.replies {
+                let _ = reply.send(Ok(self.record.clone()));
+            }
+        }
         commands.close();
         while let Some(command) = commands.recv().await {
             self.refuse(command);
+        }
+        self.release(inbound);
+    }
+
+    /// After the loop: a process the pool takes back serves another session; any other
+    /// was stopped already, and its slot ends with its ticket.
+    fn release(self, inbound: InboundStream) {
+        let Some(ticket) = self.ticket else { return };
+        if !self.reuse {
+            return;
+        }
+        let warm = WarmProcess {
+            process: self.process,
+            connection: self.connection,
+            inbound,
+            timings: Default::default(),
+            sessions_served: self.sessions_served,
+            ticket,
+        };
+        if let Err(warm) = self.pool.give_back(warm) {
+            // Draining began meanwhile: stop it off the actor.
+            let grace = self.config.stop_grace;
+            tokio::spawn(async move {
+                let mut warm = *warm;
+                warm.connection.close_stdin().await;
+                warm.process.stop(grace).await;
+            });
         }
     }
 
@@ -403,7 +413,7 @@ impl Actor {
             Command::StartTurn { reply, .. } => drop(reply.send(Err(error()))),
             Command::CancelTurn { reply, .. } => drop(reply.send(Err(error()))),
             Command::Answer { reply, .. } => drop(reply.send(Err(error()))),
-            Command::Close { reply } => drop(reply.send(Ok(self.record.clone()))),
+            Command::Close { reply } | Command::Drain { reply, .. } => drop(reply.send(Ok(self.record.clone()))),
         }
     }
 
@@ -438,8 +448,45 @@ impl Actor {
                 let _ = reply.send(result);
                 return Ok(Ending::Stop);
             }
+            Command::Drain { deadline, reply } => match self.drain.as_mut() {
+                Some(drain) => {
+                    drain.deadline = drain.deadline.min(deadline);
+                    drain.replies.push(reply);
+                }
+                None => {
+                    self.drain = Some(Drain {
+                        deadline,
+                        cancelled: false,
+                        replies: vec![reply],
+                    });
+                }
+            },
         }
         Ok(Ending::Continue)
+    }
+
+    /// The drain deadline passed with a turn still running: cancel it (its pending
+    /// interactions settle by the usual rules, reason `service_draining`).
+    async fn on_drain_deadline(&mut self) -> Result<Ending, EngineError> {
+        if let Some(drain) = self.drain.as_mut() {
+            drain.cancelled = true;
+        }
+        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+            return Ok(Ending::Continue);
+        };
+        turn.interrupted_by = Some(TurnFailureReason::ServiceDraining);
+        let turn_id = turn.record.id.clone();
+        self.cancel_turn_with(&turn_id, "service_draining").await?;
+        Ok(Ending::Continue)
+    }
+
+    /// Draining and no turn runs (or waits to): close now.
+    async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
+        if self.drain.is_none() || self.turn.is_some() || self.queued_start.is_some() {
+            return Ok(Ending::Continue);
+        }
+        self.close().await?;
+        Ok(Ending::Stop)
     }
 
     /// `replace_active`: cancel the running turn (it settles `interrupted`, reason
@@ -455,7 +502,7 @@ impl Actor {
         let Some(turn) = self.turn.as_mut() else {
             return Ok(());
         };
-        turn.replaced = true;
+        turn.interrupted_by = Some(TurnFailureReason::ReplacedByNewTurn);
         let (turn_id, cancelling) = (turn.record.id.clone(), turn.cancel_deadline.is_some());
         self.queued_start = Some((prompt, reply));
         if !cancelling {
@@ -465,6 +512,13 @@ impl Actor {
     }
 
     async fn start_turn(&mut self, prompt: String) -> Result<TurnRecord, EngineError> {
+        if self.drain.is_some() {
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::Draining,
+                "the service is draining: it starts no new turns",
+            ));
+        }
         if let Some(turn) = &self.turn {
             return Err(EngineError::precondition(
                 Reason::TurnActive,
@@ -511,7 +565,7 @@ impl Actor {
             record: record.clone(),
             prompt_request_id,
             tool_calls: HashSet::new(),
-            replaced: false,
+            interrupted_by: None,
             cancel_deadline: None,
         });
         Ok(record)
@@ -867,6 +921,7 @@ impl Actor {
             return Err(not_pending(&current));
         };
         if etag != pending.record.etag {
+            self.events.refused_by_fence("answer");
             return Err(EngineError::precondition(
                 Reason::StaleEtag,
                 "the etag is not the interaction's current one",
@@ -1053,11 +1108,17 @@ impl Actor {
         }
         let settlement = match result {
             Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
-                Some("cancelled") if self.turn.as_ref().is_some_and(|t| t.replaced) => (
+                Some("cancelled") if let Some(reason) = self.turn.as_ref().and_then(|t| t.interrupted_by) => (
                     TurnState::Interrupted,
                     Some("cancelled".to_owned()),
-                    Some(TurnFailureReason::ReplacedByNewTurn),
-                    Some("replaced by a new turn (replace_active)".to_owned()),
+                    Some(reason),
+                    Some(
+                        match reason {
+                            TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
+                            _ => "replaced by a new turn (replace_active)",
+                        }
+                        .to_owned(),
+                    ),
                 ),
                 Some("cancelled") => (TurnState::Cancelled, Some("cancelled".to_owned()), None, None),
                 Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
@@ -1157,10 +1218,14 @@ impl Actor {
             None => self.process.stop(self.config.stop_grace).await,
         };
         let message = exit_message(&exit, &self.process.stderr_tail());
+        if let Some(ticket) = &self.ticket {
+            self.pool
+                .record_failure(&ticket.profile_id, Reason::AgentExited, &message);
+        }
         self.record.exit_code = exit.exit_code.map(i64::from);
         self.record.exit_signal = exit.signal.map(i64::from);
         self.events
-            .emit(None, vec![exited(&self.process, exit, "agent")])
+            .emit(None, vec![exited(self.process.pid(), exit, "agent")])
             .await?;
         self.settle_pending_lost().await?;
         self.record.failure_message = Some(message.clone());
@@ -1196,7 +1261,27 @@ impl Actor {
             let _ = self.connection.notify("session/cancel", notify).await;
         }
         self.settle_pending("turn_cancelled").await?;
-        let exit = self.stop_process("runner").await?;
+        // A process that ends its session cleanly may serve the profile again.
+        self.reuse = self.turn.is_none()
+            && self
+                .ticket
+                .as_ref()
+                .is_some_and(|t| self.pool.accepts_return(&t.profile_id, self.sessions_served));
+        if self.reuse {
+            self.events
+                .emit(
+                    None,
+                    vec![ActivityPayload::ProcessReleased(ProcessReleased {
+                        pid: self.process.pid(),
+                        sessions_served: self.sessions_served + 1,
+                    })],
+                )
+                .await?;
+        } else {
+            let exit = self.stop_process("runner").await?;
+            self.record.exit_code = exit.exit_code.map(i64::from);
+            self.record.exit_signal = exit.signal.map(i64::from);
+        }
         if self.turn.is_some() {
             self.settle_turn(
                 TurnState::Interrupted,
@@ -1206,8 +1291,6 @@ impl Actor {
             )
             .await?;
         }
-        self.record.exit_code = exit.exit_code.map(i64::from);
-        self.record.exit_signal = exit.signal.map(i64::from);
         self.record.state = ExecutionState::Closed.as_str().into();
         self.save_record().await?;
         Ok(self.record.clone())
@@ -1219,7 +1302,7 @@ impl Actor {
         self.connection.close_stdin().await;
         let exit = self.process.stop(self.config.stop_grace).await;
         self.events
-            .emit(None, vec![exited(&self.process, exit, initiated_by)])
+            .emit(None, vec![exited(self.process.pid(), exit, initiated_by)])
             .await?;
         Ok(exit)
     }
@@ -1238,10 +1321,27 @@ impl Actor {
             .await
     }
 
+    /// Writes the execution row, fenced by its generation.
     async fn save_record(&mut self) -> Result<(), EngineError> {
         self.record.updated_at_ms = now_ms();
-        self.store.update_execution(&self.record).await?;
+        if !self.store.update_execution(&self.record).await? {
+            self.events.refused_by_fence("execution");
+            return Err(StoreError::Fenced.into());
+        }
         Ok(())
+    }
+
+    /// The execution's generation moved on: this process no longer serves it. Stop it
+    /// without writing anything more for the execution (every write would be refused).
+    async fn stop_fenced(&mut self) {
+        tracing::warn!(
+            execution_id = %self.record.id,
+            generation = self.record.generation,
+            "the execution's generation moved on; stopping this agent"
+        );
+        self.process.census_descendants();
+        self.connection.close_stdin().await;
+        self.process.stop(self.config.stop_grace).await;
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
@@ -23,7 +23,9 @@ use crate::actor::{self, Command};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::interaction::{ApprovalPolicy, InteractionAnswer};
+use crate::lease::LeaseInfo;
 use crate::metrics::Metrics;
+use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 pub type ExecutionView = ExecutionRecord;
@@ -62,6 +64,10 @@ pub struct EngineConfig {
     pub pid_namespace: bool,
     /// Set by [`Engine::start`]: launches every agent (ledger swept, subreaper set).
     pub guardian: Option<Guardian>,
+    /// Warm slots, limits, restart intensity.
+    pub pool: PoolConfig,
+    /// How long a drain lets running turns finish before it cancels them.
+    pub drain_deadline: Duration,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -88,6 +94,8 @@ impl EngineConfig {
             agent_init: None,
             pid_namespace: true,
             guardian: None,
+            pool: PoolConfig::default(),
+            drain_deadline: Duration::from_secs(30),
         }
     }
 }
@@ -110,6 +118,8 @@ pub struct CreateExecutionCommand {
     /// The control plane's session (run) this execution serves.
     pub control_session_id: String,
     pub credential: Option<CredentialBinding>,
+    /// How long to wait for a process when the pool is at its limits (`None`: refuse at once).
+    pub lease_wait: Option<Duration>,
 }
 
 /// What an admitted `CreateExecution` launches with.
@@ -118,6 +128,7 @@ struct Admitted {
     policy: ApprovalPolicy,
     wait_limit: Duration,
     credential: Option<BoundCredential>,
+    lease_wait: Duration,
 }
 
 /// How long a question or plan waits for a human unless the execution says otherwise.
@@ -158,8 +169,13 @@ pub struct Engine {
     executions: Mutex<HashMap<String, ExecutionHandle>>,
     in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
     /// Flips to true when the service starts shutting down: open streams end.
+    closing_streams: watch::Sender<bool>,
+    /// Flips to true when a drain begins: health says NOT_SERVING, no new work.
     draining: watch::Sender<bool>,
+    /// Flips to true when the drain has closed every execution.
+    drained: watch::Sender<bool>,
     metrics: Arc<Metrics>,
+    pool: Pool,
 }
 
 impl Engine {
@@ -172,13 +188,19 @@ impl Engine {
             agent_init: config.agent_init.clone(),
             pid_namespace: config.pid_namespace,
         }));
+        let config = Arc::new(config);
+        let metrics = Arc::new(Metrics::new());
+        let pool = Pool::start(config.pool.clone(), config.clone(), metrics.clone());
         let engine = Arc::new(Self {
             store,
-            config: Arc::new(config),
+            config,
             executions: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
+            closing_streams: watch::Sender::new(false),
             draining: watch::Sender::new(false),
-            metrics: Arc::new(Metrics::new()),
+            drained: watch::Sender::new(false),
+            metrics,
+            pool,
         });
         engine.recover_after_restart().await?;
         Ok(engine)
@@ -193,9 +215,63 @@ impl Engine {
         &self.metrics
     }
 
-    /// Whether shutdown has begun ([`Engine::end_streams`]); health reports NOT_SERVING then.
+    /// Whether a drain or shutdown has begun; health reports NOT_SERVING then.
     pub fn draining(&self) -> watch::Receiver<bool> {
         self.draining.subscribe()
+    }
+
+    /// Whether a drain has closed every execution (the service may exit).
+    pub fn drained(&self) -> watch::Receiver<bool> {
+        self.drained.subscribe()
+    }
+
+    /// The pool, per profile (admin).
+    pub fn pool_status(&self) -> PoolStatus {
+        self.pool.status()
+    }
+
+    /// Ends a profile's quarantine (admin).
+    pub fn clear_quarantine(&self, profile_id: &str) -> Result<(), EngineError> {
+        if self.pool.clear_quarantine(profile_id) {
+            Ok(())
+        } else {
+            Err(EngineError::not_found(
+                Reason::ProfileNotFound,
+                format!("no pool profile `{profile_id}`"),
+            ))
+        }
+    }
+
+    /// Starts draining (idempotent; a later call may only bring the deadline forward):
+    /// no new executions or turns, idle slots stopped, running turns finish until the
+    /// deadline and are then cancelled (interactions settle by their rules), then every
+    /// execution is closed through the stop ladder and [`Engine::drained`] flips.
+    /// Returns the deadline in effect.
+    pub fn begin_drain(self: &Arc<Self>, deadline: Option<Duration>) -> Duration {
+        let deadline = deadline.unwrap_or(self.config.drain_deadline);
+        let first = !self.draining.send_replace(true);
+        self.pool.drain();
+        let until = tokio::time::Instant::now() + deadline;
+        let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for commands in handles {
+                let (reply, rx) = oneshot::channel();
+                if commands.send(Command::Drain { deadline: until, reply }).await.is_ok() {
+                    replies.push(rx);
+                }
+            }
+            for rx in replies {
+                let _ = rx.await;
+            }
+            if first {
+                engine.pool.stopped(engine.config.stop_grace * 2).await;
+                engine.drained.send_replace(true);
+                tracing::info!("drained: every execution is closed");
+            }
+        });
+        deadline
     }
 
     /// A cheap round trip to the store, for health.
@@ -211,6 +287,13 @@ impl Engine {
         let admitted = self
             .admit(command)
             .inspect_err(|e| self.metrics.launch_refused(e.reason))?;
+        if *self.draining.borrow() {
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::Draining,
+                "the service is draining: it takes no new executions",
+            ));
+        }
         let engine = self.clone();
         let tenant_id = meta.tenant_id.clone();
         let caller = tenant_id.clone();
@@ -237,6 +320,15 @@ impl Engine {
             }
             Some(limit) => limit,
         };
+        let lease_wait = match command.lease_wait {
+            Some(wait) if wait > MAX_LEASE_WAIT => {
+                return Err(EngineError::invalid(
+                    Reason::InvalidArgument,
+                    format!("lease_wait must be at most {MAX_LEASE_WAIT:?}"),
+                ));
+            }
+            wait => wait.unwrap_or_default(),
+        };
         let credential = command
             .credential
             .map(|binding| binding.admit(&command.control_session_id, now_ms()))
@@ -246,6 +338,7 @@ impl Engine {
             policy: command.approval_policy,
             wait_limit,
             credential,
+            lease_wait,
         })
     }
 
@@ -259,12 +352,17 @@ impl Engine {
             policy,
             wait_limit,
             credential,
+            lease_wait,
         } = admitted;
+        let began = Instant::now();
+        // Refusals (draining, quarantined, exhausted) happen here, before anything exists.
+        let reservation = self.pool.reserve(tenant_id, credential, lease_wait).await?;
         let now = now_ms();
-        let record = ExecutionRecord {
+        let mut record = ExecutionRecord {
             id: uuid::Uuid::now_v7().to_string(),
             tenant_id: tenant_id.to_owned(),
             state: ExecutionState::Starting.as_str().into(),
+            // The first lease; each later lease (recovery) advances it.
             generation: 1,
             workspace: workspace.display().to_string(),
             session_id: None,
@@ -280,10 +378,51 @@ impl Engine {
             updated_at_ms: now,
             approval_policy: policy.as_str().into(),
             interaction_wait_limit_ms: i64::try_from(wait_limit.as_millis()).unwrap_or(i64::MAX),
+            lease: None,
         };
         self.store.insert_execution(&record).await?;
-        let events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0)
+        let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0)
             .with_metrics(self.metrics.clone());
+        let (warm, is_warm) = match reservation {
+            Reservation::Warm(warm) => (*warm, true),
+            Reservation::Cold(cold) => match cold.start().await {
+                Ok(warm) => (warm, false),
+                Err(failure) => {
+                    let mut exit = None;
+                    if let Some(process) = failure.process {
+                        let _ = events
+                            .emit(
+                                None,
+                                vec![
+                                    ActivityPayload::ProcessSpawned(cursor_runner_activity::ProcessSpawned {
+                                        pid: process.pid,
+                                        distribution: self.config.agent_command.distribution_label(),
+                                        program: self.config.agent_command.program.display().to_string(),
+                                    }),
+                                    actor::exited(process.pid, process.exit, "agent"),
+                                ],
+                            )
+                            .await;
+                        record.pid = Some(i64::from(process.pid));
+                        exit = Some(process.exit);
+                    }
+                    actor::fail_execution(&self.store, &mut record, &failure.error, exit).await;
+                    self.metrics.launch_refused(failure.error.reason);
+                    return Err(failure.error);
+                }
+            },
+        };
+        let leased = began.elapsed();
+        self.metrics.lease_took(is_warm, leased);
+        let lease = LeaseInfo {
+            slot_id: warm.ticket.slot_id.clone(),
+            warm: is_warm,
+            lease_ms: leased.as_millis() as u64,
+            spawn_ms: warm.timings.spawn.as_millis() as u64,
+            initialize_ms: warm.timings.initialize.as_millis() as u64,
+            session_new_ms: None,
+            sessions_served: warm.sessions_served,
+        };
         let (commands_tx, commands_rx) = mpsc::channel(64);
         {
             let mut executions = lock(&self.executions);
@@ -300,8 +439,10 @@ impl Engine {
         actor::launch(
             self.store.clone(),
             self.config.clone(),
+            self.pool.clone(),
             record,
-            credential,
+            warm,
+            lease,
             events,
             commands_rx,
         )
@@ -524,7 +665,7 @@ impl Engine {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let store = self.store.clone();
         let heartbeat = self.config.heartbeat_interval;
-        let mut draining = self.draining.subscribe();
+        let mut draining = self.closing_streams.subscribe();
         let open_stream = self.metrics.stream_opened();
         tokio::spawn(async move {
             let _open_stream = open_stream;
@@ -621,11 +762,14 @@ impl Engine {
     /// their cursor), so a graceful server shutdown is not held open by tails.
     pub fn end_streams(&self) {
         self.draining.send_replace(true);
+        self.closing_streams.send_replace(true);
     }
 
-    /// Closes every live execution (service shutdown): no agent outlives the service.
+    /// Closes every live execution and stops the pool (service shutdown): no agent
+    /// outlives the service.
     pub async fn shutdown(&self) {
         self.end_streams();
+        self.pool.drain();
         let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions).values().map(|h| h.commands.clone()).collect();
         for commands in handles {
             let (reply, rx) = oneshot::channel();
@@ -633,6 +777,7 @@ impl Engine {
                 let _ = rx.await;
             }
         }
+        self.pool.stopped(self.config.stop_grace * 2).await;
     }
 
     async fn ask_actor<T>(
@@ -713,7 +858,7 @@ impl Engine {
                                     Ok(value) => store.complete_idempotency(&owner_key, value).await,
                                     // A refusal changed nothing: the key stays free, so the
                                     // caller may fix the request and send it again.
-                                    Err(e) if e.kind.is_refusal() => store.release_idempotency(&owner_key).await,
+                                    Err(e) if e.is_refusal() => store.release_idempotency(&owner_key).await,
                                     Err(e) => store.complete_idempotency(&owner_key, &e.to_json()).await,
                                 };
                                 match recorded {

@@ -11,6 +11,8 @@ pub enum ErrorKind {
     FailedPrecondition,
     Aborted,
     OutOfRange,
+    ResourceExhausted,
+    PermissionDenied,
     Unavailable,
     Internal,
 }
@@ -27,6 +29,8 @@ impl ErrorKind {
                 | Self::FailedPrecondition
                 | Self::Aborted
                 | Self::OutOfRange
+                | Self::ResourceExhausted
+                | Self::PermissionDenied
         )
     }
 }
@@ -90,6 +94,12 @@ reasons! {
     ProtocolError => "PROTOCOL_ERROR": "The agent answered with a JSON-RPC error or a malformed result.",
     ServiceShuttingDown => "SERVICE_SHUTTING_DOWN": "The service is shutting down; open streams end with this and the sequence to resume after.",
     StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
+    Draining => "DRAINING": "The service is draining (`Drain` or SIGTERM): it takes no new executions or turns; retry on another replica.",
+    PoolExhausted => "POOL_EXHAUSTED": "No agent process is available within the pool's limits (per profile, per node); `RetryInfo` says when to retry, or ask for a `lease_wait`.",
+    ProfileQuarantined => "PROFILE_QUARANTINED": "The profile's agents failed past the restart intensity; new executions fail fast until the window passes or an operator clears it. Metadata `cause` is the agent's own reason (e.g. `AUTH_REQUIRED`).",
+    ProfileNotFound => "PROFILE_NOT_FOUND": "No pool profile has this id.",
+    PermissionDenied => "PERMISSION_DENIED": "The caller is authenticated but not an administrator, and the call is an admin call.",
+    ExecutionFenced => "EXECUTION_FENCED": "The execution's generation moved on (its process was replaced): this agent's writes are refused and it was stopped.",
     Internal => "INTERNAL": "An internal invariant failed; the message says which.",
 }
 
@@ -101,6 +111,8 @@ pub struct EngineError {
     pub message: String,
     /// Extra `ErrorInfo` metadata (e.g. `state` for a non-pending interaction).
     pub metadata: Vec<(String, String)>,
+    /// When a retry may succeed (`google.rpc.RetryInfo`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl EngineError {
@@ -110,7 +122,22 @@ impl EngineError {
             reason,
             message: message.into(),
             metadata: Vec::new(),
+            retry_after: None,
         }
+    }
+
+    pub fn retry_after(mut self, delay: std::time::Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
+    }
+
+    /// Refused before anything changed: an idempotency key used by it stays free.
+    pub fn is_refusal(&self) -> bool {
+        self.kind.is_refusal()
+            || matches!(
+                self.reason,
+                Reason::Draining | Reason::ProfileQuarantined | Reason::PoolExhausted
+            )
     }
 
     pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
@@ -142,6 +169,7 @@ impl EngineError {
                 "reason": self.reason.as_str(),
                 "message": self.message,
                 "metadata": self.metadata,
+                "retryAfterMs": self.retry_after.map(|d| d.as_millis() as u64),
             }
         })
     }
@@ -155,6 +183,8 @@ impl EngineError {
             "FailedPrecondition" => ErrorKind::FailedPrecondition,
             "Aborted" => ErrorKind::Aborted,
             "OutOfRange" => ErrorKind::OutOfRange,
+            "ResourceExhausted" => ErrorKind::ResourceExhausted,
+            "PermissionDenied" => ErrorKind::PermissionDenied,
             "Unavailable" => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         };
@@ -165,13 +195,20 @@ impl EngineError {
             reason,
             message: error.get("message")?.as_str()?.to_owned(),
             metadata,
+            retry_after: error
+                .get("retryAfterMs")
+                .and_then(serde_json::Value::as_u64)
+                .map(std::time::Duration::from_millis),
         })
     }
 }
 
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
-        Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
+        match e {
+            StoreError::Fenced => Self::precondition(Reason::ExecutionFenced, e.to_string()),
+            _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
+        }
     }
 }
 

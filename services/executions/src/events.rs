@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cursor_runner_activity::{ActivityPayload, SCHEMA_VERSION};
-use cursor_runner_store::{EventRecord, Store, now_ms};
+use cursor_runner_store::{EventRecord, Store, StoreError, now_ms};
 use tokio::sync::watch;
 
 use crate::error::EngineError;
@@ -18,6 +18,8 @@ pub struct EventWriter {
     next_sequence: i64,
     head: watch::Sender<i64>,
     metrics: Option<Arc<Metrics>>,
+    /// An append was refused: the execution's generation moved on.
+    fenced: bool,
 }
 
 impl EventWriter {
@@ -30,6 +32,7 @@ impl EventWriter {
             next_sequence: head + 1,
             head: tx,
             metrics: None,
+            fenced: false,
         }
     }
 
@@ -37,6 +40,22 @@ impl EventWriter {
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// Whether the store refused an append because the generation moved on: the writer
+    /// (and the process it speaks for) no longer owns the execution.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Another write for this execution (`what`) was refused by the fence.
+    pub fn refused_by_fence(&mut self, what: &'static str) {
+        if what != "answer" {
+            self.fenced = true;
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.fenced_write(what, 1);
+        }
     }
 
     pub fn subscribe(&self) -> watch::Receiver<i64> {
@@ -69,7 +88,15 @@ impl EventWriter {
                 }
             })
             .collect();
-        self.store.append_events(&records).await?;
+        if let Err(e) = self.store.append_events(&records).await {
+            if matches!(e, StoreError::Fenced) {
+                self.fenced = true;
+                if let Some(metrics) = &self.metrics {
+                    metrics.fenced_write("event", records.len() as u64);
+                }
+            }
+            return Err(e.into());
+        }
         self.next_sequence += records.len() as i64;
         self.head.send_replace(self.next_sequence - 1);
         if let Some(metrics) = &self.metrics {

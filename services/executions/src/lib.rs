@@ -8,8 +8,11 @@ pub mod credential;
 mod engine;
 mod error;
 mod events;
+mod handshake;
 pub mod interaction;
+pub mod lease;
 pub mod metrics;
+pub mod pool;
 pub mod state;
 
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
@@ -19,4 +22,6 @@ pub use engine::{
 };
 pub use error::{EngineError, ErrorKind, Reason};
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
+pub use lease::LeaseInfo;
 pub use metrics::Metrics;
+pub use pool::{PoolConfig, PoolStatus, ProfileStatus, RestartIntensity, SlotStatus, WarmProfile};

@@ -8,6 +8,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::error::Reason;
@@ -48,6 +49,26 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseKindLabel {
+    /// `warm` (an idle slot) or `cold` (a process started for the lease).
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhatLabel {
+    pub what: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+/// Lease latency buckets, seconds: a warm lease takes milliseconds, a cold one (a Node
+/// runtime starting) up to tens of seconds.
+const LEASE_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
+
 /// The registry and every metric family of one engine.
 pub struct Metrics {
     registry: Registry,
@@ -62,6 +83,13 @@ pub struct Metrics {
     launches_refused: Family<ReasonLabel, Counter>,
     executions_live: Gauge,
     event_streams_open: Gauge,
+    pool_slots: Family<StateLabel, Gauge>,
+    pool_leases: Family<LeaseKindLabel, Counter>,
+    pool_process_starts: Family<OutcomeLabel, Counter>,
+    pool_failures: Family<ReasonLabel, Counter>,
+    pool_quarantines: Counter,
+    lease_duration: Family<LeaseKindLabel, Histogram>,
+    fenced_writes: Family<WhatLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -137,6 +165,49 @@ impl Metrics {
             "Open StreamEvents subscriptions",
             event_streams_open.clone(),
         );
+        let pool_slots = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "pool_slots",
+            "Pool slots (agent processes) by state (warming, idle, leased, draining)",
+            pool_slots.clone(),
+        );
+        let pool_leases = Family::<LeaseKindLabel, Counter>::default();
+        registry.register(
+            "pool_leases",
+            "Processes leased to executions, by kind (warm: an idle slot; cold: started for the lease)",
+            pool_leases.clone(),
+        );
+        let pool_process_starts = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "pool_process_starts",
+            "Agent processes the pool started (launch + initialize), by outcome (ready, failed)",
+            pool_process_starts.clone(),
+        );
+        let pool_failures = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "pool_failures",
+            "Agent failures counted against a profile's restart intensity, by reason",
+            pool_failures.clone(),
+        );
+        let pool_quarantines = Counter::default();
+        registry.register(
+            "pool_quarantines",
+            "Profiles quarantined after exceeding the restart intensity",
+            pool_quarantines.clone(),
+        );
+        let lease_duration =
+            Family::<LeaseKindLabel, Histogram>::new_with_constructor(|| Histogram::new(LEASE_BUCKETS.iter().copied()));
+        registry.register(
+            "lease_duration_seconds",
+            "From admission to a process ready for session/new (a cold lease includes spawn and initialize), by kind",
+            lease_duration.clone(),
+        );
+        let fenced_writes = Family::<WhatLabel, Counter>::default();
+        registry.register(
+            "fenced_writes",
+            "Writes refused because they carried a superseded generation or fence, by what (event, execution, answer)",
+            fenced_writes.clone(),
+        );
         Self {
             registry,
             turns_started,
@@ -150,6 +221,13 @@ impl Metrics {
             launches_refused,
             executions_live,
             event_streams_open,
+            pool_slots,
+            pool_leases,
+            pool_process_starts,
+            pool_failures,
+            pool_quarantines,
+            lease_duration,
+            fenced_writes,
         }
     }
 
@@ -200,6 +278,9 @@ impl Metrics {
                 self.process_starts.inc();
                 self.executions_live.inc();
             }
+            ActivityPayload::ProcessReleased(_) => {
+                self.executions_live.dec();
+            }
             ActivityPayload::ProcessExited(exited) => {
                 let cause = match exited.initiated_by.as_str() {
                     "agent" => "agent",
@@ -219,6 +300,50 @@ impl Metrics {
                 reason: reason.as_str(),
             })
             .inc();
+    }
+
+    /// A slot moved from `from` (`None`: new) to `to` (`None`: gone).
+    pub(crate) fn pool_slot_moved(&self, from: Option<&'static str>, to: Option<&'static str>) {
+        if let Some(state) = from {
+            self.pool_slots.get_or_create(&StateLabel { state }).dec();
+        }
+        if let Some(state) = to {
+            self.pool_slots.get_or_create(&StateLabel { state }).inc();
+        }
+    }
+
+    /// `count` writes of `what` refused by a fence.
+    pub(crate) fn fenced_write(&self, what: &'static str, count: u64) {
+        self.fenced_writes.get_or_create(&WhatLabel { what }).inc_by(count);
+    }
+
+    pub(crate) fn pool_lease(&self, warm: bool) {
+        let kind = if warm { "warm" } else { "cold" };
+        self.pool_leases.get_or_create(&LeaseKindLabel { kind }).inc();
+    }
+
+    pub(crate) fn lease_took(&self, warm: bool, took: std::time::Duration) {
+        let kind = if warm { "warm" } else { "cold" };
+        self.lease_duration
+            .get_or_create(&LeaseKindLabel { kind })
+            .observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn pool_process_started(&self, ready: bool) {
+        let outcome = if ready { "ready" } else { "failed" };
+        self.pool_process_starts.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    pub(crate) fn pool_failure(&self, reason: Reason) {
+        self.pool_failures
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn pool_quarantined(&self) {
+        self.pool_quarantines.inc();
     }
 
     /// Counts an open event stream until the guard drops.

@@ -1,5 +1,7 @@
-//! The three state machines. Every legal transition is listed here and nowhere else;
-//! the store enforces them with compare-and-set updates on the `state` column.
+//! The state machines. Every legal transition is listed here and nowhere else; the
+//! store enforces the durable ones (execution, turn, interaction) with compare-and-set
+//! updates on the `state` column; the pool's (slot, profile health) live in memory and
+//! `pool` applies them only through [`SlotState::can_become`] / [`ProfileHealth::can_become`].
 
 macro_rules! states {
     ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -105,6 +107,53 @@ impl InteractionState {
     }
 }
 
+states!(
+    /// A pool slot: one agent process, from launch to reaping.
+    SlotState {
+        Warming => "warming",
+        Idle => "idle",
+        Leased => "leased",
+        Draining => "draining",
+        Stopped => "stopped",
+    }
+);
+
+impl SlotState {
+    pub fn can_become(self, next: Self) -> bool {
+        use SlotState::*;
+        matches!(
+            (self, next),
+            // Started and `initialize`d for the pool, or for the execution waiting on it.
+            (Warming, Idle)
+                | (Warming, Leased)
+                | (Warming, Stopped)
+                | (Idle, Leased)
+                // Recycled: past its TTL, dead, unresponsive, evicted, or the pool drains.
+                | (Idle, Draining)
+                // Its session ended and the profile allows another on the same process.
+                | (Leased, Idle)
+                | (Leased, Draining)
+                | (Draining, Stopped)
+        )
+    }
+}
+
+states!(
+    /// Whether a pool profile may start processes.
+    ProfileHealth {
+        Healthy => "healthy",
+        Quarantined => "quarantined",
+    }
+);
+
+impl ProfileHealth {
+    pub fn can_become(self, next: Self) -> bool {
+        // Quarantined past the restart intensity; healthy again once its window passes
+        // or an operator clears it.
+        self != next
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +226,32 @@ mod tests {
     }
 
     #[test]
+    fn slot_transitions_are_exactly_the_documented_ones() {
+        assert_eq!(
+            legal(SlotState::ALL, SlotState::can_become),
+            [
+                "warming->idle",
+                "warming->leased",
+                "warming->stopped",
+                "idle->leased",
+                "idle->draining",
+                "leased->idle",
+                "leased->draining",
+                "draining->stopped"
+            ]
+        );
+        assert!(SlotState::ALL.iter().all(|&n| !SlotState::Stopped.can_become(n)));
+    }
+
+    #[test]
+    fn profile_health_goes_back_and_forth() {
+        assert_eq!(
+            legal(ProfileHealth::ALL, ProfileHealth::can_become),
+            ["healthy->quarantined", "quarantined->healthy"]
+        );
+    }
+
+    #[test]
     fn spellings_round_trip() {
         for &s in InteractionState::ALL {
             assert_eq!(InteractionState::parse(s.as_str()), Some(s));
@@ -186,6 +261,9 @@ mod tests {
         }
         for &s in ExecutionState::ALL {
             assert_eq!(ExecutionState::parse(s.as_str()), Some(s));
+        }
+        for &s in SlotState::ALL {
+            assert_eq!(SlotState::parse(s.as_str()), Some(s));
         }
     }
 }

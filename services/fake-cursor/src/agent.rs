@@ -125,11 +125,19 @@ pub struct Agent {
     turn: Option<Turn>,
     /// How many prompts have started; selects `turns[k]`.
     turns_started: usize,
+    /// The current session: the scenario's id for the first `session/new`, then
+    /// `<id>-<n>` for the n-th (a process the runner reuses gets a new session each time).
+    session_id: String,
+    sessions_started: usize,
+    /// The `cwd` of the last `session/new`: the workspace (the process itself runs in
+    /// its private home).
+    session_cwd: Option<std::path::PathBuf>,
 }
 
 impl Agent {
     pub fn new(sc: Scenario, rx: Receiver<Inbound>) -> Self {
         Agent {
+            session_id: sc.session_id.clone(),
             sc,
             rx,
             eof: false,
@@ -138,6 +146,8 @@ impl Agent {
             prompts: VecDeque::new(),
             turn: None,
             turns_started: 0,
+            sessions_started: 0,
+            session_cwd: None,
         }
     }
 
@@ -260,10 +270,10 @@ impl Agent {
         match method {
             "session/cancel" => {
                 let sid = params.get("sessionId").and_then(Value::as_str);
-                if sid.is_some_and(|s| s != self.sc.session_id) {
+                if sid.is_some_and(|s| s != self.session_id) {
                     log(&format!(
                         "session/cancel names session {sid:?}, ours is {:?}; honouring it anyway",
-                        self.sc.session_id
+                        self.session_id
                     ));
                 }
                 match self.turn.as_mut() {
@@ -281,6 +291,10 @@ impl Agent {
                 if self.sc.initialize_delay_ms > 0 {
                     thread::sleep(Duration::from_millis(self.sc.initialize_delay_ms));
                 }
+                if let Some(err) = self.sc.initialize_error.clone() {
+                    self.respond_error(id, err);
+                    return;
+                }
                 self.respond(
                     id,
                     json!({
@@ -297,11 +311,20 @@ impl Agent {
             }
             "authenticate" => self.respond(id, json!({})),
             "session/new" => {
+                if self.sc.session_new_delay_ms > 0 {
+                    thread::sleep(Duration::from_millis(self.sc.session_new_delay_ms));
+                }
                 if let Some(err) = self.sc.session_new_error.clone() {
                     self.respond_error(id, err);
                     return;
                 }
-                let sid = self.sc.session_id.clone();
+                self.sessions_started += 1;
+                self.session_id = match self.sessions_started {
+                    1 => self.sc.session_id.clone(),
+                    n => format!("{}-{n}", self.sc.session_id),
+                };
+                self.session_cwd = params.get("cwd").and_then(Value::as_str).map(Into::into);
+                let sid = self.session_id.clone();
                 self.respond(
                     id,
                     json!({
@@ -465,7 +488,7 @@ impl Agent {
                 }
             }
             Step::Flood { count, text } => {
-                let sid = self.sc.session_id.clone();
+                let sid = self.session_id.clone();
                 let line = json!({
                     "jsonrpc": "2.0",
                     "method": "session/update",
@@ -589,13 +612,20 @@ impl Agent {
             "uid": nix::unistd::getuid().as_raw(),
             "gid": nix::unistd::getgid().as_raw(),
             "cwd": cwd,
+            "session_cwd": self.session_cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
+            "session_id": self.session_id,
             "pid": std::process::id(),
             "ppid": nix::unistd::getppid().as_raw(),
             "pgid": nix::unistd::getpgrp().as_raw(),
             "sid": nix::unistd::getsid(None).map(|p| p.as_raw()).ok(),
         });
-        if let Some(file) = file
-            && let Err(e) = std::fs::write(file, report.to_string())
+        // A relative file is the session's: inside the workspace, like Cursor's own paths.
+        let file = file.map(|f| match &self.session_cwd {
+            Some(cwd) => cwd.join(f),
+            None => f.into(),
+        });
+        if let Some(file) = file.as_ref().map(|f| f.display().to_string())
+            && let Err(e) = std::fs::write(&file, report.to_string())
         {
             log(&format!("cannot write the env report to {file}: {e}"));
         }
@@ -612,7 +642,7 @@ impl Agent {
         let mut params = Map::new();
         match session {
             UpdateSession::Default => {
-                params.insert("sessionId".into(), json!(self.sc.session_id));
+                params.insert("sessionId".into(), json!(self.session_id));
             }
             UpdateSession::Id(s) => {
                 params.insert("sessionId".into(), json!(s));

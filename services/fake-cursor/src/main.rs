@@ -95,6 +95,10 @@ fn main() {
         println!("{}: ok ({} turn(s))", args.scenario, sc.turns.len());
         return;
     }
+    if let Some(code) = sc.startup_exit_code {
+        log(&format!("exiting with {code} on start, as scripted"));
+        std::process::exit(code);
+    }
     if sc.ignore_sigterm {
         // SAFETY: installing SIG_IGN runs no handler code.
         if let Err(e) = unsafe { nix::sys::signal::signal(Signal::SIGTERM, SigHandler::SigIgn) } {

@@ -19,6 +19,12 @@ pub const DEFAULT_SESSION_ID: &str = "fake-session-1";
 pub struct Scenario {
     pub session_id: String,
     pub initialize_delay_ms: u64,
+    /// Answer `initialize` with this JSON-RPC error (e.g. `-32000`) instead.
+    pub initialize_error: Option<Value>,
+    /// Exit with this code at start-up, before reading anything (a crash on start).
+    pub startup_exit_code: Option<i32>,
+    /// How long `session/new` takes (the agent's own session set-up time).
+    pub session_new_delay_ms: u64,
     pub session_new_error: Option<Value>,
     pub ignore_sigterm: bool,
     pub ignore_stdin_eof: bool,
@@ -36,6 +42,12 @@ struct RawScenario {
     session_id: Option<String>,
     #[serde(default)]
     initialize_delay_ms: u64,
+    #[serde(default)]
+    initialize_error: Option<Value>,
+    #[serde(default)]
+    startup_exit_code: Option<i32>,
+    #[serde(default)]
+    session_new_delay_ms: u64,
     #[serde(default)]
     session_new_error: Option<Value>,
     #[serde(default)]
@@ -151,6 +163,11 @@ impl Scenario {
         {
             check_error_object(err).context("session_new_error")?;
         }
+        if let Some(err) = &raw.initialize_error
+            && !err.is_null()
+        {
+            check_error_object(err).context("initialize_error")?;
+        }
         let mut turns = Vec::with_capacity(raw.turns.len());
         for (t, steps) in raw.turns.iter().enumerate() {
             let mut parsed = Vec::with_capacity(steps.len());
@@ -162,6 +179,9 @@ impl Scenario {
         Ok(Scenario {
             session_id: raw.session_id.unwrap_or_else(|| DEFAULT_SESSION_ID.to_string()),
             initialize_delay_ms: raw.initialize_delay_ms,
+            initialize_error: raw.initialize_error.filter(|v| !v.is_null()),
+            startup_exit_code: raw.startup_exit_code,
+            session_new_delay_ms: raw.session_new_delay_ms,
             session_new_error: raw.session_new_error.filter(|v| !v.is_null()),
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,

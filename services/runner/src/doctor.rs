@@ -181,7 +181,6 @@ async fn probe(command: AgentCommand) -> anyhow::Result<Value> {
     std::fs::create_dir_all(&workspace)?;
     let spec = LaunchSpec {
         command: command.clone(),
-        workspace: workspace.clone(),
         private_home: scratch.path().join("home"),
         credential: None,
     };

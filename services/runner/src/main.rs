@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use cursor_runner_executions::{Engine, EngineConfig};
+use cursor_runner_executions::{Engine, EngineConfig, PoolConfig, RestartIntensity, WarmProfile};
 use cursor_runner_supervisor::distribution::VerifyMode;
 use cursor_runner_supervisor::{AgentCommand, PinnedDistribution};
 
@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the gRPC API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create or upgrade the database schema, then exit.
     Migrate {
         #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
@@ -112,6 +112,50 @@ struct ServeArgs {
     #[arg(long, env = "CURSOR_RUNNER_PID_NAMESPACE", default_value_t = true, action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     pid_namespace: bool,
+    /// Seconds a drain (SIGTERM or `AdminService.Drain`) lets running turns finish before
+    /// it cancels them; a second SIGTERM forces it at once.
+    #[arg(long, env = "CURSOR_RUNNER_DRAIN_DEADLINE_SECS", default_value_t = 30)]
+    drain_deadline_secs: u64,
+    #[command(flatten)]
+    pool: PoolArgs,
+}
+
+/// The supervised pool of agent processes.
+#[derive(clap::Args)]
+struct PoolArgs {
+    /// Idle (warm) processes kept per profile once the profile is known: a profile is
+    /// (distribution, tenant, credential), learned from a `CreateExecution`, or
+    /// configured with --warm-profile. 0 starts every process on demand.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_MIN_IDLE", default_value_t = 0)]
+    pool_min_idle: usize,
+    /// Processes (warming, idle, leased) per profile.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_MAX_PER_PROFILE", default_value_t = 16)]
+    pool_max_per_profile: usize,
+    /// Processes (warming, idle, leased) on this node.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_MAX_PROCESSES", default_value_t = 64)]
+    pool_max_processes: usize,
+    /// Seconds after which an idle process is recycled.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_IDLE_TTL_SECS", default_value_t = 600)]
+    pool_idle_ttl_secs: u64,
+    /// Seconds without a lease after which a learned profile (and its credential, held
+    /// in memory only) is forgotten.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_PROFILE_TTL_SECS", default_value_t = 1800)]
+    pool_profile_ttl_secs: u64,
+    /// Sessions one process may serve (same tenant and credential); 1 recycles each
+    /// process after its session.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_SESSIONS_PER_PROCESS", default_value_t = 1)]
+    pool_sessions_per_process: u32,
+    /// At most N failed starts or crashes in SECONDS per profile (`N/SECONDS`); the
+    /// next quarantines the profile for SECONDS.
+    #[arg(long, env = "CURSOR_RUNNER_POOL_RESTART_INTENSITY", default_value = "5/60")]
+    pool_restart_intensity: RestartIntensity,
+    /// Seconds between liveness probes of an idle process (0: never).
+    #[arg(long, env = "CURSOR_RUNNER_POOL_PROBE_SECS", default_value_t = 30)]
+    pool_probe_secs: u64,
+    /// A profile kept warm from the start, repeatable:
+    /// `tenant=ID[,credential=CURSOR_API_KEY:/path/to/secret][,min_idle=N]`.
+    #[arg(long = "warm-profile", value_name = "SPEC")]
+    warm_profiles: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -131,7 +175,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(args) => serve(*args).await,
             Command::Migrate { database_url } => {
                 cursor_runner_store::connect(&database_url).await.context("migrating")?;
                 println!("migrations applied");
@@ -191,6 +235,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.heartbeat_interval = std::time::Duration::from_secs(args.heartbeat_secs);
     config.agent_init = Some(std::env::current_exe().context("locating this binary for agent-init")?);
     config.pid_namespace = args.pid_namespace;
+    config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
+    config.pool = pool_config(&args.pool)?;
     let engine = Engine::start(store.clone(), config).await?;
     let listener = cursor_runner_api::bind(args.listen)
         .await
@@ -220,7 +266,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None
         }
     };
-    cursor_runner_api::serve_with(engine.clone(), listener, shutdown_signal(), auth).await?;
+    cursor_runner_api::serve_with(engine.clone(), listener, drain_on_signal(engine.clone()), auth).await?;
     tracing::info!("shutting down: stopping every agent");
     engine.shutdown().await;
     if let Some(metrics_server) = metrics_server {
@@ -273,10 +319,86 @@ async fn healthcheck(args: HealthcheckArgs) -> bool {
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves when the service should stop serving: after a drain (begun by SIGTERM,
+/// Ctrl-C or `AdminService.Drain`) has closed every execution, or at once on a second
+/// signal (what is still running is then closed by `Engine::shutdown`).
+async fn drain_on_signal(engine: std::sync::Arc<Engine>) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut drained = engine.drained();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        _ = drained.wait_for(|done| *done) => return,
     }
+    let deadline = engine.begin_drain(None);
+    tracing::warn!(
+        ?deadline,
+        "draining: no new executions or turns; running turns may finish until the deadline"
+    );
+    tokio::select! {
+        _ = drained.wait_for(|done| *done) => {}
+        _ = tokio::signal::ctrl_c() => tracing::warn!("second signal: forcing the drain"),
+        _ = term.recv() => tracing::warn!("second signal: forcing the drain"),
+    }
+}
+
+fn pool_config(args: &PoolArgs) -> anyhow::Result<PoolConfig> {
+    let secs = std::time::Duration::from_secs;
+    Ok(PoolConfig {
+        min_idle: args.pool_min_idle,
+        max_per_profile: args.pool_max_per_profile.max(1),
+        max_processes: args.pool_max_processes.max(1),
+        idle_ttl: secs(args.pool_idle_ttl_secs),
+        profile_ttl: secs(args.pool_profile_ttl_secs),
+        sessions_per_process: args.pool_sessions_per_process.max(1),
+        intensity: args.pool_restart_intensity,
+        probe_interval: (args.pool_probe_secs > 0).then(|| secs(args.pool_probe_secs)),
+        probe_timeout: secs(5),
+        warm_profiles: args
+            .warm_profiles
+            .iter()
+            .map(|spec| warm_profile(spec))
+            .collect::<anyhow::Result<_>>()?,
+    })
+}
+
+/// `tenant=ID[,credential=NAME:/path][,min_idle=N]`. The secret is read from the file
+/// (trailing whitespace trimmed) and kept in memory only.
+fn warm_profile(spec: &str) -> anyhow::Result<WarmProfile> {
+    use cursor_runner_supervisor::{BoundCredential, CredentialName, Secret};
+    let mut profile = WarmProfile {
+        tenant_id: String::new(),
+        credential: None,
+        min_idle: 1,
+    };
+    for part in spec.split(',') {
+        let (key, value) = part
+            .split_once('=')
+            .with_context(|| format!("--warm-profile `{spec}`: `{part}` is not key=value"))?;
+        match key.trim() {
+            "tenant" => profile.tenant_id = value.trim().to_owned(),
+            "min_idle" => profile.min_idle = value.trim().parse().context("--warm-profile min_idle")?,
+            "credential" => {
+                let (name, path) = value
+                    .split_once(':')
+                    .context("--warm-profile credential is NAME:/path/to/secret")?;
+                let name = CredentialName::parse(name.trim())
+                    .with_context(|| format!("--warm-profile: `{name}` is not CURSOR_API_KEY or CURSOR_AUTH_TOKEN"))?;
+                let secret = std::fs::read_to_string(path.trim())
+                    .with_context(|| format!("--warm-profile: reading the credential file {path}"))?;
+                let secret = secret.trim_end();
+                anyhow::ensure!(
+                    !secret.is_empty(),
+                    "--warm-profile: the credential file {path} is empty"
+                );
+                profile.credential = Some(BoundCredential {
+                    name,
+                    secret: Secret::new(secret),
+                });
+            }
+            other => anyhow::bail!("--warm-profile `{spec}`: unknown key `{other}`"),
+        }
+    }
+    anyhow::ensure!(!profile.tenant_id.is_empty(), "--warm-profile `{spec}` names no tenant");
+    Ok(profile)
 }

@@ -38,7 +38,6 @@ fn launch(
     std::fs::write(&path, script).unwrap();
     let spec = LaunchSpec {
         command: AgentCommand::parse(&format!("/bin/sh {}", path.display())).unwrap(),
-        workspace: state.to_path_buf(),
         private_home: state.join("home"),
         credential: None,
     };

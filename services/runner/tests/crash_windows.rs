@@ -34,6 +34,7 @@ fn service(database_url: &str, dirs: &ServiceDirs, failpoint: Option<&str>) -> S
         env: failpoint
             .map(|name| vec![("CURSOR_RUNNER_FAILPOINT".to_owned(), name.to_owned())])
             .unwrap_or_default(),
+        args: Vec::new(),
     })
 }
 

@@ -25,6 +25,7 @@ async fn the_services_own_environment_never_reaches_an_agent() {
         scenario: "env_report.json",
         record: &dirs.record,
         env: CANARIES.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        args: Vec::new(),
     });
     let mut client = service.client().await;
     let (_execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;

@@ -58,6 +58,7 @@ async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
         scenario: "demo.json",
         record: &dirs.record,
         env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics_address.to_string())],
+        args: Vec::new(),
     });
     let _client = service.client().await;
 

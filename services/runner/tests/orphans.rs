@@ -26,6 +26,7 @@ fn service(dirs: &ServiceDirs, pid_namespace: bool) -> ServiceProcess {
             // Plain text, so the report's `key=value` pairs can be matched.
             ("NO_COLOR".into(), "1".into()),
         ],
+        args: Vec::new(),
     })
 }
 

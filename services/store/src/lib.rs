@@ -17,6 +17,10 @@ pub enum StoreError {
     Database(String),
     #[error("a row with this identity already exists")]
     Duplicate,
+    /// The write carried a generation that is no longer the execution's: another
+    /// lease (another process, or another replica) owns it now.
+    #[error("the execution's generation moved on; this write was refused")]
+    Fenced,
     #[error("migration failed: {0}")]
     Migration(String),
     #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]
@@ -60,6 +64,10 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()>;
     /// Writes the mutable columns, fenced by the row's generation.
     async fn update_execution(&self, execution: &ExecutionRecord) -> StoreResult<bool>;
+    /// Compare-and-set of the one fence: a new lease (another process for the
+    /// execution) moves the generation from `expected` to `expected + 1`; every write
+    /// still carrying `expected` is refused from then on. False if it had moved already.
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool>;
     async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>>;
     /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
     async fn list_executions(
@@ -82,8 +90,10 @@ pub trait Store: Send + Sync + 'static {
     async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>>;
     async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>>;
 
-    /// Appends events in one statement; sequences are assigned by the caller (the
-    /// execution's single writer) and the primary key refuses a duplicate.
+    /// Appends one execution's events of one generation in one statement; sequences
+    /// are assigned by the caller (the execution's single writer) and the primary key
+    /// refuses a duplicate. [`StoreError::Fenced`] if the execution's generation is no
+    /// longer theirs: nothing is appended.
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
     async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;

@@ -29,6 +29,8 @@ pub struct ExecutionRecord {
     /// `ask`, `allow_session_scope` or `deny_all`.
     pub approval_policy: String,
     pub interaction_wait_limit_ms: i64,
+    /// How the agent process was leased (JSON, the domain's `LeaseInfo`).
+    pub lease: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

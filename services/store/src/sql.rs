@@ -85,7 +85,7 @@ fn redact_url(url: &str) -> String {
     }
 }
 
-const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms";
+const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease";
 
 #[async_trait]
 impl Store for SqlStore {
@@ -167,8 +167,8 @@ impl Store for SqlStore {
     async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
-            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
         )
         .bind(&e.id)
         .bind(&e.tenant_id)
@@ -188,6 +188,7 @@ impl Store for SqlStore {
         .bind(e.updated_at_ms)
         .bind(&e.approval_policy)
         .bind(e.interaction_wait_limit_ms)
+        .bind(&e.lease)
         .execute(pool)
         .await?
         .rows_affected()
@@ -199,8 +200,8 @@ impl Store for SqlStore {
         let n = on_pool!(self, |pool| {
             sqlx::query(
                 "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
-             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10 \
-             WHERE id = $11 AND generation = $12",
+             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11 \
+             WHERE id = $12 AND generation = $13",
             )
             .bind(&e.state)
             .bind(&e.session_id)
@@ -212,6 +213,7 @@ impl Store for SqlStore {
             .bind(&e.failure_reason)
             .bind(&e.failure_message)
             .bind(e.updated_at_ms)
+            .bind(&e.lease)
             .bind(&e.id)
             .bind(e.generation)
             .execute(pool)
@@ -396,9 +398,20 @@ impl Store for SqlStore {
         if events.is_empty() {
             return Ok(());
         }
-        on_pool!(self, |pool| {
+        // One statement, fenced: the rows go in only while the execution's generation is
+        // theirs, so a superseded writer can never append (no extra round trip).
+        let (execution_id, generation) = (&events[0].execution_id, events[0].generation);
+        if events
+            .iter()
+            .any(|e| e.execution_id != *execution_id || e.generation != generation)
+        {
+            return Err(StoreError::Database(
+                "one append carries one execution's events of one generation".into(),
+            ));
+        }
+        let appended = on_pool!(self, |pool| {
             let mut builder = QueryBuilder::new(
-                "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) ",
+                "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) SELECT * FROM (",
             );
             builder.push_values(events, |mut row, e| {
                 row.push_bind(&e.execution_id)
@@ -413,8 +426,17 @@ impl Store for SqlStore {
                     .push_bind(e.emitted_at_ms)
                     .push_bind(&e.payload);
             });
+            builder
+                .push(") AS appended WHERE EXISTS (SELECT 1 FROM executions WHERE id = ")
+                .push_bind(execution_id)
+                .push(" AND generation = ")
+                .push_bind(generation)
+                .push(")");
             builder.build().execute(pool).await?.rows_affected()
         });
+        if appended == 0 {
+            return Err(StoreError::Fenced);
+        }
         Ok(())
     }
 
@@ -437,6 +459,21 @@ impl Store for SqlStore {
         .fetch_one(pool)
         .await?);
         Ok(head.unwrap_or(0))
+    }
+
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
+        let n = on_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE executions SET generation = generation + 1 WHERE tenant_id = $1 AND id = $2 AND generation = $3",
+            )
+            .bind(tenant_id)
+            .bind(execution_id)
+            .bind(expected)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n == 1)
     }
 
     async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()> {

@@ -78,7 +78,7 @@ impl AgentCommand {
 }
 
 /// The only credential variables an agent may receive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CredentialName {
     CursorApiKey,
     CursorAuthToken,
@@ -130,12 +130,14 @@ pub struct BoundCredential {
     pub secret: Secret,
 }
 
-/// Everything needed to start one agent process.
+/// Everything needed to start one agent process. No workspace: a process is launched
+/// (possibly ahead of time, for the warm pool) in its private home, and the workspace
+/// enters it only with `session/new`, right after the workspace policy is re-checked.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
     pub command: AgentCommand,
-    pub workspace: PathBuf,
-    /// A private directory for this process's HOME and XDG directories.
+    /// A private directory for this process's HOME and XDG directories, and its working
+    /// directory.
     pub private_home: PathBuf,
     /// At most one credential; nothing else of the kind ever enters.
     pub credential: Option<BoundCredential>,
@@ -145,8 +147,6 @@ pub struct LaunchSpec {
 pub enum LaunchError {
     #[error("the agent command is empty")]
     EmptyCommand,
-    #[error("workspace `{0}` is not an existing directory")]
-    WorkspaceMissing(String),
     #[error("preparing the agent's private home failed: {0}")]
     PrivateHome(String),
     #[error("spawning the agent failed: {0}")]
@@ -183,9 +183,6 @@ impl LaunchSpec {
 
     pub(crate) fn prepare(&self) -> Result<(), LaunchError> {
         self.command.verify_before_launch()?;
-        if !self.workspace.is_dir() {
-            return Err(LaunchError::WorkspaceMissing(self.workspace.display().to_string()));
-        }
         create_private_dir(&self.private_home)
     }
 }
@@ -215,7 +212,6 @@ mod tests {
     fn the_environment_names_no_credential() {
         let spec = LaunchSpec {
             command: AgentCommand::parse("x").unwrap(),
-            workspace: "/".into(),
             private_home: "/tmp/h".into(),
             credential: None,
         };
@@ -227,7 +223,6 @@ mod tests {
     fn a_bound_credential_enters_under_its_name_only() {
         let spec = LaunchSpec {
             command: AgentCommand::parse("x").unwrap(),
-            workspace: "/".into(),
             private_home: "/tmp/h".into(),
             credential: Some(BoundCredential {
                 name: CredentialName::CursorAuthToken,

@@ -79,7 +79,7 @@ impl AgentProcess {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| LaunchError::Spawn("agents are launched from inside a tokio runtime".into()))?;
         let (program, args) = (spec.command.program.clone(), spec.command.args.clone());
-        let (workspace, environment) = (spec.workspace.clone(), spec.environment());
+        let (working_dir, environment) = (spec.private_home.clone(), spec.environment());
         let isolation = isolation.clone();
         let spawned = Spawner::global()
             .run(move |spawner| {
@@ -88,7 +88,7 @@ impl AgentProcess {
                 let guard = spawner.child_guard();
                 let base = |command: &mut Command| {
                     command
-                        .current_dir(&workspace)
+                        .current_dir(&working_dir)
                         .env_clear()
                         .envs(environment)
                         .stdin(std::process::Stdio::piped())

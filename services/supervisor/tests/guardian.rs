@@ -89,10 +89,9 @@ fn a_dead_recorded_process_is_skipped() {
     assert!(report.killed.is_empty());
 }
 
-fn spec(workspace: PathBuf, home: PathBuf, command: &str) -> LaunchSpec {
+fn spec(home: PathBuf, command: &str) -> LaunchSpec {
     LaunchSpec {
         command: AgentCommand::parse(command).unwrap(),
-        workspace,
         private_home: home,
         credential: None,
     }
@@ -112,7 +111,7 @@ async fn without_an_init_the_fallbacks_report_active_and_the_ledger_follows_the_
     assert!(!report.pid_namespace, "no init binary, no namespace");
     assert!(report.pdeathsig && report.subreaper && report.ledger, "{report:?}");
 
-    let spec = spec(state.path().to_path_buf(), state.path().join("home"), "/bin/sleep 300");
+    let spec = spec(state.path().join("home"), "/bin/sleep 300");
     let (mut process, _stdin, _stdout) = guardian.spawn(&spec, "exec-1", 1).unwrap();
     let pid = process.pid() as i32;
     let text = std::fs::read_to_string(guardian.ledger_path().unwrap()).unwrap();

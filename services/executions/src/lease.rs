@@ -1,0 +1,34 @@
+//! What an execution records about the lease of its agent process (`GetExecution`
+//! shows it): which slot, warm or cold, and how long each step took — the agent's
+//! own `session/new` time kept apart from the lease, never hidden in it.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseInfo {
+    pub slot_id: String,
+    /// An idle slot was taken (else a process was started for this execution).
+    pub warm: bool,
+    /// From admission until the process was ready for `session/new`.
+    pub lease_ms: u64,
+    /// Launching the process (when it was started, warm or cold).
+    pub spawn_ms: u64,
+    /// Its `initialize` round trip.
+    pub initialize_ms: u64,
+    /// The agent's own `session/new` time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_new_ms: Option<u64>,
+    /// Sessions the process served before this one.
+    pub sessions_served: u32,
+}
+
+impl LeaseInfo {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a lease always serializes")
+    }
+
+    pub fn from_json(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}

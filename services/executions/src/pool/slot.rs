@@ -1,0 +1,228 @@
+//! One slot's process: starting it (launch + `initialize`) and watching it while it
+//! is idle. Nothing here knows the pool's bookkeeping; the pool acts on what these
+//! functions return.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError};
+use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use crate::engine::EngineConfig;
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::handshake;
+
+/// The method of the idle liveness probe. ACP reserves `_`-prefixed names for
+/// extensions and requires an agent that does not know one to answer `-32601`, so
+/// any answer — even that error — proves the agent still reads and writes.
+pub const IDLE_PROBE_METHOD: &str = "_cursor_runner/ping";
+
+/// How long starting the process took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StartTimings {
+    pub spawn: Duration,
+    pub initialize: Duration,
+}
+
+/// A started, `initialize`d agent process with no session yet.
+pub(crate) struct StartedProcess {
+    pub process: AgentProcess,
+    pub connection: AcpConnection,
+    pub inbound: InboundStream,
+    pub timings: StartTimings,
+}
+
+/// A process that started but failed before it was ready: what the exit proof needs.
+#[derive(Debug, Clone)]
+pub(crate) struct FailedProcess {
+    pub pid: u32,
+    pub exit: ExitProof,
+}
+
+/// Why a start failed, typed, with the process's exit proof when there was one.
+#[derive(Debug)]
+pub(crate) struct StartFailure {
+    pub error: EngineError,
+    pub process: Option<FailedProcess>,
+}
+
+/// Launches the agent in its private home with at most one bound credential and runs
+/// `initialize` under the handshake timeout. On failure the process is stopped and
+/// reaped before this returns.
+pub(crate) async fn start_process(
+    config: &EngineConfig,
+    slot_id: &str,
+    home: PathBuf,
+    credential: Option<BoundCredential>,
+) -> Result<StartedProcess, StartFailure> {
+    let spec = LaunchSpec {
+        command: config.agent_command.clone(),
+        private_home: home,
+        credential,
+    };
+    let began = Instant::now();
+    let spawned = match &config.guardian {
+        Some(guardian) => guardian.spawn(&spec, slot_id, 0),
+        None => AgentProcess::spawn(&spec),
+    };
+    let (mut process, stdin, stdout) = spawned.map_err(|e| StartFailure {
+        error: match e {
+            LaunchError::DistributionUnverified(_) => EngineError::new(
+                ErrorKind::FailedPrecondition,
+                Reason::DistributionUnverified,
+                e.to_string(),
+            ),
+            _ => EngineError::new(ErrorKind::Unavailable, Reason::AgentLaunchFailed, e.to_string()),
+        },
+        process: None,
+    })?;
+    let spawn = began.elapsed();
+    let (connection, inbound) = AcpConnection::spawn(stdin, stdout);
+    match handshake::initialize(&connection, config.handshake_timeout).await {
+        Ok(_) => Ok(StartedProcess {
+            process,
+            connection,
+            inbound,
+            timings: StartTimings {
+                spawn,
+                initialize: began.elapsed() - spawn,
+            },
+        }),
+        Err(mut error) => {
+            connection.close_stdin().await;
+            let exit = process.stop(config.stop_grace).await;
+            if error.reason == Reason::AgentExited {
+                error.message = exit_message(&exit, &process.stderr_tail());
+            }
+            Err(StartFailure {
+                error,
+                process: Some(FailedProcess {
+                    pid: process.pid(),
+                    exit,
+                }),
+            })
+        }
+    }
+}
+
+/// The exit status and stderr tail, for a failure message.
+pub(crate) fn exit_message(exit: &ExitProof, stderr_tail: &str) -> String {
+    let status = match (exit.exit_code, exit.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => "unknown status".into(),
+    };
+    let tail = stderr_tail.trim();
+    if tail.is_empty() {
+        format!("the agent exited ({status})")
+    } else {
+        format!("the agent exited ({status}); stderr tail: {tail}")
+    }
+}
+
+/// How an idle slot stopped being idle.
+pub(crate) enum IdleEnd {
+    /// Handed to a lease.
+    HandedOff,
+    /// Stopped on purpose: its TTL passed, it was evicted, or the pool drains.
+    Recycled,
+    /// It exited by itself (or closed its stdout) while idle.
+    Died { message: String },
+    /// It did not answer the liveness probe in time; it was stopped.
+    Unresponsive,
+}
+
+/// What an idle watch needs to know.
+pub(crate) struct IdleRules {
+    pub recycle_at: Instant,
+    pub probe_interval: Option<Duration>,
+    pub probe_timeout: Duration,
+    pub stop_grace: Duration,
+}
+
+/// A process with no session, waiting for a lease.
+pub(crate) struct IdleProcess {
+    pub process: AgentProcess,
+    pub connection: AcpConnection,
+    pub inbound: InboundStream,
+}
+
+/// The channel a lease sends to take an idle process (with what travels along).
+pub(crate) type Handoff<T> = oneshot::Sender<oneshot::Sender<(IdleProcess, T)>>;
+
+/// Owns an idle process (and `along`, which goes wherever it goes) until a lease takes
+/// both through the hand-off channel, the pool lets go of that channel (recycle), its
+/// TTL passes, it dies, or it stops answering the probe. Unless handed off, the process
+/// is stopped and reaped before this returns, and `along` comes back.
+pub(crate) async fn watch_idle<T>(
+    mut idle: IdleProcess,
+    along: T,
+    mut handoff: oneshot::Receiver<oneshot::Sender<(IdleProcess, T)>>,
+    rules: IdleRules,
+) -> (IdleEnd, Option<T>) {
+    let mut next_probe = rules.probe_interval.map(|interval| Instant::now() + interval);
+    let mut along = Some(along);
+    let ending = loop {
+        let probe_due = next_probe.map(tokio::time::Instant::from_std);
+        tokio::select! {
+            taken = &mut handoff => match taken {
+                Ok(reply) => {
+                    let bundle = (idle, along.take().expect("sent once"));
+                    match reply.send(bundle) {
+                        Ok(()) => return (IdleEnd::HandedOff, None),
+                        // The lease gave up waiting; the process was never used.
+                        Err((returned, returned_along)) => {
+                            idle = returned;
+                            along = Some(returned_along);
+                            break IdleEnd::Recycled;
+                        }
+                    }
+                }
+                Err(_) => break IdleEnd::Recycled,
+            },
+            message = idle.inbound.recv() => match message {
+                None | Some(Inbound::Closed { .. }) => {
+                    let exit = match idle.process.wait_for(rules.stop_grace).await {
+                        Some(exit) => exit,
+                        None => idle.process.stop(rules.stop_grace).await,
+                    };
+                    let message = exit_message(&exit, &idle.process.stderr_tail());
+                    return (IdleEnd::Died { message }, along);
+                }
+                // Nothing may be asked of a client with no session.
+                Some(Inbound::Request(request)) => {
+                    let refusal = RpcError::new(cursor_runner_acp::METHOD_NOT_FOUND, "no session is open");
+                    let _ = request.respond(Err(refusal)).await;
+                }
+                Some(_) => {}
+            },
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(rules.recycle_at)) => break IdleEnd::Recycled,
+            () = sleep_until(probe_due) => {
+                let answered = tokio::time::timeout(
+                    rules.probe_timeout,
+                    idle.connection.request(IDLE_PROBE_METHOD, json!({})),
+                )
+                .await;
+                match answered {
+                    Ok(Ok(_)) | Ok(Err(AcpError::Rpc(_))) => {
+                        next_probe = rules.probe_interval.map(|interval| Instant::now() + interval);
+                    }
+                    Ok(Err(_)) | Err(_) => break IdleEnd::Unresponsive,
+                }
+            }
+        }
+    };
+    idle.process.census_descendants();
+    idle.connection.close_stdin().await;
+    idle.process.stop(rules.stop_grace).await;
+    (ending, along)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,76 @@
+//! SIGTERM drains the real binary: running turns may finish until the drain deadline,
+//! are then cancelled with their interactions settled by the usual rules, every agent
+//! is stopped, and the service exits 0. A second SIGTERM forces it.
+
+use cursor_runner_e2e::*;
+use nix::sys::signal::Signal;
+
+fn service(database_url: &str, dirs: &ServiceDirs, scenario: &str, drain_deadline_secs: u32) -> ServiceProcess {
+    ServiceProcess::start(ServiceSettings {
+        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url,
+        state_dir: dirs.root.path(),
+        scenario,
+        record: &dirs.record,
+        env: Vec::new(),
+        args: vec!["--drain-deadline-secs".into(), drain_deadline_secs.to_string()],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_the_running_turn_at_the_drain_deadline_settles_its_question_and_exits_zero() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let mut first = service(&database.url, &dirs, "question_cancel.json", 1);
+    let mut client = first.client().await;
+    let (execution, turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    first.signal(Signal::SIGTERM);
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.interrupted");
+    drop(events);
+    let status = first.exit_status().await;
+    assert!(status.success(), "a drain exits 0: {status:?}");
+
+    // Everything was settled before the exit, not by the next start-up.
+    let second = service(&database.url, &dirs, "question_cancel.json", 1);
+    let mut client = second.client().await;
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(interaction.state, proto::InteractionState::Expired as i32);
+    assert_eq!(interaction.reason, "service_draining");
+    assert!(!interaction.replay_allowed);
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(record.state, proto::ExecutionState::Closed as i32);
+    assert!(!process_alive(record.pid.unwrap()), "no agent outlived the service");
+    let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let settled = replay.until_turn_settles().await;
+    let last = settled.last().unwrap();
+    assert_eq!(last.turn_id, turn.turn_id);
+    assert_eq!(last.event_type, "turn.interrupted");
+    assert_eq!(payload(last)["failureReason"], "service_draining");
+    second.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_forces_the_drain() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    // Long enough that only the second signal can end the drain within the test.
+    let mut first = service(&database.url, &dirs, "question_cancel.json", 600);
+    let mut client = first.client().await;
+    let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    events.events_until("runtime_request.created").await;
+    first.signal(Signal::SIGTERM);
+    first.wait_for_stderr("draining");
+    first.signal(Signal::SIGTERM);
+    let status = first.exit_status().await;
+    assert!(status.success(), "{status:?}");
+    let second = service(&database.url, &dirs, "question_cancel.json", 1);
+    let mut client = second.client().await;
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(record.state, proto::ExecutionState::Closed as i32);
+    assert!(!process_alive(record.pid.unwrap()));
+    second.stop();
+    database.drop_database().await;
+}
