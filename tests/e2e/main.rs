@@ -26,6 +26,7 @@ macro_rules! on_both_backends {
 
 mod api_surface;
 mod auth;
+mod children;
 mod credentials;
 mod distribution;
 mod drain;

@@ -42,6 +42,15 @@ pub const MAX_SESSION_COMMANDS: usize = 256;
 pub const MAX_CONFIG_OPTIONS: usize = 64;
 /// Values listed per config option (groups are flattened).
 pub const MAX_CONFIG_OPTION_VALUES: usize = 256;
+/// Characters of a child's activity summary (PRP's 4,000-character surface); the tail
+/// is kept, the dropped head marked.
+pub const MAX_ACTIVITY_SUMMARY_CHARS: usize = 4000;
+/// Children (spawned or resumed) one turn may know (PRP `children[≤64]`); a spawn
+/// beyond it is refused with a notice.
+pub const MAX_CHILDREN_PER_TURN: usize = 64;
+/// Suppression notices one normalizer emits; further suppressions are only counted,
+/// and `finish()` reports the totals.
+pub const MAX_SUPPRESSION_NOTICES: usize = 64;
 
 /// Text cut to a bound, saying so.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
-//! The per-turn checklist reducer: ACP `plan` updates and `cursor/update_todos` feed one
-//! list, and every change emits a full `plan.updated` snapshot with the next revision.
+//! The checklist reducer, one per session of a turn (the root's and each child's): ACP
+//! `plan` updates and `cursor/update_todos` feed one list, and every change emits a full
+//! `plan.updated` snapshot with the next revision.
 //!
 //! - ACP `plan` replaces the whole list (entries have no ids: step ids are ordinal,
 //!   `entry-N`).
@@ -173,6 +174,7 @@ impl Checklist {
             source,
             partial: self.partial,
             sanitized: self.sanitized,
+            child_id: None,
         }));
         events
     }

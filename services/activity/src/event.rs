@@ -55,6 +55,10 @@ pub enum ActivityPayload {
     ProviderNotice(ProviderNotice),
     #[serde(rename = "plan.updated")]
     PlanUpdated(PlanUpdated),
+    #[serde(rename = "delegation.started")]
+    DelegationStarted(Delegation),
+    #[serde(rename = "delegation.updated")]
+    DelegationUpdated(Delegation),
     #[serde(rename = "delegation.completed")]
     DelegationCompleted(Delegation),
     #[serde(rename = "review.mode.changed")]
@@ -98,6 +102,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "process.released",
     "provider.notice.recorded",
     "plan.updated",
+    "delegation.started",
+    "delegation.updated",
     "delegation.completed",
     "review.mode.changed",
     "session.config.updated",
@@ -139,6 +145,8 @@ impl ActivityPayload {
             | Self::ToolCompleted(_)
             | Self::ProviderNotice(_)
             | Self::PlanUpdated(_)
+            | Self::DelegationStarted(_)
+            | Self::DelegationUpdated(_)
             | Self::DelegationCompleted(_)
             | Self::ReviewModeChanged(_)
             | Self::SessionConfigUpdated(_)
@@ -155,7 +163,23 @@ impl ActivityPayload {
         match self {
             Self::ItemStarted(b) | Self::ItemCompleted(b) => Some(&b.item_id),
             Self::ItemDelta(d) => Some(&d.item_id),
-            Self::ToolStarted(t) | Self::ToolProgressed(t) | Self::ToolCompleted(t) => Some(&t.tool_call_id),
+            Self::ToolStarted(t) | Self::ToolProgressed(t) | Self::ToolCompleted(t) => {
+                Some(t.item_id.as_deref().unwrap_or(&t.tool_call_id))
+            }
+            _ => None,
+        }
+    }
+
+    /// The child agent this event belongs to; `None` for the root session's events
+    /// and for families that carry no attribution.
+    pub fn child_id(&self) -> Option<&str> {
+        match self {
+            Self::ItemStarted(b) | Self::ItemCompleted(b) => b.child_id.as_deref(),
+            Self::ItemDelta(d) => d.child_id.as_deref(),
+            Self::ToolStarted(t) | Self::ToolProgressed(t) | Self::ToolCompleted(t) => t.child_id.as_deref(),
+            Self::PlanUpdated(p) => p.child_id.as_deref(),
+            Self::ProviderNotice(n) => n.child_id.as_deref(),
+            Self::DelegationStarted(d) | Self::DelegationUpdated(d) | Self::DelegationCompleted(d) => Some(&d.child_id),
             _ => None,
         }
     }
@@ -233,6 +257,10 @@ pub struct ItemBoundary {
     pub item_id: String,
     pub kind: ItemKind,
     pub channel: Channel,
+    /// The child agent (its session id) whose transcript this item is; absent for the
+    /// root session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -248,6 +276,9 @@ pub struct ItemDelta {
     /// Set when terminal control sequences were neutralized (see [`crate::sanitize_display`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sanitized: bool,
+    /// The child agent whose transcript this text is; absent for the root session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,7 +305,15 @@ pub enum ToolStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolExecution {
+    /// The native id, local to its session: the same id in two sessions is two tools.
     pub tool_call_id: String,
+    /// The child agent whose tool this is; absent for the root session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<String>,
+    /// The envelope's item id when it is not `toolCallId`: a child's tool call is
+    /// scoped by its child (`<turn>:child-<n>:<toolCallId>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_id: Option<String>,
     pub transport: String,
     pub operation: ToolOperation,
     /// The tool's title, sanitized for display and bounded to [`crate::MAX_NAME_CHARS`].
@@ -334,6 +373,8 @@ impl ToolExecution {
     pub fn new(tool_call_id: impl Into<String>) -> Self {
         Self {
             tool_call_id: tool_call_id.into(),
+            child_id: None,
+            item_id: None,
             transport: "builtin".into(),
             operation: ToolOperation::Unknown,
             name: String::new(),
@@ -467,6 +508,9 @@ pub struct RuntimeRequestCreated {
     /// attributed to the running turn, never guessed elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_known: Option<bool>,
+    /// The child agent the request came from, when it is a child's (its session id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -557,6 +601,9 @@ pub struct ProviderNotice {
     /// Set when the summary had terminal control sequences neutralized.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sanitized: bool,
+    /// The child agent the notice is about, when it came from a child's transcript.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<String>,
 }
 
 impl ProviderNotice {
@@ -576,6 +623,7 @@ impl ProviderNotice {
             user_actionable: false,
             summary: crate::bound_text(&clean.text, NOTICE_SUMMARY_CHARS).text,
             sanitized: clean.sanitized,
+            child_id: None,
         }
     }
 
@@ -652,6 +700,9 @@ pub struct PlanUpdated {
     pub partial: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sanitized: bool,
+    /// The child agent whose checklist this is; absent for the root session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -665,20 +716,72 @@ pub enum DelegationStatus {
     Closed,
 }
 
-/// `delegation.*`: a child agent's record. From `cursor/task` it is metadata sent when
-/// the `Task` tool call ends — also for a failed task — so `evidence` says
-/// `cursor_task_metadata`: `completed` means "reported finished", not "succeeded".
+impl DelegationStatus {
+    /// `running` and `waiting` children may still act; the others have ended.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Running | Self::Waiting)
+    }
+}
+
+/// PRP `action`: what the parent did to the child in this event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelegationAction {
+    /// A new child (`delegation.started`).
+    Spawn,
+    /// A child resumed under a new id `<agentId>.<n>` (`delegation.started`).
+    Resume,
+    /// The child went idle or needs action (ACP `subagent_update`).
+    Wait,
+    /// The child ended (`delegation.completed`).
+    Close,
+}
+
+/// A bounded summary of one child's activity for compact displays — not its
+/// transcript (that is the child's attributed `item.*`, `tool.*` and `plan.*` events).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivitySummary {
+    /// The tail of the child's text, reasoning, tool and plan lines, at most
+    /// [`crate::MAX_ACTIVITY_SUMMARY_CHARS`]; a dropped head is marked by a leading `…`.
+    pub text: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    pub tool_calls: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tools_failed: u32,
+}
+
+/// `delegation.*`: a child agent's record, a full snapshot in every event.
+///
+/// - From Cursor's `subagent_spawned` / `subagent_state_update` (or ACP's
+///   `subagent_update`), `childId` is the child's session id, `parentId` the session
+///   that spawned it (the root or another child) and `parentToolCallId` the parent's
+///   `Task` tool call: the typed edge. The child's own events carry the same `childId`.
+/// - From `cursor/task` alone (no lifecycle seen), it is metadata sent when the `Task`
+///   tool call ends — also for a failed task — so `evidence` says
+///   `cursor_task_metadata`: `completed` means "reported finished", not "succeeded".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Delegation {
-    /// `agentId` when sent, else the `Task` tool call id.
+    /// The child's session id; from `cursor/task` alone, `agentId` when sent, else the
+    /// `Task` tool call id.
     pub child_id: String,
+    /// The immediate parent's session id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
     /// The parent's `Task` tool call (the typed edge from parent to child).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_tool_call_id: Option<String>,
-    /// From `subagentType`: its string, `custom` for `{"custom": name}`, else `unknown`.
+    /// Cursor's `_meta.cursor.agentId`, fixed at the spawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<DelegationAction>,
+    /// From `subagentType`: its string, `custom` for `{"custom": name}`, else `unknown`
+    /// (also until a `cursor/task` names the type of a spawned child).
     pub role: String,
-    /// The custom subagent's name.
+    /// The custom subagent's name, or the spawn's display name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// `subagentType` as compact JSON when it had an unrecognized shape.
@@ -695,12 +798,63 @@ pub struct Delegation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_chars: Option<u64>,
     pub status: DelegationStatus,
+    /// The native state behind `status`, as sent (`completed`, `cancelled`,
+    /// `disconnected`, `idle`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_state: Option<String>,
+    /// Why the status is not simply the native state's: `disconnected` is a failure,
+    /// `cancelled` an interruption, a child still open when the turn settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
-    /// What the record rests on, e.g. `cursor_task_metadata` (not proof of success).
+    /// The first incarnation (its `childId`) of a resumed child, when seen in this turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
+    /// `n` of a resumed child's id `<agentId>.<n>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity_summary: Option<ActivitySummary>,
+    /// What the record rests on: `cursor_subagent_lifecycle`, `acp_subagent_update`,
+    /// `cursor_task_metadata` (not proof of success) or `turn_settled`.
     pub evidence: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sanitized: bool,
+}
+
+impl Delegation {
+    /// A record known only by its child id, role, status and evidence.
+    pub fn new(
+        child_id: impl Into<String>,
+        role: impl Into<String>,
+        status: DelegationStatus,
+        evidence: impl Into<String>,
+    ) -> Self {
+        Self {
+            child_id: child_id.into(),
+            parent_id: None,
+            parent_tool_call_id: None,
+            agent_id: None,
+            action: None,
+            role: role.into(),
+            name: None,
+            subagent_type_raw: None,
+            model: None,
+            task: None,
+            task_truncated: false,
+            prompt_chars: None,
+            status,
+            native_state: None,
+            explanation: None,
+            duration_ms: None,
+            resumed_from: None,
+            incarnation: None,
+            activity_summary: None,
+            evidence: evidence.into(),
+            sanitized: false,
+        }
+    }
 }
 
 /// `review.mode.changed` (PRP family) from ACP `current_mode_update`; the fields are
@@ -917,6 +1071,7 @@ mod tests {
             item_id: "i".into(),
             kind: ItemKind::AgentMessage,
             channel: Channel::Progress,
+            child_id: Some("c".into()),
         };
         let ended = RuntimeRequestEnded {
             interaction_id: "i".into(),
@@ -927,21 +1082,15 @@ mod tests {
             delivery: "pipe_written".into(),
             request: None,
         };
-        let delegation = Delegation {
-            child_id: "c".into(),
-            parent_tool_call_id: None,
-            role: "explore".into(),
-            name: None,
-            subagent_type_raw: None,
-            model: None,
-            task: None,
-            task_truncated: false,
-            prompt_chars: None,
-            status: DelegationStatus::Completed,
-            duration_ms: None,
-            evidence: "cursor_task_metadata".into(),
-            sanitized: false,
-        };
+        let mut delegation = Delegation::new("c", "explore", DelegationStatus::Completed, "cursor_subagent_lifecycle");
+        delegation.parent_id = Some("p".into());
+        delegation.action = Some(DelegationAction::Close);
+        delegation.activity_summary = Some(ActivitySummary {
+            text: "…done".into(),
+            truncated: true,
+            tool_calls: 2,
+            tools_failed: 1,
+        });
         let all = vec![
             ActivityPayload::TurnStarted(TurnStarted {
                 turn_id: "t".into(),
@@ -960,6 +1109,7 @@ mod tests {
                 text: "x".into(),
                 truncated: false,
                 sanitized: true,
+                child_id: None,
             }),
             ActivityPayload::ItemCompleted(boundary),
             ActivityPayload::ToolStarted(ToolExecution::new("a")),
@@ -972,6 +1122,7 @@ mod tests {
                 turn_id: "t".into(),
                 request: Value::Null,
                 tool_call_known: None,
+                child_id: None,
             }),
             ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
                 interaction_id: "i".into(),
@@ -1012,7 +1163,10 @@ mod tests {
                 source: PlanSource::CursorTodos,
                 partial: false,
                 sanitized: false,
+                child_id: Some("c".into()),
             }),
+            ActivityPayload::DelegationStarted(delegation.clone()),
+            ActivityPayload::DelegationUpdated(delegation.clone()),
             ActivityPayload::DelegationCompleted(delegation),
             ActivityPayload::ReviewModeChanged(ReviewModeChanged {
                 mode_id: "plan".into(),
@@ -1083,6 +1237,8 @@ mod tests {
                 | ActivityPayload::ProcessReleased(_)
                 | ActivityPayload::ProviderNotice(_)
                 | ActivityPayload::PlanUpdated(_)
+                | ActivityPayload::DelegationStarted(_)
+                | ActivityPayload::DelegationUpdated(_)
                 | ActivityPayload::DelegationCompleted(_)
                 | ActivityPayload::ReviewModeChanged(_)
                 | ActivityPayload::SessionConfigUpdated(_)

@@ -1,5 +1,5 @@
 //! ACP `session/update` (and Cursor's fire-and-forget extension requests) → canonical
-//! events, for one turn of one session.
+//! events, for one turn of one session and the child agents it spawns.
 //!
 //! Updates are decoded raw first (Cursor sends `sessionUpdate` tags the schema has no
 //! variant for), then known tags are decoded with the ACP schema types or validated
@@ -10,8 +10,9 @@
 //! |---|---|
 //! | `agent_message_chunk` / `agent_thought_chunk` | `item.started` / `item.delta` / `item.completed` |
 //! | `tool_call` / `tool_call_update` | `tool.execution.started` / `progressed` / `completed` (field-wise merge) |
-//! | `plan`, `cursor/update_todos` | `plan.updated` (one per-turn reducer, see `checklist`) |
-//! | `cursor/task` | `delegation.completed` (`evidence: cursor_task_metadata`) |
+//! | `plan`, `cursor/update_todos` | `plan.updated` (one reducer per session, see `checklist`) |
+//! | `subagent_spawned`, `subagent_state_update`, ACP `subagent_update` | `delegation.started` / `updated` / `completed`, and the child's own updates attributed to it (see `children`) |
+//! | `cursor/task` | `delegation.updated` for a known child, else `delegation.completed` (`evidence: cursor_task_metadata`) |
 //! | `current_mode_update` | `review.mode.changed` |
 //! | `config_option_update` | `session.config.updated` (extension) |
 //! | `session_info_update` | `session.info.updated` (extension) |
@@ -28,24 +29,22 @@ use sha2::{Digest, Sha256};
 
 use crate::bounds::*;
 use crate::checklist::Checklist;
+use crate::children::{ChildRef, Children, Route, Suppression};
 use crate::event::*;
 use crate::paths::{file_uri_path, workspace_relative};
-use crate::sanitize::{display_text, sanitize_display};
+use crate::sanitize::{display_text, safe_tag, sanitize_display};
 
 /// `providerCostUnavailableReason` when the agent reported no usage during the turn.
 pub const USAGE_UNAVAILABLE_REASON: &str = "cursor_reports_no_usage";
 
-/// State the normalizer keeps for one turn: open text items, known tool calls, the
-/// checklist, the last mode and the last reported usage.
+/// State the normalizer keeps for one turn: the root session's transcript, the child
+/// agents, the last mode and the last reported usage.
 #[derive(Debug)]
 pub struct TurnNormalizer {
     turn_id: String,
     workspace: Option<PathBuf>,
-    next_item: u32,
-    open_message: Option<String>,
-    open_reasoning: Option<String>,
-    tools: HashMap<String, ToolState>,
-    checklist: Checklist,
+    root: Transcript,
+    children: Children,
     mode: Option<String>,
     usage: Option<UsageReported>,
     finished: bool,
@@ -55,13 +54,10 @@ impl TurnNormalizer {
     pub fn new(turn_id: impl Into<String>) -> Self {
         let turn_id = turn_id.into();
         Self {
-            checklist: Checklist::new(format!("{turn_id}:checklist")),
+            root: Transcript::new(turn_id.clone()),
+            children: Children::new(turn_id.clone()),
             turn_id,
             workspace: None,
-            next_item: 0,
-            open_message: None,
-            open_reasoning: None,
-            tools: HashMap::new(),
             mode: None,
             usage: None,
             finished: false,
@@ -76,44 +72,75 @@ impl TurnNormalizer {
         self
     }
 
-    /// Normalizes the `update` object of one `session/update`.
+    /// The session the execution owns: the only authority for this turn. With it,
+    /// [`Self::on_session_update`] routes by `sessionId` and child agents are tracked
+    /// (the client opted in with `_meta.subagents`); without it, every routed update is
+    /// refused and subagent updates stay unclassified.
+    pub fn with_root_session(mut self, session_id: impl Into<String>) -> Self {
+        self.children.set_root(session_id.into());
+        self
+    }
+
+    /// For the normalizer that serves a session between turns: a child is known only
+    /// under a running turn, so every spawn is refused.
+    pub fn between_turns(mut self) -> Self {
+        self.children.refuse_spawns();
+        self
+    }
+
+    /// Normalizes the params of one `session/update` (`{sessionId, update}`): the root
+    /// session's updates, a known child's (attributed to it), or — for any other
+    /// session — an `unknown_session_update` notice, counted.
+    pub fn on_session_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
+        let session = params.get("sessionId").and_then(Value::as_str);
+        let update = params.get("update").unwrap_or(&Value::Null);
+        match self.children.route(session) {
+            Route::Root => self.on_update(update),
+            Route::Child(child) => self.children.on_child_update(child, update, self.workspace.as_deref()),
+            Route::Unknown => self.children.on_unknown_session(session, update),
+        }
+    }
+
+    /// Normalizes the `update` object of one `session/update` of the root session.
     pub fn on_update(&mut self, update: &Value) -> Vec<ActivityPayload> {
         let tag = update.get("sessionUpdate").and_then(Value::as_str).unwrap_or("");
-        let decoded = match tag {
-            "agent_message_chunk" => self.chunk(update, ItemKind::AgentMessage),
-            "agent_thought_chunk" => self.chunk(update, ItemKind::Reasoning),
-            "tool_call" => self.tool(update, true),
-            "tool_call_update" => self.tool(update, false),
-            "plan" => Ok(self.checklist.apply_acp_plan(update)),
-            "current_mode_update" => self.mode_update(update),
-            "config_option_update" => config_update(update),
-            "session_info_update" => Ok(info_update(update)),
-            "available_commands_update" => commands_update(update),
-            "usage_update" => self.usage_update(update),
-            "" => Err("session/update without a sessionUpdate tag".to_owned()),
-            other => Ok(vec![unclassified(other)]),
+        if let Some(root) = self.children.lifecycle_parent_for_root(tag) {
+            return self.children.on_lifecycle(&root, tag, update);
+        }
+        let decoded = match self.root.project(tag, update, self.workspace.as_deref()) {
+            Some(projected) => projected,
+            None => match tag {
+                "current_mode_update" => self.mode_update(update),
+                "config_option_update" => config_update(update),
+                "session_info_update" => Ok(info_update(update)),
+                "available_commands_update" => commands_update(update),
+                "usage_update" => self.usage_update(update),
+                "" => Err("session/update without a sessionUpdate tag".to_owned()),
+                other => Ok(vec![unclassified(other)]),
+            },
         };
-        decoded.unwrap_or_else(|reason| {
-            let summary = if tag.is_empty() {
-                reason
-            } else {
-                format!("{tag}: {reason}")
-            };
-            vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
-                "malformed_acp_update",
-                NoticeScope::Turn,
-                summary,
-            ))]
-        })
+        or_malformed_notice(tag, decoded)
     }
 
     /// Normalizes one of Cursor's fire-and-forget extension requests (`cursor/update_todos`,
     /// `cursor/task`). The caller acknowledges it on the wire; this only yields events.
+    /// Neither carries a session id: each is attributed by its `toolCallId` — todos to
+    /// the session whose tool call it is, a task to the child its `Task` call spawned.
     /// Any other method yields an `unprojected_cursor_extension` notice.
     pub fn on_extension(&mut self, method: &str, params: &Value) -> Vec<ActivityPayload> {
         match method {
-            "cursor/update_todos" => self.checklist.apply_todos(params),
-            "cursor/task" => task(params),
+            "cursor/update_todos" => {
+                let owner = params
+                    .get("toolCallId")
+                    .and_then(Value::as_str)
+                    .filter(|id| !self.root.knows_tool(id))
+                    .and_then(|id| self.children.tool_owner(id));
+                match owner {
+                    Some(child) => self.children.on_todos(child, params),
+                    None => self.root.apply_todos(params),
+                }
+            }
+            "cursor/task" => self.children.on_cursor_task(params),
             other => vec![ActivityPayload::ProviderNotice(ProviderNotice::info(
                 "unprojected_cursor_extension",
                 NoticeScope::Turn,
@@ -125,14 +152,45 @@ impl TurnNormalizer {
         }
     }
 
-    /// Settles the turn: closes open text items and emits the turn's one
-    /// `usage.reported`. A second call yields nothing.
+    /// The child an interaction belongs to: the child whose session sent it, or — when
+    /// it names the root session or none (Cursor's questions and plans) — the one child
+    /// whose transcript has its tool call. `None` for the root's own, for an unknown
+    /// session, and when the tool call id is ambiguous (never guessed).
+    pub fn child_for(&self, session_id: Option<&str>, tool_call_id: Option<&str>) -> Option<ChildRef> {
+        match self.children.route(session_id) {
+            Route::Child(child) => Some(self.children.reference(child).clone()),
+            Route::Unknown if session_id.is_some() => None,
+            Route::Root | Route::Unknown => {
+                let id = tool_call_id.filter(|id| !self.root.knows_tool(id))?;
+                self.children
+                    .tool_owner(id)
+                    .map(|child| self.children.reference(child).clone())
+            }
+        }
+    }
+
+    /// Whether the root or a known child has reported this tool call id in this turn.
+    pub fn knows_tool_call(&self, tool_call_id: &str) -> bool {
+        self.root.knows_tool(tool_call_id) || self.children.any_knows_tool(tool_call_id)
+    }
+
+    /// How many updates were suppressed for `reason` so far.
+    pub fn suppressed(&self, reason: Suppression) -> u32 {
+        self.children.suppressed(reason)
+    }
+
+    /// Settles the turn: children that have not ended get a terminal `delegation.completed`
+    /// (`interrupted`, or `closed` when idle), open text items close, suppressions beyond
+    /// the noticed ones are totalled, and the turn's one `usage.reported` is emitted.
+    /// Later spawns are refused. A second call yields nothing.
     pub fn finish(&mut self) -> Vec<ActivityPayload> {
         if self.finished {
             return Vec::new();
         }
         self.finished = true;
-        let mut events = self.close_items();
+        let mut events = self.children.finish();
+        events.extend(self.root.close_items());
+        events.extend(self.children.suppression_totals());
         let usage = self.usage.take().unwrap_or_else(|| UsageReported {
             turn_id: self.turn_id.clone(),
             request_count_source: "unavailable".into(),
@@ -145,6 +203,121 @@ impl TurnNormalizer {
         });
         events.push(ActivityPayload::UsageReported(usage));
         events
+    }
+
+    fn mode_update(&mut self, update: &Value) -> Result<Vec<ActivityPayload>, String> {
+        let mode = update
+            .get("currentModeId")
+            .and_then(Value::as_str)
+            .ok_or("`currentModeId` is not a string")?;
+        let (mode_id, sanitized) = display_text(mode, MAX_NAME_CHARS);
+        let previous_mode_id = self.mode.replace(mode_id.clone());
+        Ok(vec![ActivityPayload::ReviewModeChanged(ReviewModeChanged {
+            mode_id,
+            previous_mode_id,
+            sanitized,
+        })])
+    }
+
+    /// Keeps the last valid `usage_update` of the turn for `finish()`.
+    fn usage_update(&mut self, update: &Value) -> Result<Vec<ActivityPayload>, String> {
+        let used = update.get("used").and_then(Value::as_u64);
+        let size = update.get("size").and_then(Value::as_u64);
+        let cost = update.get("cost").and_then(|cost| {
+            let amount = cost.get("amount").and_then(Value::as_f64).filter(|a| a.is_finite())?;
+            let currency = cost.get("currency").and_then(Value::as_str)?;
+            Some(ReportedCost {
+                amount,
+                currency: display_text(currency, 16).0,
+            })
+        });
+        if used.is_none() && size.is_none() && cost.is_none() {
+            return Err("no valid `used`, `size` or `cost`".into());
+        }
+        self.usage = Some(UsageReported {
+            turn_id: self.turn_id.clone(),
+            request_count_source: "unavailable".into(),
+            provider_cost_status: if cost.is_some() { "reported" } else { "unpriced" }.into(),
+            provider_cost_unavailable_reason: cost.is_none().then(|| "provider_reported_no_cost".into()),
+            usage_source: Some("acp_usage_update".into()),
+            used,
+            size,
+            cost,
+        });
+        Ok(Vec::new())
+    }
+}
+
+/// The events of a decoded update, or a `malformed_acp_update` notice saying why not.
+pub(crate) fn or_malformed_notice(tag: &str, decoded: Result<Vec<ActivityPayload>, String>) -> Vec<ActivityPayload> {
+    decoded.unwrap_or_else(|reason| {
+        let summary = if tag.is_empty() {
+            reason
+        } else {
+            format!("{tag}: {reason}")
+        };
+        vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
+            "malformed_acp_update",
+            NoticeScope::Turn,
+            summary,
+        ))]
+    })
+}
+
+/// One session's transcript — the root's or a child's: its open text items, its tool
+/// calls (ids are session-local: the same id in two sessions is two tools) and its
+/// checklist. Item ids are unique per turn: `<prefix>:msg-<n>`, where the prefix is the
+/// turn id, plus `:child-<n>` for a child.
+#[derive(Debug)]
+pub(crate) struct Transcript {
+    item_prefix: String,
+    next_item: u32,
+    open_message: Option<String>,
+    open_reasoning: Option<String>,
+    tools: HashMap<String, ToolState>,
+    checklist: Checklist,
+}
+
+impl Transcript {
+    pub(crate) fn new(item_prefix: String) -> Self {
+        Self {
+            checklist: Checklist::new(format!("{item_prefix}:checklist")),
+            item_prefix,
+            next_item: 0,
+            open_message: None,
+            open_reasoning: None,
+            tools: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn item_prefix(&self) -> &str {
+        &self.item_prefix
+    }
+
+    /// The projections every session shares: text and reasoning items, tool calls and
+    /// the ACP plan. `None` for any other tag.
+    pub(crate) fn project(
+        &mut self,
+        tag: &str,
+        update: &Value,
+        workspace: Option<&Path>,
+    ) -> Option<Result<Vec<ActivityPayload>, String>> {
+        Some(match tag {
+            "agent_message_chunk" => self.chunk(update, ItemKind::AgentMessage),
+            "agent_thought_chunk" => self.chunk(update, ItemKind::Reasoning),
+            "tool_call" => self.tool(update, true, workspace),
+            "tool_call_update" => self.tool(update, false, workspace),
+            "plan" => Ok(self.checklist.apply_acp_plan(update)),
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn apply_todos(&mut self, params: &Value) -> Vec<ActivityPayload> {
+        self.checklist.apply_todos(params)
+    }
+
+    pub(crate) fn knows_tool(&self, tool_call_id: &str) -> bool {
+        self.tools.contains_key(tool_call_id)
     }
 
     fn chunk(&mut self, update: &Value, kind: ItemKind) -> Result<Vec<ActivityPayload>, String> {
@@ -173,6 +346,7 @@ impl TurnNormalizer {
                     item_id: item_id.clone(),
                     kind,
                     channel,
+                    child_id: None,
                 }));
                 match kind {
                     ItemKind::AgentMessage => self.open_message = Some(item_id.clone()),
@@ -190,6 +364,7 @@ impl TurnNormalizer {
             text: bounded.text,
             truncated: bounded.truncated,
             sanitized: clean.sanitized,
+            child_id: None,
         }));
         Ok(events)
     }
@@ -197,12 +372,16 @@ impl TurnNormalizer {
     /// `tool_call` and `tool_call_update` share one field-wise merge: a field present in
     /// the update replaces the known value (a `content`/`locations` array replaces the
     /// old one), an absent field keeps it. A re-sent `tool_call` therefore updates.
-    fn tool(&mut self, update: &Value, is_call: bool) -> Result<Vec<ActivityPayload>, String> {
+    fn tool(
+        &mut self,
+        update: &Value,
+        is_call: bool,
+        workspace: Option<&Path>,
+    ) -> Result<Vec<ActivityPayload>, String> {
         let patch: acp::ToolCallUpdate = serde_json::from_value(update.clone()).map_err(|e| e.to_string())?;
         let mut events = if is_call { self.close_items() } else { Vec::new() };
         let id = patch.tool_call_id.0.to_string();
         let fields = patch.fields;
-        let workspace = self.workspace.as_deref();
         let known = self.tools.contains_key(&id);
         let state = self.tools.entry(id.clone()).or_insert_with(|| ToolState::new(&id));
         if let Some(title) = fields.title.as_deref() {
@@ -261,55 +440,14 @@ impl TurnNormalizer {
         Ok(events)
     }
 
-    fn mode_update(&mut self, update: &Value) -> Result<Vec<ActivityPayload>, String> {
-        let mode = update
-            .get("currentModeId")
-            .and_then(Value::as_str)
-            .ok_or("`currentModeId` is not a string")?;
-        let (mode_id, sanitized) = display_text(mode, MAX_NAME_CHARS);
-        let previous_mode_id = self.mode.replace(mode_id.clone());
-        Ok(vec![ActivityPayload::ReviewModeChanged(ReviewModeChanged {
-            mode_id,
-            previous_mode_id,
-            sanitized,
-        })])
-    }
-
-    /// Keeps the last valid `usage_update` of the turn for `finish()`.
-    fn usage_update(&mut self, update: &Value) -> Result<Vec<ActivityPayload>, String> {
-        let used = update.get("used").and_then(Value::as_u64);
-        let size = update.get("size").and_then(Value::as_u64);
-        let cost = update.get("cost").and_then(|cost| {
-            let amount = cost.get("amount").and_then(Value::as_f64).filter(|a| a.is_finite())?;
-            let currency = cost.get("currency").and_then(Value::as_str)?;
-            Some(ReportedCost {
-                amount,
-                currency: display_text(currency, 16).0,
-            })
-        });
-        if used.is_none() && size.is_none() && cost.is_none() {
-            return Err("no valid `used`, `size` or `cost`".into());
-        }
-        self.usage = Some(UsageReported {
-            turn_id: self.turn_id.clone(),
-            request_count_source: "unavailable".into(),
-            provider_cost_status: if cost.is_some() { "reported" } else { "unpriced" }.into(),
-            provider_cost_unavailable_reason: cost.is_none().then(|| "provider_reported_no_cost".into()),
-            usage_source: Some("acp_usage_update".into()),
-            used,
-            size,
-            cost,
-        });
-        Ok(Vec::new())
-    }
-
-    fn close_items(&mut self) -> Vec<ActivityPayload> {
+    pub(crate) fn close_items(&mut self) -> Vec<ActivityPayload> {
         let mut events = Vec::new();
         if let Some(item_id) = self.open_reasoning.take() {
             events.push(ActivityPayload::ItemCompleted(ItemBoundary {
                 item_id,
                 kind: ItemKind::Reasoning,
                 channel: Channel::Summary,
+                child_id: None,
             }));
         }
         if let Some(item_id) = self.open_message.take() {
@@ -317,6 +455,7 @@ impl TurnNormalizer {
                 item_id,
                 kind: ItemKind::AgentMessage,
                 channel: Channel::Progress,
+                child_id: None,
             }));
         }
         events
@@ -328,7 +467,7 @@ impl TurnNormalizer {
             ItemKind::AgentMessage => "msg",
             ItemKind::Reasoning => "reasoning",
         };
-        format!("{}:{prefix}-{}", self.turn_id, self.next_item)
+        format!("{}:{prefix}-{}", self.item_prefix, self.next_item)
     }
 }
 
@@ -790,83 +929,8 @@ fn commands_update(update: &Value) -> Result<Vec<ActivityPayload>, String> {
     })])
 }
 
-/// `cursor/task` → `delegation.completed`. Cursor sends it when the `Task` tool call
-/// ends, also for a failed task: the record is metadata, not proof of success.
-fn task(params: &Value) -> Vec<ActivityPayload> {
-    let text = |key: &str| params.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
-    let tool_call_id = text("toolCallId");
-    let Some(child) = text("agentId").or(tool_call_id) else {
-        return vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
-            "malformed_cursor_extension",
-            NoticeScope::Turn,
-            "cursor/task without an agentId or a toolCallId",
-        ))];
-    };
-    let mut sanitized = false;
-    let mut clean = |raw: &str, max: usize| {
-        let (text, s) = display_text(raw, max);
-        sanitized |= s;
-        text
-    };
-    let child_id = clean(child, MAX_NAME_CHARS);
-    let parent_tool_call_id = tool_call_id.map(|id| clean(id, MAX_NAME_CHARS));
-    let (role, name, subagent_type_raw) = match params.get("subagentType") {
-        None | Some(Value::Null) => ("unspecified".to_owned(), None, None),
-        Some(Value::String(kind)) => (clean(kind, MAX_NAME_CHARS), None, None),
-        Some(Value::Object(map)) if map.len() == 1 && map.get("custom").is_some_and(Value::is_string) => {
-            let custom = map["custom"].as_str().unwrap_or_default();
-            ("custom".to_owned(), Some(clean(custom, MAX_NAME_CHARS)), None)
-        }
-        Some(other) => (
-            "unknown".to_owned(),
-            None,
-            Some(clean(&other.to_string(), MAX_NAME_CHARS)),
-        ),
-    };
-    let model = text("model").map(|m| clean(m, MAX_NAME_CHARS));
-    let (task, task_truncated) = match text("description") {
-        Some(description) => {
-            let sane = sanitize_display(description);
-            sanitized |= sane.sanitized;
-            let bounded = bound_text(&sane.text, MAX_DELEGATION_TASK_CHARS);
-            (Some(bounded.text), bounded.truncated)
-        }
-        None => (None, false),
-    };
-    let prompt_chars = params
-        .get("prompt")
-        .and_then(Value::as_str)
-        .map(|p| p.chars().count() as u64);
-    let duration_ms = params.get("durationMs").and_then(|d| {
-        d.as_u64().or_else(|| {
-            d.as_f64()
-                .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)
-                .map(|f| f.round() as u64)
-        })
-    });
-    vec![ActivityPayload::DelegationCompleted(Delegation {
-        child_id,
-        parent_tool_call_id,
-        role,
-        name,
-        subagent_type_raw,
-        model,
-        task,
-        task_truncated,
-        prompt_chars,
-        status: DelegationStatus::Completed,
-        duration_ms,
-        evidence: "cursor_task_metadata".into(),
-        sanitized,
-    })]
-}
-
 fn unclassified(tag: &str) -> ActivityPayload {
-    let safe: String = tag
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .take(64)
-        .collect();
+    let safe = safe_tag(tag);
     ActivityPayload::ProviderNotice(ProviderNotice::info(
         format!("unclassified_acp_{safe}"),
         NoticeScope::Session,
@@ -922,6 +986,7 @@ fn failure_source(raw: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
     use serde_json::json;
 
     fn types(events: &[ActivityPayload]) -> Vec<String> {
@@ -1574,83 +1639,68 @@ mod tests {
         assert_eq!(notices(&bad)[0].category, "malformed_acp_update");
     }
 
-    /// A small deterministic PRNG (xorshift64*), so the property tests need no dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
-        }
-
-        fn value(&mut self, depth: u32) -> Value {
-            let pick = if depth == 0 { self.below(5) } else { self.below(7) };
-            match pick {
-                0 => Value::Null,
-                1 => Value::Bool(self.below(2) == 0),
-                2 => json!(self.next() as i64 >> self.below(64)),
-                3 => json!((self.next() as f64) / 7.0 - 1e18),
-                4 => {
-                    let words = [
-                        "",
-                        "a",
-                        "\u{1b}[31m",
-                        "/work/repo/x",
-                        "/etc/passwd",
-                        "../x",
-                        "cancelled",
-                        "completed",
-                        "diff",
-                        "text",
-                        "image",
-                        "file:///work/repo/i.png",
-                        "custom",
-                        "é🎉",
-                    ];
-                    json!(words[self.below(words.len() as u64) as usize])
+    /// Arbitrary JSON, biased towards the keys and values the normalizer looks at.
+    fn arbitrary_value(rng: &mut Rng, depth: u32) -> Value {
+        let pick = if depth == 0 { rng.below(5) } else { rng.below(7) };
+        match pick {
+            0 => Value::Null,
+            1 => Value::Bool(rng.below(2) == 0),
+            2 => json!(rng.next() as i64 >> rng.below(64)),
+            3 => json!((rng.next() as f64) / 7.0 - 1e18),
+            4 => {
+                let words = [
+                    "",
+                    "a",
+                    "\u{1b}[31m",
+                    "/work/repo/x",
+                    "/etc/passwd",
+                    "../x",
+                    "cancelled",
+                    "completed",
+                    "diff",
+                    "text",
+                    "image",
+                    "file:///work/repo/i.png",
+                    "custom",
+                    "é🎉",
+                ];
+                json!(words[rng.below(words.len() as u64) as usize])
+            }
+            5 => Value::Array((0..rng.below(4)).map(|_| arbitrary_value(rng, depth - 1)).collect()),
+            _ => {
+                let keys = [
+                    "sessionUpdate",
+                    "toolCallId",
+                    "title",
+                    "kind",
+                    "status",
+                    "content",
+                    "locations",
+                    "rawInput",
+                    "rawOutput",
+                    "entries",
+                    "todos",
+                    "merge",
+                    "id",
+                    "path",
+                    "oldText",
+                    "newText",
+                    "type",
+                    "uri",
+                    "exitCode",
+                    "error",
+                    "configOptions",
+                    "availableCommands",
+                    "currentModeId",
+                    "used",
+                    "cost",
+                ];
+                let mut map = serde_json::Map::new();
+                for _ in 0..rng.below(6) {
+                    let key = keys[rng.below(keys.len() as u64) as usize];
+                    map.insert(key.to_owned(), arbitrary_value(rng, depth - 1));
                 }
-                5 => Value::Array((0..self.below(4)).map(|_| self.value(depth - 1)).collect()),
-                _ => {
-                    let keys = [
-                        "sessionUpdate",
-                        "toolCallId",
-                        "title",
-                        "kind",
-                        "status",
-                        "content",
-                        "locations",
-                        "rawInput",
-                        "rawOutput",
-                        "entries",
-                        "todos",
-                        "merge",
-                        "id",
-                        "path",
-                        "oldText",
-                        "newText",
-                        "type",
-                        "uri",
-                        "exitCode",
-                        "error",
-                        "configOptions",
-                        "availableCommands",
-                        "currentModeId",
-                        "used",
-                        "cost",
-                    ];
-                    let mut map = serde_json::Map::new();
-                    for _ in 0..self.below(6) {
-                        let key = keys[self.below(keys.len() as u64) as usize];
-                        map.insert(key.to_owned(), self.value(depth - 1));
-                    }
-                    Value::Object(map)
-                }
+                Value::Object(map)
             }
         }
     }
@@ -1707,20 +1757,31 @@ mod tests {
             "available_commands_update",
             "usage_update",
             "subagent_spawned",
+            "subagent_state_update",
+            "subagent_update",
         ];
+        let sessions = ["root", "c0", "c1", "elsewhere"];
         for seed in 1..=300u64 {
             let mut rng = Rng(seed.wrapping_mul(0xd1b5_4a32_d192_ed03));
-            let mut n = ws();
+            let mut n = ws().with_root_session("root");
             for _ in 0..30 {
-                let mut value = rng.value(4);
+                let mut value = arbitrary_value(&mut rng, 4);
                 if let (Some(map), true) = (value.as_object_mut(), rng.below(3) > 0) {
                     map.insert(
                         "sessionUpdate".into(),
                         json!(tags[rng.below(tags.len() as u64) as usize]),
                     );
                     map.insert("toolCallId".into(), json!(format!("tc{}", rng.below(3))));
+                    map.insert("subagentSessionId".into(), json!(format!("c{}", rng.below(2))));
+                    map.insert("_meta".into(), json!({"cursor": {"toolCallId": "tc0", "agentId": "a"}}));
                 }
-                for event in n.on_update(&value) {
+                let events = if rng.below(2) == 0 {
+                    n.on_update(&value)
+                } else {
+                    let session = sessions[rng.below(sessions.len() as u64) as usize];
+                    n.on_session_update(&json!({"sessionId": session, "update": value}))
+                };
+                for event in events {
                     let _ = event.into_parts();
                 }
                 let method = ["cursor/update_todos", "cursor/task", "cursor/x"][rng.below(3) as usize];

@@ -76,6 +76,15 @@ pub(crate) fn display_text(raw: &str, max_chars: usize) -> (String, bool) {
     }
 }
 
+/// A native tag reduced to what a notice category may carry: ASCII letters, digits and
+/// `_`, at most 64 of them.
+pub(crate) fn safe_tag(tag: &str) -> String {
+    tag.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(64)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

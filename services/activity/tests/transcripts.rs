@@ -2,8 +2,15 @@
 //! `t1`, workspace `/work/repo`), settles it with `finish()`, and compares the canonical
 //! events with the checked-in `<name>.expected.json`.
 //!
-//! Each transcript line is the `update` object of one `session/update`, or
-//! `{"extension": {"method": …, "params": …}}` for a Cursor extension request.
+//! Each transcript line is one of:
+//! - the `update` object of one `session/update` of the root session;
+//! - the whole params `{"sessionId": …, "update": …}` of one `session/update`, routed by
+//!   its session (a child's, a foreign one, or none when `sessionId` is left out);
+//! - `{"extension": {"method": …, "params": …}}` for a Cursor extension request;
+//! - as the first line only, `{"normalizer": {"rootSession": …, "betweenTurns": true}}`:
+//!   the root session (children are tracked only with one, as when the client opts in
+//!   with `_meta.subagents`), and whether the normalizer serves the session between
+//!   turns (spawns refused). Without it the normalizer has no root session.
 //!
 //! A mismatch fails. To regenerate the expected files deliberately (then review the
 //! diff): `UPDATE_TRANSCRIPTS=1 cargo test -p cursor-runner-activity --test transcripts`.
@@ -21,23 +28,49 @@ fn transcripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/transcripts")
 }
 
-fn replay(name: &str, text: &str) -> Value {
+/// The normalizer a transcript's optional first line configures.
+fn configured(config: Option<&Value>) -> TurnNormalizer {
     let mut normalizer = TurnNormalizer::new(TURN_ID).with_workspace(WORKSPACE);
+    let Some(config) = config else {
+        return normalizer;
+    };
+    if let Some(root) = config.get("rootSession").and_then(Value::as_str) {
+        normalizer = normalizer.with_root_session(root);
+    }
+    if config.get("betweenTurns").and_then(Value::as_bool) == Some(true) {
+        normalizer = normalizer.between_turns();
+    }
+    normalizer
+}
+
+fn replay(name: &str, text: &str) -> Value {
+    let mut lines: Vec<(usize, Value)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(index, line)| {
+            let value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}.ndjson line {}: {e}", index + 1));
+            (index + 1, value)
+        })
+        .collect();
+    let config = match lines.first() {
+        Some((_, first)) if first.get("normalizer").is_some() => Some(lines.remove(0).1["normalizer"].take()),
+        _ => None,
+    };
+    let mut normalizer = configured(config.as_ref());
     let mut events = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value: Value =
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}.ndjson line {}: {e}", index + 1));
-        let produced = match value.get("extension") {
-            Some(extension) => {
-                let method = extension["method"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("{name}.ndjson line {}: extension without a method", index + 1));
-                normalizer.on_extension(method, extension.get("params").unwrap_or(&Value::Null))
-            }
-            None => normalizer.on_update(&value),
+    for (line, value) in lines {
+        let produced = if let Some(extension) = value.get("extension") {
+            let method = extension["method"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}.ndjson line {line}: extension without a method"));
+            normalizer.on_extension(method, extension.get("params").unwrap_or(&Value::Null))
+        } else if value.get("normalizer").is_some() {
+            panic!("{name}.ndjson line {line}: the normalizer is configured on the first line only");
+        } else if value.get("update").is_some() && value.get("sessionUpdate").is_none() {
+            normalizer.on_session_update(&value)
+        } else {
+            normalizer.on_update(&value)
         };
         events.extend(produced);
     }
@@ -142,6 +175,14 @@ fn the_required_scenarios_have_transcripts() {
         "terminal_escapes",
         "usage_unavailable",
         "usage_reported",
+        "children_interleaved",
+        "children_grandchild",
+        "children_same_tool_call_id",
+        "children_suppressed",
+        "children_between_turns",
+        "children_resumed",
+        "children_cancelled",
+        "children_acp_subagent_update",
     ] {
         assert!(dir.join(format!("{name}.ndjson")).exists(), "{name}.ndjson");
         assert!(

@@ -4,7 +4,7 @@
 //! transitions never race inside one replica; the store's compare-and-set updates
 //! guard them across replicas and restarts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,8 +83,6 @@ struct ActiveTurn {
     normalizer: TurnNormalizer,
     /// Our JSON-RPC id of the turn's `session/prompt`.
     prompt_request_id: Option<i64>,
-    /// Tool call ids seen in this turn, to tell whether a request's `toolCallId` is known.
-    tool_calls: HashSet<String>,
     /// The service, not the caller, cancelled this turn (a `replace_active` start, or
     /// the drain deadline): a `cancelled` stop settles it `interrupted` with this reason.
     interrupted_by: Option<TurnFailureReason>,
@@ -195,7 +193,10 @@ pub(crate) async fn launch(
                 sessions_served,
                 session_id,
                 turn: None,
-                session_normalizer: TurnNormalizer::new("session").with_workspace(record.workspace.clone()),
+                session_normalizer: TurnNormalizer::new("session")
+                    .with_workspace(record.workspace.clone())
+                    .with_root_session(record.session_id.clone().unwrap_or_default())
+                    .between_turns(),
                 pending: HashMap::new(),
                 policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
@@ -259,6 +260,13 @@ enum Ending {
 }
 
 impl Actor {
+    /// The normalizer of one turn of this execution's session.
+    fn turn_normalizer(&self, turn_id: &str) -> TurnNormalizer {
+        TurnNormalizer::new(turn_id)
+            .with_workspace(self.record.workspace.clone())
+            .with_root_session(self.session_id.clone())
+    }
+
     /// Starts watching the workspace for the life of the session; without a watcher
     /// (inotify unavailable) the admission checks still hold and a warning is logged.
     fn watch_workspace(&mut self) -> Option<mpsc::UnboundedReceiver<Violation>> {
@@ -561,10 +569,9 @@ impl Actor {
         // The prompt's response comes back in wire order, after the updates before it.
         let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
         self.turn = Some(ActiveTurn {
-            normalizer: TurnNormalizer::new(record.id.clone()).with_workspace(self.record.workspace.clone()),
+            normalizer: self.turn_normalizer(&record.id),
             record: record.clone(),
             prompt_request_id,
-            tool_calls: HashSet::new(),
             interrupted_by: None,
             cancel_deadline: None,
         });
@@ -711,25 +718,13 @@ impl Actor {
         }
     }
 
-    /// The events of one `session/update`, for the running turn or the session.
+    /// The events of one `session/update`, for the running turn or the session. The
+    /// normalizer decides whose it is: the root session, a child it knows (spawned from
+    /// its parent in this turn), or nobody's (suppressed with a notice).
     fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
-        let session = params.get("sessionId").and_then(Value::as_str);
-        if session != Some(self.session_id.as_str()) {
-            return vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
-                "unknown_session_update",
-                NoticeScope::Turn,
-                "dropped a session/update for a session this execution does not own",
-            ))];
-        }
-        let update = params.get("update").cloned().unwrap_or(Value::Null);
         match self.turn.as_mut() {
-            Some(turn) => {
-                if let Some(id) = update.get("toolCallId").and_then(Value::as_str) {
-                    turn.tool_calls.insert(id.to_owned());
-                }
-                turn.normalizer.on_update(&update)
-            }
-            None => self.session_normalizer.on_update(&update),
+            Some(turn) => turn.normalizer.on_session_update(params),
+            None => self.session_normalizer.on_session_update(params),
         }
     }
 
@@ -751,7 +746,11 @@ impl Actor {
             }
             "session/request_permission" => {
                 let parsed = PermissionRequest::from_native(&request.params, self.policy).and_then(|p| {
-                    if p.session_id == self.session_id {
+                    let child_session = self
+                        .turn
+                        .as_ref()
+                        .is_some_and(|t| t.normalizer.child_for(Some(&p.session_id), None).is_some());
+                    if p.session_id == self.session_id || child_session {
                         Ok(PersistedRequest::Permission(p))
                     } else {
                         Err(RequestRefused(format!(
@@ -811,10 +810,19 @@ impl Actor {
             .as_ref()
             .map(|t| t.record.clone())
             .ok_or_else(|| EngineError::internal("no turn"))?;
+        let active = self.turn.as_ref().map(|t| &t.normalizer);
         let tool_call_known = persisted
             .tool_call_id()
-            .map(|id| self.turn.as_ref().is_some_and(|t| t.tool_calls.contains(id)));
-        let durable = match persisted.to_durable_json() {
+            .map(|id| active.is_some_and(|n| n.knows_tool_call(id)));
+        // A request from a child agent (a permission on its session, or any request whose
+        // tool call is the child's) is attributed to that child.
+        let session_id = match &persisted {
+            PersistedRequest::Permission(p) => Some(p.session_id.as_str()),
+            _ => None,
+        };
+        let child =
+            active.and_then(|n| n.child_for(session_id.filter(|s| *s != self.session_id), persisted.tool_call_id()));
+        let durable = match persisted.to_durable_json().map(|text| with_child(text, child.as_ref())) {
             Ok(text) => text,
             Err(why) => {
                 respond(request, Ok(cancelled_result())).await;
@@ -880,6 +888,7 @@ impl Actor {
                     turn_id: turn.id.clone(),
                     request: serde_json::from_str(&record.request).unwrap_or_default(),
                     tool_call_known,
+                    child_id: child.map(|c| c.child_id),
                 })],
             )
             .await?;
@@ -1342,6 +1351,18 @@ impl Actor {
         self.process.census_descendants();
         self.connection.close_stdin().await;
         self.process.stop(self.config.stop_grace).await;
+    }
+}
+
+/// The durable request JSON, with the child agent it came from (if any) under `child`.
+fn with_child(durable: String, child: Option<&ChildRef>) -> String {
+    let Some(child) = child else { return durable };
+    match serde_json::from_str::<Value>(&durable) {
+        Ok(Value::Object(mut map)) => {
+            map.insert("child".into(), json!(child));
+            Value::Object(map).to_string()
+        }
+        _ => durable,
     }
 }
 

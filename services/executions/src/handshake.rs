@@ -19,7 +19,8 @@ pub(crate) async fn initialize(connection: &AcpConnection, limit: Duration) -> R
     let initialize = schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1)
         .client_info(schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")));
     let mut initialize = serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
-    initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true});
+    // `subagents`: child agents' lifecycles and transcripts on the parent's stream.
+    initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true, "subagents": true});
     timed(limit, connection.request("initialize", initialize)).await
 }
 
