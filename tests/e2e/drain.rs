@@ -6,29 +6,12 @@
 use std::time::Duration;
 
 use cursor_runner_e2e::*;
-use serde_json::Value;
 use tonic::Code;
 
 on_both_backends!(
     a_drain_lets_the_running_turn_finish_then_closes_every_execution,
     at_the_drain_deadline_the_running_turn_is_cancelled_and_its_question_expires,
 );
-
-fn answer_pg(created: &Value) -> proto::AnswerInteractionRequest {
-    proto::AnswerInteractionRequest {
-        request_id: "answer-1".into(),
-        interaction_id: created["interactionId"].as_str().unwrap().into(),
-        etag: created["etag"].as_str().unwrap().into(),
-        answer: Some(proto::answer_interaction_request::Answer::Questions(
-            proto::QuestionAnswer {
-                selections: vec![proto::QuestionSelection {
-                    question_id: "question-1".into(),
-                    option_ids: vec!["option-1".into()],
-                }],
-            },
-        )),
-    }
-}
 
 async fn drain(service: &TestService, deadline: Duration) -> proto::DrainResponse {
     service
@@ -68,7 +51,7 @@ async fn a_drain_lets_the_running_turn_finish_then_closes_every_execution(backen
     assert_refused(refused, Code::Unavailable, "DRAINING");
     // The running turn still gets its answer and finishes.
     let answered = client
-        .answer_interaction(answer_pg(&created))
+        .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
         .await
         .unwrap()
         .into_inner();
@@ -119,7 +102,9 @@ async fn at_the_drain_deadline_the_running_turn_is_cancelled_and_its_question_ex
     assert_eq!(closed.state, proto::ExecutionState::Closed as i32);
     assert!(!process_alive(closed.pid.unwrap()));
     assert_refused(
-        client.answer_interaction(answer_pg(&created)).await,
+        client
+            .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
+            .await,
         Code::FailedPrecondition,
         "INTERACTION_NOT_PENDING",
     );

@@ -9,7 +9,7 @@ use cursor_runner_executions::PoolConfig;
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::json;
 
-use crate::{Backend, Client, Options, TestService, WAIT, fake_agent, proto};
+use crate::{Backend, Options, TestService, WAIT, create_execution, fake_agent, proto};
 
 /// How the fake agent pretends to be a Node runtime starting.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -145,7 +145,7 @@ async fn run(backend: Backend, command: &str, executions: usize, min_idle: usize
             until_idle(&mut admin).await;
         }
         let started = Instant::now();
-        let execution = create(&mut client, &service, &format!("lease-{round}")).await;
+        let execution = create_execution(&mut client, &service, &format!("lease-{round}")).await;
         let took = started.elapsed();
         let lease = execution.lease.clone().expect("lease");
         let own = lease
@@ -178,20 +178,6 @@ async fn run(backend: Backend, command: &str, executions: usize, min_idle: usize
         session_new: Percentiles::of(&mut session_new),
         warm_leases,
     }
-}
-
-async fn create(client: &mut Client, service: &TestService, request_id: &str) -> proto::Execution {
-    client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: request_id.into(),
-            workspace: service.workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .expect("CreateExecution")
-        .into_inner()
-        .execution
-        .expect("execution")
 }
 
 async fn until_idle(admin: &mut crate::AdminClient) {

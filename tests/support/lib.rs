@@ -492,6 +492,22 @@ pub async fn begin_turn_at(
     (execution, turn, events)
 }
 
+/// An answer picking `option_id` for the one question of the interaction that
+/// `created` (a `runtime_request.created` payload) exposed, echoing its etag.
+pub fn one_question_answer(created: &Value, request_id: &str, option_id: &str) -> pb::AnswerInteractionRequest {
+    pb::AnswerInteractionRequest {
+        request_id: request_id.into(),
+        interaction_id: created["interactionId"].as_str().expect("interactionId").into(),
+        etag: created["etag"].as_str().expect("etag").into(),
+        answer: Some(pb::answer_interaction_request::Answer::Questions(pb::QuestionAnswer {
+            selections: vec![pb::QuestionSelection {
+                question_id: "question-1".into(),
+                option_ids: vec![option_id.into()],
+            }],
+        })),
+    }
+}
+
 pub async fn get_execution(client: &mut Client, execution_id: &str) -> pb::Execution {
     client
         .get_execution(pb::GetExecutionRequest {

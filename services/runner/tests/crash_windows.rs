@@ -9,19 +9,7 @@ use cursor_runner_e2e::*;
 use serde_json::Value;
 
 fn answer_request(created: &Value) -> proto::AnswerInteractionRequest {
-    proto::AnswerInteractionRequest {
-        request_id: "answer-1".into(),
-        interaction_id: created["interactionId"].as_str().unwrap().into(),
-        etag: created["etag"].as_str().unwrap().into(),
-        answer: Some(proto::answer_interaction_request::Answer::Questions(
-            proto::QuestionAnswer {
-                selections: vec![proto::QuestionSelection {
-                    question_id: "question-1".into(),
-                    option_ids: vec!["option-1".into()],
-                }],
-            },
-        )),
-    }
+    one_question_answer(created, "answer-1", "option-1")
 }
 
 fn service(database_url: &str, dirs: &ServiceDirs, failpoint: Option<&str>) -> ServiceProcess {
