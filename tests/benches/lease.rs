@@ -5,11 +5,29 @@
 //!
 //! `LEASE_EXECUTIONS` (default 200) sets the number of executions per run;
 //! `LEASE_INIT_DELAY_MS` / `LEASE_SESSION_NEW_DELAY_MS` the fake agent's start-up;
-//! `LEASE_NODE_AGENT` a real ACP agent's command line (e.g. a Node agent on
-//! `@agentclientprotocol/sdk`) to measure beside the fake one.
+//! `LEASE_NODE_AGENT` a real ACP agent's command line to measure beside the fake one;
+//! without it, `benches/node-agent/agent.mjs` (a minimal agent on the official
+//! `@agentclientprotocol/sdk`) is measured once `npm ci --prefix tests/benches/node-agent`
+//! has installed its packages.
 
 use cursor_runner_e2e::Backend;
 use cursor_runner_e2e::lease_latency::{FakeStartup, LeaseAgent, LeaseFigures, LeaseReport, measure};
+
+/// `LEASE_NODE_AGENT`, else the SDK agent beside this bench once its packages are installed.
+fn node_agent() -> Option<String> {
+    if let Ok(command) = std::env::var("LEASE_NODE_AGENT") {
+        return Some(command).filter(|c| !c.trim().is_empty());
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node-agent");
+    let installed = dir.join("node_modules/@agentclientprotocol/sdk").is_dir();
+    let node = ["/usr/bin/node", "/usr/local/bin/node"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file());
+    match (installed, node) {
+        (true, Some(node)) => Some(format!("{node} {}", dir.join("agent.mjs").display())),
+        _ => None,
+    }
+}
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -66,11 +84,11 @@ async fn main() {
         ),
     };
     let mut reports = vec![measure(Backend::Postgres, executions, LeaseAgent::Fake(startup)).await];
-    match std::env::var("LEASE_NODE_AGENT") {
-        Ok(command) if !command.trim().is_empty() => {
-            reports.push(measure(Backend::Postgres, executions, LeaseAgent::Command(command)).await);
-        }
-        _ => println!("LEASE_NODE_AGENT is not set: no real Node ACP agent measured"),
+    match node_agent() {
+        Some(command) => reports.push(measure(Backend::Postgres, executions, LeaseAgent::Command(command)).await),
+        None => println!(
+            "no real Node ACP agent measured: set LEASE_NODE_AGENT, or `npm ci --prefix tests/benches/node-agent`"
+        ),
     }
     for report in &reports {
         print(report);
