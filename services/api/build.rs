@@ -5,6 +5,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let mut config = prost_build::Config::new();
+    // Ordered maps encode deterministically, so a request's digest (idempotency) is stable.
+    config.btree_map(["."]);
     if std::env::var_os("PROTOC").is_none() {
         config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
         config.protoc_arg(format!("-I{}", protoc_bin_vendored::include_path()?.display()));

@@ -37,5 +37,6 @@ mod metrics;
 mod orphans;
 mod pool;
 mod process;
+mod session;
 mod streaming;
 mod turns;

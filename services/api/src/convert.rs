@@ -1,8 +1,10 @@
 //! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
 
+use cursor_runner_executions::session_config::{ConfigOption, OptionValue};
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_executions::{
-    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionRecord, LeaseInfo, Reason, TurnRecord,
+    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionRecord, LeaseInfo, ModelCatalog, Reason,
+    SessionConfig, TurnRecord,
 };
 use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind};
 use serde_json::Value;
@@ -135,6 +137,46 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
                 session_new_duration: l.session_new_ms.map(ms_proto),
                 sessions_served: l.sessions_served,
             }),
+        session_config: r
+            .session_config
+            .as_deref()
+            .and_then(SessionConfig::from_json)
+            .map(|c| pb::SessionConfig {
+                model: c.model.unwrap_or_default(),
+                model_parameters: c.parameters,
+                mode: c.mode.unwrap_or_default(),
+                verified: c.verified,
+            }),
+    }
+}
+
+pub fn config_option(o: ConfigOption) -> pb::ConfigOption {
+    let current_value = o.current_text();
+    let values = match o.value {
+        OptionValue::Select { values, .. } => values,
+        OptionValue::Boolean { .. } => vec!["false".into(), "true".into()],
+    };
+    pb::ConfigOption {
+        id: o.id,
+        name: o.name,
+        category: o.category.unwrap_or_default(),
+        current_value,
+        values,
+    }
+}
+
+pub fn model_catalog(catalog: ModelCatalog) -> pb::ListModelsResponse {
+    pb::ListModelsResponse {
+        models: catalog
+            .models
+            .into_iter()
+            .map(|m| pb::Model {
+                model_id: m.model_id,
+                name: m.name,
+                parameters: m.parameters.into_iter().map(config_option).collect(),
+            })
+            .collect(),
+        source: catalog.source.into(),
     }
 }
 

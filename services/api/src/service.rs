@@ -7,7 +7,8 @@ use std::sync::Arc;
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
 use cursor_runner_executions::interaction::question::Selection;
 use cursor_runner_executions::{
-    AnswerCommand, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta, StreamItem,
+    AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta,
+    StreamItem,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -68,6 +69,10 @@ fn meta<M: Message + Clone>(tenant_id: String, request_id: &str, body: &M, clear
     }
 }
 
+fn non_empty(value: String) -> Option<String> {
+    (!value.is_empty()).then_some(value)
+}
+
 fn required(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
         return Err(to_status(EngineError::invalid(
@@ -116,6 +121,11 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                     control_session_id: body.control_session_id,
                     credential,
                     lease_wait: body.lease_wait.map(convert::duration).transpose()?,
+                    session: ConfigRequest {
+                        model: non_empty(body.model),
+                        parameters: body.model_parameters,
+                        mode: non_empty(body.mode),
+                    },
                 },
             )
             .await
@@ -343,6 +353,80 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             })
             .collect();
         Ok(Response::new(pb::GetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn list_models(
+        &self,
+        request: Request<pb::ListModelsRequest>,
+    ) -> Result<Response<pb::ListModelsResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let catalog = self
+            .engine
+            .list_models(&tenant_id, &body.execution_id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(convert::model_catalog(catalog)))
+    }
+
+    async fn set_model(&self, request: Request<pb::SetModelRequest>) -> Result<Response<pb::SetModelResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        required("model", &body.model)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let change = ConfigRequest {
+            model: Some(body.model),
+            parameters: body.model_parameters,
+            mode: None,
+        };
+        let record = self
+            .engine
+            .configure_session(meta, &body.execution_id, change)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::SetModelResponse {
+            execution: Some(convert::execution(record)),
+        }))
+    }
+
+    async fn set_mode(&self, request: Request<pb::SetModeRequest>) -> Result<Response<pb::SetModeResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        required("mode", &body.mode)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let change = ConfigRequest {
+            mode: Some(body.mode),
+            ..ConfigRequest::default()
+        };
+        let record = self
+            .engine
+            .configure_session(meta, &body.execution_id, change)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::SetModeResponse {
+            execution: Some(convert::execution(record)),
+        }))
+    }
+
+    async fn set_config_option(
+        &self,
+        request: Request<pb::SetConfigOptionRequest>,
+    ) -> Result<Response<pb::SetConfigOptionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let record = self
+            .engine
+            .set_config_option(meta, &body.execution_id, body.config_id, body.value)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::SetConfigOptionResponse {
+            execution: Some(convert::execution(record)),
+        }))
     }
 
     async fn answer_interaction(

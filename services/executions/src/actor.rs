@@ -30,6 +30,7 @@ use crate::interaction::{
 };
 use crate::lease::LeaseInfo;
 use crate::pool::{Pool, SlotTicket, WarmProcess, exit_message};
+use crate::session_config::{self, ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
@@ -57,6 +58,14 @@ pub(crate) enum Command {
     Close {
         reply: Reply<ExecutionRecord>,
     },
+    /// `SetModel`, `SetMode`, `SetConfigOption`.
+    Configure {
+        change: ConfigChange,
+        reply: Reply<ExecutionRecord>,
+    },
+    ListModels {
+        reply: Reply<ModelCatalog>,
+    },
     /// The service drains: let the running turn settle until `deadline`, then cancel
     /// it; close once no turn runs. Replies when the execution is closed. A second
     /// drain may only bring the deadline forward.
@@ -74,6 +83,8 @@ impl Command {
             Self::Answer { .. } => "answer",
             Self::Close { .. } => "close",
             Self::Drain { .. } => "drain",
+            Self::Configure { .. } => "configure",
+            Self::ListModels { .. } => "list_models",
         }
     }
 }
@@ -110,6 +121,10 @@ struct Actor {
     /// Sessions the process served before this one.
     sessions_served: u32,
     session_id: String,
+    /// The agent's latest `configOptions` (empty on builds without them).
+    config_options: Value,
+    /// The flat `models` list of `session/new`, for builds without `configOptions`.
+    legacy_models: Value,
     turn: Option<ActiveTurn>,
     session_normalizer: TurnNormalizer,
     pending: HashMap<String, PendingInteraction>,
@@ -144,6 +159,7 @@ pub(crate) async fn launch(
     mut lease: LeaseInfo,
     mut events: EventWriter,
     commands: mpsc::Receiver<Command>,
+    session_request: ConfigRequest,
 ) -> Result<ExecutionRecord, EngineError> {
     let WarmProcess {
         mut process,
@@ -175,12 +191,8 @@ pub(crate) async fn launch(
     lease.session_new_ms = Some(began.elapsed().as_millis() as u64);
     record.lease = Some(lease.to_json());
     match opened {
-        Ok(session_id) => {
-            record.session_id = Some(session_id.clone());
-            record.state = ExecutionState::Ready.as_str().into();
-            record.updated_at_ms = now_ms();
-            store.update_execution(&record).await?;
-
+        Ok(opened) => {
+            record.session_id = Some(opened.session_id.clone());
             let mut actor = Actor {
                 store,
                 config,
@@ -191,12 +203,14 @@ pub(crate) async fn launch(
                 connection,
                 ticket: Some(ticket),
                 sessions_served,
-                session_id,
-                turn: None,
                 session_normalizer: TurnNormalizer::new("session")
                     .with_workspace(record.workspace.clone())
-                    .with_root_session(record.session_id.clone().unwrap_or_default())
+                    .with_root_session(opened.session_id.clone())
                     .between_turns(),
+                session_id: opened.session_id,
+                config_options: opened.config_options,
+                legacy_models: opened.models,
+                turn: None,
                 pending: HashMap::new(),
                 policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
@@ -205,6 +219,13 @@ pub(crate) async fn launch(
                 reuse: false,
                 drain: None,
             };
+            // The caller's model, parameters and mode before any prompt, each echo checked.
+            if let Err(error) = actor.configure(&session_request).await {
+                return Err(actor.fail_launch(error).await);
+            }
+            actor.record.state = ExecutionState::Ready.as_str().into();
+            actor.save_record().await?;
+            let record = actor.record.clone();
             let violations = actor.watch_workspace();
             tokio::spawn(actor.run(commands, inbound, violations));
             Ok(record)
@@ -260,6 +281,170 @@ enum Ending {
 }
 
 impl Actor {
+    /// Applies the caller's model, parameters and mode one option at a time, each echo
+    /// checked, and records what is in effect. On an agent without `configOptions` it
+    /// falls back to `session/set_model` / `session/set_mode`, which echo nothing
+    /// (recorded `verified: false`).
+    async fn configure(&mut self, request: &ConfigRequest) -> Result<(), EngineError> {
+        let applied = if self.config_options.as_array().is_some_and(|o| !o.is_empty()) {
+            self.apply_steps(request.steps()).await
+        } else {
+            self.configure_legacy(request).await
+        };
+        let outcome = applied.map(|config| {
+            self.record.session_config = Some(config.to_json());
+        });
+        if !request.steps().is_empty() {
+            self.emit_config().await?;
+        }
+        outcome
+    }
+
+    /// `configId = value` for each step, in order, each echo checked; then every step
+    /// again, so a later change cannot have silently undone an earlier one.
+    async fn apply_steps(&mut self, steps: Vec<(String, String)>) -> Result<SessionConfig, EngineError> {
+        let limit = self.config.handshake_timeout;
+        for (config_id, value) in &steps {
+            let options = session_config::parse_options(&self.config_options);
+            session_config::check_offered(&options, config_id, value)?;
+            let boolean = options
+                .iter()
+                .find(|o| o.id == *config_id)
+                .is_some_and(|o| matches!(o.value, session_config::OptionValue::Boolean { .. }));
+            let params = if boolean {
+                json!({"sessionId": self.session_id, "configId": config_id, "type": "boolean", "value": value == "true"})
+            } else {
+                json!({"sessionId": self.session_id, "configId": config_id, "value": value})
+            };
+            let answered = handshake::timed(limit, self.connection.request("session/set_config_option", params))
+                .await
+                .map_err(|e| refused_change(e, config_id, value))?;
+            if answered["configOptions"].is_array() {
+                self.config_options = answered["configOptions"].clone();
+            }
+            let echoed = session_config::parse_options(&self.config_options);
+            self.record.session_config = Some(SessionConfig::from_options(&echoed).to_json());
+            session_config::check_echo(&echoed, config_id, value)?;
+        }
+        let options = session_config::parse_options(&self.config_options);
+        for (config_id, value) in &steps {
+            session_config::check_echo(&options, config_id, value)?;
+        }
+        Ok(SessionConfig::from_options(&options))
+    }
+
+    async fn configure_legacy(&mut self, request: &ConfigRequest) -> Result<SessionConfig, EngineError> {
+        let limit = self.config.handshake_timeout;
+        let mut config = SessionConfig {
+            model: self.legacy_models["currentModelId"].as_str().map(str::to_owned),
+            ..SessionConfig::default()
+        };
+        if let Some(model_id) = session_config::legacy_model_id(&self.legacy_models, request)? {
+            let params = json!({"sessionId": self.session_id, "modelId": model_id});
+            handshake::timed(limit, self.connection.request("session/set_model", params))
+                .await
+                .map_err(|e| refused_change(e, "model", &model_id))?;
+            config.model = request.model.clone();
+            config.parameters = request.parameters.clone();
+        }
+        if let Some(mode) = &request.mode {
+            let params = json!({"sessionId": self.session_id, "modeId": mode});
+            handshake::timed(limit, self.connection.request("session/set_mode", params))
+                .await
+                .map_err(|e| refused_change(e, "mode", mode))?;
+            config.mode = Some(mode.clone());
+        }
+        Ok(config)
+    }
+
+    /// `session.config.updated` with the agent's current options, through the same
+    /// projection its own `config_option_update` gets.
+    async fn emit_config(&mut self) -> Result<(), EngineError> {
+        if !self.config_options.is_array() {
+            return Ok(());
+        }
+        let update = json!({"sessionUpdate": "config_option_update", "configOptions": self.config_options});
+        let payloads = self.session_normalizer.on_update(&update);
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    /// `SetModel` / `SetMode` / `SetConfigOption`: between turns only (Cursor's model
+    /// is process-global and a change mid-turn has no defined effect).
+    async fn change_config(&mut self, steps: ConfigChange) -> Result<ExecutionRecord, EngineError> {
+        if let Some(turn) = &self.turn {
+            return Err(EngineError::precondition(
+                Reason::TurnActive,
+                format!(
+                    "turn `{}` is running; change the configuration between turns",
+                    turn.record.id
+                ),
+            )
+            .with("turn_id", turn.record.id.clone()));
+        }
+        let applied = match steps {
+            ConfigChange::Request(request) => self.configure(&request).await,
+            ConfigChange::Option { config_id, value } => {
+                if self.config_options.as_array().is_none_or(|o| o.is_empty()) {
+                    Err(EngineError::precondition(
+                        Reason::ModelUnavailable,
+                        "the agent has no configOptions (an older build): use SetModel or SetMode",
+                    ))
+                } else {
+                    let applied = self.apply_steps(vec![(config_id, value)]).await;
+                    let emitted = self.emit_config().await;
+                    applied.and_then(|config| {
+                        self.record.session_config = Some(config.to_json());
+                        emitted
+                    })
+                }
+            }
+        };
+        // What the agent reports is recorded even when a change was refused half-way.
+        self.save_record().await?;
+        applied.map(|()| self.record.clone())
+    }
+
+    /// The model catalog: `cursor/list_available_models` (every model with its own
+    /// parameters), else what `session/new` offered.
+    async fn list_models(&self) -> Result<ModelCatalog, EngineError> {
+        let limit = self.config.handshake_timeout;
+        let call = self.connection.request("cursor/list_available_models", json!({}));
+        match tokio::time::timeout(limit, call).await {
+            Ok(Ok(result)) => Ok(ModelCatalog::from_list(&result)),
+            Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::METHOD_NOT_FOUND => {
+                Ok(ModelCatalog::from_session(&self.config_options, &self.legacy_models))
+            }
+            Ok(Err(e)) => Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::ProtocolError,
+                e.to_string(),
+            )),
+            Err(_) => Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::AgentUnresponsive,
+                format!("cursor/list_available_models got no answer within {limit:?}"),
+            )),
+        }
+    }
+
+    /// A launch that failed after the process was leased: stop it, record the exit
+    /// proof, fail the execution.
+    async fn fail_launch(mut self, error: EngineError) -> EngineError {
+        if let Some(ticket) = &self.ticket {
+            self.pool
+                .record_failure(&ticket.profile_id, error.reason, &error.message);
+        }
+        self.connection.close_stdin().await;
+        let exit = self.process.stop(self.config.stop_grace).await;
+        let _ = self
+            .events
+            .emit(None, vec![exited(self.process.pid(), exit, "runner")])
+            .await;
+        fail_execution(&self.store, &mut self.record, &error, Some(exit)).await;
+        error
+    }
+
     /// The normalizer of one turn of this execution's session.
     fn turn_normalizer(&self, turn_id: &str) -> TurnNormalizer {
         TurnNormalizer::new(turn_id)
@@ -422,6 +607,8 @@ impl Actor {
             Command::CancelTurn { reply, .. } => drop(reply.send(Err(error()))),
             Command::Answer { reply, .. } => drop(reply.send(Err(error()))),
             Command::Close { reply } | Command::Drain { reply, .. } => drop(reply.send(Ok(self.record.clone()))),
+            Command::Configure { reply, .. } => drop(reply.send(Err(error()))),
+            Command::ListModels { reply } => drop(reply.send(Err(error()))),
         }
     }
 
@@ -455,6 +642,13 @@ impl Actor {
                 let result = self.close().await;
                 let _ = reply.send(result);
                 return Ok(Ending::Stop);
+            }
+            Command::Configure { change, reply } => {
+                let result = self.change_config(change).await;
+                let _ = reply.send(result);
+            }
+            Command::ListModels { reply } => {
+                let _ = reply.send(self.list_models().await);
             }
             Command::Drain { deadline, reply } => match self.drain.as_mut() {
                 Some(drain) => {
@@ -1351,6 +1545,119 @@ impl Actor {
         self.process.census_descendants();
         self.connection.close_stdin().await;
         self.process.stop(self.config.stop_grace).await;
+    }
+}
+
+/// A change of the session's configuration.
+pub(crate) enum ConfigChange {
+    /// Model (+ parameters) and/or mode.
+    Request(ConfigRequest),
+    /// One option by its id (`SetConfigOption`).
+    Option { config_id: String, value: String },
+}
+
+/// The agent's models and their parameters (`ListModels`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCatalog {
+    pub models: Vec<ModelEntry>,
+    /// `cursor/list_available_models`, `session/new configOptions` or `session/new models`.
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelEntry {
+    pub model_id: String,
+    pub name: String,
+    /// Known for every model from `cursor/list_available_models`; else only for the
+    /// current model.
+    pub parameters: Vec<session_config::ConfigOption>,
+}
+
+impl ModelCatalog {
+    fn from_list(result: &Value) -> Self {
+        let models = result["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                Some(ModelEntry {
+                    model_id: m["value"].as_str()?.to_owned(),
+                    name: m["name"].as_str().unwrap_or_default().to_owned(),
+                    parameters: session_config::parse_options(&m["configOptions"]),
+                })
+            })
+            .collect();
+        Self {
+            models,
+            source: "cursor/list_available_models",
+        }
+    }
+
+    fn from_session(config_options: &Value, legacy_models: &Value) -> Self {
+        let options = config_options.as_array().cloned().unwrap_or_default();
+        if let Some(model) = options.iter().find(|o| o["id"] == "model") {
+            let current = model["currentValue"].as_str().unwrap_or_default();
+            let parameters: Vec<_> = session_config::parse_options(config_options)
+                .into_iter()
+                .filter(|o| o.id != "model" && o.id != "mode")
+                .collect();
+            let models = model["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|entry| match entry["options"].as_array() {
+                    Some(group) => group.iter().collect::<Vec<_>>(),
+                    None => vec![entry],
+                })
+                .filter_map(|entry| {
+                    let model_id = entry["value"].as_str()?.to_owned();
+                    Some(ModelEntry {
+                        parameters: if model_id == current {
+                            parameters.clone()
+                        } else {
+                            Vec::new()
+                        },
+                        name: entry["name"].as_str().unwrap_or_default().to_owned(),
+                        model_id,
+                    })
+                })
+                .collect();
+            return Self {
+                models,
+                source: "session/new configOptions",
+            };
+        }
+        let models = legacy_models["availableModels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                Some(ModelEntry {
+                    model_id: m["modelId"].as_str()?.to_owned(),
+                    name: m["name"].as_str().unwrap_or_default().to_owned(),
+                    parameters: Vec::new(),
+                })
+            })
+            .collect();
+        Self {
+            models,
+            source: "session/new models",
+        }
+    }
+}
+
+/// A configuration call the agent refused: an unknown value is `MODEL_UNAVAILABLE`;
+/// a dead or silent agent stays what it is.
+fn refused_change(error: EngineError, config_id: &str, value: &str) -> EngineError {
+    if error.reason == Reason::ProtocolError {
+        EngineError::precondition(
+            Reason::ModelUnavailable,
+            format!("the agent refused `{config_id}` = `{value}`: {}", error.message),
+        )
+        .with("config_id", config_id)
+        .with("requested", value)
+    } else {
+        error
     }
 }
 

@@ -19,13 +19,14 @@ use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefus
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::actor::{self, Command};
+use crate::actor::{self, Command, ConfigChange, ModelCatalog};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::interaction::{ApprovalPolicy, InteractionAnswer};
 use crate::lease::LeaseInfo;
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
+use crate::session_config::ConfigRequest;
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 pub type ExecutionView = ExecutionRecord;
@@ -120,6 +121,9 @@ pub struct CreateExecutionCommand {
     pub credential: Option<CredentialBinding>,
     /// How long to wait for a process when the pool is at its limits (`None`: refuse at once).
     pub lease_wait: Option<Duration>,
+    /// The exact model, its parameters and the mode, applied and echo-checked before
+    /// any prompt. Empty: the agent's own current choice, recorded as reported.
+    pub session: ConfigRequest,
 }
 
 /// What an admitted `CreateExecution` launches with.
@@ -129,6 +133,7 @@ struct Admitted {
     wait_limit: Duration,
     credential: Option<BoundCredential>,
     lease_wait: Duration,
+    session: ConfigRequest,
 }
 
 /// How long a question or plan waits for a human unless the execution says otherwise.
@@ -309,6 +314,7 @@ impl Engine {
     /// Checks a `CreateExecution` before anything is claimed or launched.
     fn admit(&self, command: CreateExecutionCommand) -> Result<Admitted, EngineError> {
         let workspace = validate_workspace(&command.workspace)?;
+        command.session.validate()?;
         self.config.workspace_policy.check(&workspace).map_err(policy_refusal)?;
         let wait_limit = match command.interaction_wait_limit {
             None => DEFAULT_INTERACTION_WAIT_LIMIT,
@@ -339,6 +345,7 @@ impl Engine {
             wait_limit,
             credential,
             lease_wait,
+            session: command.session,
         })
     }
 
@@ -353,6 +360,7 @@ impl Engine {
             wait_limit,
             credential,
             lease_wait,
+            session,
         } = admitted;
         let began = Instant::now();
         // Refusals (draining, quarantined, exhausted) happen here, before anything exists.
@@ -379,6 +387,7 @@ impl Engine {
             approval_policy: policy.as_str().into(),
             interaction_wait_limit_ms: i64::try_from(wait_limit.as_millis()).unwrap_or(i64::MAX),
             lease: None,
+            session_config: None,
         };
         self.store.insert_execution(&record).await?;
         let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0)
@@ -445,6 +454,7 @@ impl Engine {
             lease,
             events,
             commands_rx,
+            session,
         )
         .await
         .inspect_err(|e| self.metrics.launch_refused(e.reason))
@@ -546,6 +556,74 @@ impl Engine {
             })
             .await?;
         self.execution_from_result(&caller, &result).await
+    }
+
+    /// `SetModel` / `SetMode`: between turns, each echo checked.
+    pub async fn configure_session(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        request: ConfigRequest,
+    ) -> Result<ExecutionRecord, EngineError> {
+        request.validate()?;
+        if request.steps().is_empty() {
+            return Err(EngineError::invalid(Reason::InvalidArgument, "name a model or a mode"));
+        }
+        self.change_config(meta, "ConfigureSession", execution_id, ConfigChange::Request(request))
+            .await
+    }
+
+    /// `SetConfigOption`: one option by id, its value checked against what the agent
+    /// offers and its echo.
+    pub async fn set_config_option(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        config_id: String,
+        value: String,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let valid = |t: &str| !t.is_empty() && t.chars().count() <= crate::session_config::MAX_CONFIG_TEXT_CHARS;
+        if !valid(&config_id) || !valid(&value) {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                "config_id and value must have 1 to 200 characters",
+            ));
+        }
+        self.change_config(
+            meta,
+            "SetConfigOption",
+            execution_id,
+            ConfigChange::Option { config_id, value },
+        )
+        .await
+    }
+
+    async fn change_config(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        operation: &str,
+        execution_id: &str,
+        change: ConfigChange,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, operation, move || async move {
+                let record = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::Configure { change, reply })
+                    .await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    /// The agent's model catalog (`ListModels`).
+    pub async fn list_models(&self, tenant_id: &str, execution_id: &str) -> Result<ModelCatalog, EngineError> {
+        self.ask_actor(tenant_id, execution_id, |reply| Command::ListModels { reply })
+            .await
     }
 
     pub async fn get_interaction(&self, tenant_id: &str, id: &str) -> Result<InteractionRecord, EngineError> {

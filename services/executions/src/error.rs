@@ -99,6 +99,7 @@ reasons! {
     ProfileQuarantined => "PROFILE_QUARANTINED": "The profile's agents failed past the restart intensity; new executions fail fast until the window passes or an operator clears it. Metadata `cause` is the agent's own reason (e.g. `AUTH_REQUIRED`).",
     ProfileNotFound => "PROFILE_NOT_FOUND": "No pool profile has this id.",
     PermissionDenied => "PERMISSION_DENIED": "The caller is authenticated but not an administrator, and the call is an admin call.",
+    ModelUnavailable => "MODEL_UNAVAILABLE": "The requested model, model parameter or mode is not offered by the agent, or the agent echoed another value than the one requested; nothing was prompted. Metadata names the option, the requested and the echoed value.",
     ExecutionFenced => "EXECUTION_FENCED": "The execution's generation moved on (its process was replaced): this agent's writes are refused and it was stopped.",
     Internal => "INTERNAL": "An internal invariant failed; the message says which.",
 }

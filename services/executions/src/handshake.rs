@@ -24,25 +24,38 @@ pub(crate) async fn initialize(connection: &AcpConnection, limit: Duration) -> R
     timed(limit, connection.request("initialize", initialize)).await
 }
 
-/// Re-checks the workspace policy, then `session/new {cwd: workspace, mcpServers: []}`;
-/// returns the agent's session id.
+/// What `session/new` answered.
+pub(crate) struct NewSession {
+    pub session_id: String,
+    /// Cursor's session configuration with `parameterizedModelPicker` (else empty).
+    pub config_options: Value,
+    /// The flat `models` variant list (older surface).
+    pub models: Value,
+}
+
+/// Re-checks the workspace policy, then `session/new {cwd: workspace, mcpServers: []}`.
 pub(crate) async fn new_session(
     connection: &AcpConnection,
     workspace: &str,
     policy: &WorkspacePolicy,
     limit: Duration,
-) -> Result<String, EngineError> {
+) -> Result<NewSession, EngineError> {
     policy
         .check(Path::new(workspace))
         .map_err(crate::engine::policy_refusal)?;
     let new_session = schema::NewSessionRequest::new(workspace);
-    let result = timed(limit, connection.request("session/new", new_session)).await?;
-    result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {
+    let mut result = timed(limit, connection.request("session/new", new_session)).await?;
+    let session_id = result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {
         EngineError::new(
             ErrorKind::Unavailable,
             Reason::ProtocolError,
             "session/new returned no sessionId",
         )
+    })?;
+    Ok(NewSession {
+        session_id,
+        config_options: result["configOptions"].take(),
+        models: result["models"].take(),
     })
 }
 

@@ -13,8 +13,10 @@ pub mod interaction;
 pub mod lease;
 pub mod metrics;
 pub mod pool;
+pub mod session_config;
 pub mod state;
 
+pub use actor::{ModelCatalog, ModelEntry};
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{
     AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta, StreamItem,
@@ -25,3 +27,4 @@ pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;
 pub use metrics::Metrics;
 pub use pool::{PoolConfig, PoolStatus, ProfileStatus, RestartIntensity, SlotStatus, WarmProfile};
+pub use session_config::{ConfigRequest, SessionConfig};

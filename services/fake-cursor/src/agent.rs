@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigHandler, Signal};
 use serde_json::{Map, Value, json};
 
+use crate::models::{MODES, SessionConfig};
 use crate::scenario::{Scenario, Step, UpdateSession};
 
 /// Exit code when a response does not match a step's `expect`.
@@ -132,11 +133,17 @@ pub struct Agent {
     /// The `cwd` of the last `session/new`: the workspace (the process itself runs in
     /// its private home).
     session_cwd: Option<std::path::PathBuf>,
+    /// The client sent `clientCapabilities._meta.parameterizedModelPicker: true`.
+    parameterized: bool,
+    /// Mode, model and parameters: process-global, as Cursor's model choice is.
+    config: SessionConfig,
 }
 
 impl Agent {
     pub fn new(sc: Scenario, rx: Receiver<Inbound>) -> Self {
         Agent {
+            config: SessionConfig::new(sc.config_echo_override.clone()),
+            parameterized: false,
             session_id: sc.session_id.clone(),
             sc,
             rx,
@@ -295,6 +302,7 @@ impl Agent {
                     self.respond_error(id, err);
                     return;
                 }
+                self.parameterized = params["clientCapabilities"]["_meta"]["parameterizedModelPicker"] == json!(true);
                 self.respond(
                     id,
                     json!({
@@ -325,27 +333,18 @@ impl Agent {
                 };
                 self.session_cwd = params.get("cwd").and_then(Value::as_str).map(Into::into);
                 let sid = self.session_id.clone();
-                self.respond(
-                    id,
-                    json!({
-                        "sessionId": sid,
-                        "modes": {
-                            "currentModeId": "agent",
-                            "availableModes": [
-                                {"id": "agent", "name": "Agent"},
-                                {"id": "plan", "name": "Plan"},
-                                {"id": "ask", "name": "Ask"},
-                            ],
-                        },
-                        "models": {
-                            "currentModelId": "default[]",
-                            "availableModels": [
-                                {"modelId": "default[]", "name": "Auto"},
-                                {"modelId": "gpt-x[effort=high]", "name": "GPT X"},
-                            ],
-                        },
-                    }),
-                );
+                let mut result = json!({
+                    "sessionId": sid,
+                    "modes": {
+                        "currentModeId": self.config.mode,
+                        "availableModes": MODES.iter().map(|m| json!({"id": m, "name": m})).collect::<Vec<_>>(),
+                    },
+                    "models": self.config.models(),
+                });
+                if self.parameterized && !self.sc.config_options_unsupported {
+                    result["configOptions"] = self.config.config_options();
+                }
+                self.respond(id, result);
                 self.send_update(
                     &UpdateSession::Default,
                     json!({
@@ -367,13 +366,35 @@ impl Agent {
             }
             "session/set_mode" => {
                 let mode = params.get("modeId").cloned().unwrap_or_else(|| json!("agent"));
-                self.respond(id, json!({}));
-                self.send_update(
-                    &UpdateSession::Default,
-                    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
-                );
+                match self.config.set("mode", &mode) {
+                    Ok(()) => {
+                        self.respond(id, json!({}));
+                        self.send_update(
+                            &UpdateSession::Default,
+                            json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+                        );
+                    }
+                    Err(error) => self.respond_error(id, error),
+                }
             }
-            "session/set_model" => self.respond(id, json!({})),
+            "session/set_model" => {
+                let model = params.get("modelId").and_then(Value::as_str).unwrap_or_default();
+                match self.config.set_model_id(model) {
+                    Ok(()) => self.respond(id, json!({})),
+                    Err(error) => self.respond_error(id, error),
+                }
+            }
+            "session/set_config_option" if !self.sc.config_options_unsupported => {
+                let config_id = params.get("configId").and_then(Value::as_str).unwrap_or_default();
+                let value = params.get("value").cloned().unwrap_or(Value::Null);
+                match self.config.set(config_id, &value) {
+                    Ok(()) => self.respond(id, json!({"configOptions": self.config.config_options()})),
+                    Err(error) => self.respond_error(id, error),
+                }
+            }
+            "cursor/list_available_models" if !self.sc.list_models_unsupported => {
+                self.respond(id, SessionConfig::list_available_models());
+            }
             other => self.respond_error(
                 id,
                 json!({"code": -32601, "message": format!("\"Method not found\": {other}")}),

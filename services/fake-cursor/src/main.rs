@@ -10,6 +10,7 @@
 //! appended by the launcher) are logged and ignored.
 
 mod agent;
+mod models;
 mod scenario;
 
 use std::fs::OpenOptions;

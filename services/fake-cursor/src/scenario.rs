@@ -26,6 +26,14 @@ pub struct Scenario {
     /// How long `session/new` takes (the agent's own session set-up time).
     pub session_new_delay_ms: u64,
     pub session_new_error: Option<Value>,
+    /// Config option values reported in place of the real ones (a build that silently
+    /// substitutes), e.g. `{"model": "default[]"}`.
+    pub config_echo_override: Map<String, Value>,
+    /// An older build: no `configOptions` in `session/new`, `-32601` for
+    /// `session/set_config_option` (only `session/set_model`).
+    pub config_options_unsupported: bool,
+    /// `-32601` for `cursor/list_available_models` (older builds).
+    pub list_models_unsupported: bool,
     pub ignore_sigterm: bool,
     pub ignore_stdin_eof: bool,
     pub turns: Vec<Vec<Step>>,
@@ -50,6 +58,12 @@ struct RawScenario {
     session_new_delay_ms: u64,
     #[serde(default)]
     session_new_error: Option<Value>,
+    #[serde(default)]
+    config_echo_override: Map<String, Value>,
+    #[serde(default)]
+    config_options_unsupported: bool,
+    #[serde(default)]
+    list_models_unsupported: bool,
     #[serde(default)]
     ignore_sigterm: bool,
     #[serde(default)]
@@ -183,6 +197,9 @@ impl Scenario {
             startup_exit_code: raw.startup_exit_code,
             session_new_delay_ms: raw.session_new_delay_ms,
             session_new_error: raw.session_new_error.filter(|v| !v.is_null()),
+            config_echo_override: raw.config_echo_override,
+            config_options_unsupported: raw.config_options_unsupported,
+            list_models_unsupported: raw.list_models_unsupported,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,
             turns,

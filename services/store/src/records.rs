@@ -31,6 +31,8 @@ pub struct ExecutionRecord {
     pub interaction_wait_limit_ms: i64,
     /// How the agent process was leased (JSON, the domain's `LeaseInfo`).
     pub lease: Option<String>,
+    /// Mode, model and parameters in effect (JSON, the domain's `SessionConfig`).
+    pub session_config: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

@@ -85,7 +85,7 @@ fn redact_url(url: &str) -> String {
     }
 }
 
-const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease";
+const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config";
 
 #[async_trait]
 impl Store for SqlStore {
@@ -167,8 +167,8 @@ impl Store for SqlStore {
     async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
-            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         )
         .bind(&e.id)
         .bind(&e.tenant_id)
@@ -189,6 +189,7 @@ impl Store for SqlStore {
         .bind(&e.approval_policy)
         .bind(e.interaction_wait_limit_ms)
         .bind(&e.lease)
+        .bind(&e.session_config)
         .execute(pool)
         .await?
         .rows_affected()
@@ -200,8 +201,8 @@ impl Store for SqlStore {
         let n = on_pool!(self, |pool| {
             sqlx::query(
                 "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
-             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11 \
-             WHERE id = $12 AND generation = $13",
+             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12 \
+             WHERE id = $13 AND generation = $14",
             )
             .bind(&e.state)
             .bind(&e.session_id)
@@ -214,6 +215,7 @@ impl Store for SqlStore {
             .bind(&e.failure_message)
             .bind(e.updated_at_ms)
             .bind(&e.lease)
+            .bind(&e.session_config)
             .bind(&e.id)
             .bind(e.generation)
             .execute(pool)
