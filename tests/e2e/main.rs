@@ -27,6 +27,7 @@ macro_rules! on_both_backends {
 mod api_surface;
 mod auth;
 mod children;
+mod continuity;
 mod credentials;
 mod distribution;
 mod drain;

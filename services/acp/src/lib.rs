@@ -21,6 +21,8 @@ pub use message::{Classified, RequestId, RpcError, classify};
 pub const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC error code for "invalid params".
 pub const INVALID_PARAMS: i64 = -32602;
+/// ACP's resource-not-found (a missing session carries `data.sessionId`).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// JSON-RPC error code for "internal error".
 pub const INTERNAL_ERROR: i64 = -32603;
 /// ACP's "authentication required" code.

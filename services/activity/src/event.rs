@@ -72,6 +72,10 @@ pub enum ActivityPayload {
     /// Extension family (PRP has no `session.*`).
     #[serde(rename = "session.commands.updated")]
     SessionCommandsUpdated(SessionCommandsUpdated),
+    /// Extension family: a recorded session was loaded (`session/load`) into this
+    /// execution's process — at `CreateExecution`, or by a recovery under a new generation.
+    #[serde(rename = "session.loaded")]
+    SessionLoaded(SessionLoaded),
     #[serde(rename = "usage.reported")]
     UsageReported(UsageReported),
     #[serde(rename = "artifact.generated")]
@@ -109,6 +113,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "session.config.updated",
     "session.info.updated",
     "session.commands.updated",
+    "session.loaded",
     "usage.reported",
     "artifact.generated",
     "artifact.viewed",
@@ -122,6 +127,7 @@ pub const EXTENSION_EVENT_TYPES: &[&str] = &[
     "session.config.updated",
     "session.info.updated",
     "session.commands.updated",
+    "session.loaded",
 ];
 
 impl ActivityPayload {
@@ -152,6 +158,7 @@ impl ActivityPayload {
             | Self::SessionConfigUpdated(_)
             | Self::SessionInfoUpdated(_)
             | Self::SessionCommandsUpdated(_)
+            | Self::SessionLoaded(_)
             | Self::ArtifactGenerated(_)
             | Self::ArtifactViewed(_) => 1,
             _ => 0,
@@ -941,6 +948,20 @@ pub struct SessionCommand {
     pub input_hint: Option<String>,
 }
 
+/// Extension family `session.loaded`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionLoaded {
+    pub session_id: String,
+    /// A recovery after the previous process died (else a load asked by `CreateExecution`).
+    pub recovery: bool,
+    /// The execution's generation the session now runs under.
+    pub generation: i64,
+    /// `session/load` replays the session's history as updates before it answers; they
+    /// were shown when they happened and are not emitted again.
+    pub replayed_updates_suppressed: u64,
+}
+
 /// Extension family `session.commands.updated` from ACP `available_commands_update`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -1190,6 +1211,12 @@ mod tests {
                 commands_omitted: 0,
                 sanitized: false,
             }),
+            ActivityPayload::SessionLoaded(SessionLoaded {
+                session_id: "s".into(),
+                recovery: true,
+                generation: 2,
+                replayed_updates_suppressed: 3,
+            }),
             ActivityPayload::UsageReported(UsageReported {
                 turn_id: "t".into(),
                 request_count_source: "unavailable".into(),
@@ -1244,6 +1271,7 @@ mod tests {
                 | ActivityPayload::SessionConfigUpdated(_)
                 | ActivityPayload::SessionInfoUpdated(_)
                 | ActivityPayload::SessionCommandsUpdated(_)
+                | ActivityPayload::SessionLoaded(_)
                 | ActivityPayload::UsageReported(_)
                 | ActivityPayload::ArtifactGenerated(_)
                 | ActivityPayload::ArtifactViewed(_) => {}

@@ -92,8 +92,8 @@ fn to_value(v: Value) -> ProtoValue {
     ProtoValue { kind: Some(kind) }
 }
 
-pub fn execution(r: ExecutionRecord) -> pb::Execution {
-    let state = match ExecutionState::parse(&r.state) {
+fn execution_state(state: &str) -> pb::ExecutionState {
+    match ExecutionState::parse(state) {
         Some(ExecutionState::Starting) => pb::ExecutionState::Starting,
         Some(ExecutionState::Ready) => pb::ExecutionState::Ready,
         Some(ExecutionState::Closing) => pb::ExecutionState::Closing,
@@ -101,7 +101,32 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
         Some(ExecutionState::Failed) => pb::ExecutionState::Failed,
         Some(ExecutionState::Lost) => pb::ExecutionState::Lost,
         None => pb::ExecutionState::Unspecified,
-    };
+    }
+}
+
+fn session_config(json: Option<&str>) -> Option<pb::SessionConfig> {
+    json.and_then(SessionConfig::from_json).map(|c| pb::SessionConfig {
+        model: c.model.unwrap_or_default(),
+        model_parameters: c.parameters,
+        mode: c.mode.unwrap_or_default(),
+        verified: c.verified,
+    })
+}
+
+/// A recorded session, from its newest execution.
+pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
+    pb::RecordedSession {
+        session_config: session_config(r.session_config.as_deref()),
+        execution_state: execution_state(&r.state) as i32,
+        session_id: r.session_id.unwrap_or_default(),
+        workspace: r.workspace,
+        execution_id: r.id,
+        update_time: Some(timestamp(r.updated_at_ms)),
+    }
+}
+
+pub fn execution(r: ExecutionRecord) -> pb::Execution {
+    let state = execution_state(&r.state);
     let exited = r.exit_code.is_some() || r.exit_signal.is_some();
     pb::Execution {
         execution_id: r.id,
@@ -137,16 +162,7 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
                 session_new_duration: l.session_new_ms.map(ms_proto),
                 sessions_served: l.sessions_served,
             }),
-        session_config: r
-            .session_config
-            .as_deref()
-            .and_then(SessionConfig::from_json)
-            .map(|c| pb::SessionConfig {
-                model: c.model.unwrap_or_default(),
-                model_parameters: c.parameters,
-                mode: c.mode.unwrap_or_default(),
-                verified: c.verified,
-            }),
+        session_config: session_config(r.session_config.as_deref()),
     }
 }
 

@@ -69,6 +69,19 @@ fn meta<M: Message + Clone>(tenant_id: String, request_id: &str, body: &M, clear
     }
 }
 
+/// A credential as the control plane binds it (the secret stays in memory only).
+fn credential_binding(c: pb::CredentialBinding) -> CredentialBinding {
+    CredentialBinding {
+        provider: c.provider,
+        session_id: c.session_id,
+        credential_name: c.credential_name,
+        secret: Secret::new(c.secret),
+        expires_at_ms: c
+            .expire_time
+            .map(|t| t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000)),
+    }
+}
+
 fn non_empty(value: String) -> Option<String> {
     (!value.is_empty()).then_some(value)
 }
@@ -101,15 +114,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                 credential.secret.clear();
             }
         });
-        let credential = body.credential.map(|c| CredentialBinding {
-            provider: c.provider,
-            session_id: c.session_id,
-            credential_name: c.credential_name,
-            secret: Secret::new(c.secret),
-            expires_at_ms: c
-                .expire_time
-                .map(|t| t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000)),
-        });
+        let credential = body.credential.map(credential_binding);
         let record = self
             .engine
             .create_execution(
@@ -126,6 +131,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                         parameters: body.model_parameters,
                         mode: non_empty(body.mode),
                     },
+                    load_session_id: non_empty(body.load_session_id),
                 },
             )
             .await
@@ -353,6 +359,47 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             })
             .collect();
         Ok(Response::new(pb::GetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        let (page, next) = self
+            .engine
+            .list_sessions(&tenant_id, i64::from(body.page_size), &body.page_token)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: page.into_iter().map(convert::recorded_session).collect(),
+            next_page_token: next,
+        }))
+    }
+
+    async fn recover_execution(
+        &self,
+        request: Request<pb::RecoverExecutionRequest>,
+    ) -> Result<Response<pb::RecoverExecutionResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        required("execution_id", &body.execution_id)?;
+        let meta = meta(tenant_id, &body.request_id, &body, |b| {
+            b.request_id.clear();
+            if let Some(credential) = b.credential.as_mut() {
+                credential.secret.clear();
+            }
+        });
+        let credential = body.credential.map(credential_binding);
+        let record = self
+            .engine
+            .recover_execution(meta, &body.execution_id, &body.control_session_id, credential)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::RecoverExecutionResponse {
+            execution: Some(convert::execution(record)),
+        }))
     }
 
     async fn list_models(

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
-use crate::handshake;
+use crate::handshake::{self, SessionStart};
 use crate::interaction::{
     ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
     RequestRefused, cancelled_result,
@@ -147,26 +147,43 @@ struct Drain {
     replies: Vec<Reply<ExecutionRecord>>,
 }
 
-/// Binds a leased process to the execution: `process.spawned`, then `session/new`
-/// (after the workspace policy is checked again); on success leaves an actor running.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn launch(
-    store: Arc<dyn Store>,
-    config: Arc<EngineConfig>,
-    pool: Pool,
-    mut record: ExecutionRecord,
-    warm: WarmProcess,
-    mut lease: LeaseInfo,
-    mut events: EventWriter,
-    commands: mpsc::Receiver<Command>,
-    session_request: ConfigRequest,
-) -> Result<ExecutionRecord, EngineError> {
+/// What [`launch`] binds: a leased process and the execution it now serves.
+pub(crate) struct Launch {
+    pub store: Arc<dyn Store>,
+    pub config: Arc<EngineConfig>,
+    pub pool: Pool,
+    pub record: ExecutionRecord,
+    pub warm: WarmProcess,
+    pub lease: LeaseInfo,
+    pub events: EventWriter,
+    pub commands: mpsc::Receiver<Command>,
+    /// The model, parameters and mode to apply before any prompt.
+    pub session: ConfigRequest,
+    pub start: SessionStart,
+}
+
+/// Binds a leased process to the execution: `process.spawned`, then `session/new` or
+/// `session/load` (after the workspace policy is checked again), then the requested
+/// configuration; on success leaves an actor running.
+pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineError> {
+    let Launch {
+        store,
+        config,
+        pool,
+        mut record,
+        warm,
+        mut lease,
+        mut events,
+        commands,
+        session: session_request,
+        start,
+    } = launch;
     let WarmProcess {
         mut process,
         connection,
-        inbound,
+        mut inbound,
         sessions_served,
-        ticket,
+        mut ticket,
         ..
     } = warm;
     record.pid = Some(i64::from(process.pid()));
@@ -181,15 +198,37 @@ pub(crate) async fn launch(
         )
         .await?;
     let began = std::time::Instant::now();
-    let opened = handshake::new_session(
-        &connection,
-        &record.workspace,
-        &config.workspace_policy,
-        config.handshake_timeout,
-    )
-    .await;
+    let (workspace, policy, limit) = (&record.workspace, &config.workspace_policy, config.handshake_timeout);
+    let (opened, loaded) = match &start {
+        SessionStart::New => (
+            handshake::new_session(&connection, workspace, policy, limit).await,
+            None,
+        ),
+        SessionStart::Load { session_id, recovery } => {
+            match handshake::load_session(&connection, &mut inbound, session_id, workspace, policy, limit).await {
+                Ok((opened, replayed)) => (
+                    Ok(opened),
+                    Some(ActivityPayload::SessionLoaded(SessionLoaded {
+                        session_id: session_id.clone(),
+                        recovery: *recovery,
+                        generation: record.generation,
+                        replayed_updates_suppressed: replayed,
+                    })),
+                ),
+                Err(e) => (Err(e), None),
+            }
+        }
+    };
     lease.session_new_ms = Some(began.elapsed().as_millis() as u64);
     record.lease = Some(lease.to_json());
+    let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
+    if opened.is_ok() {
+        // The session's history lives in this home from now on.
+        ticket.keep_home();
+    }
+    if let Some(loaded) = loaded {
+        events.emit(None, vec![loaded]).await?;
+    }
     match opened {
         Ok(opened) => {
             record.session_id = Some(opened.session_id.clone());
@@ -221,7 +260,7 @@ pub(crate) async fn launch(
             };
             // The caller's model, parameters and mode before any prompt, each echo checked.
             if let Err(error) = actor.configure(&session_request).await {
-                return Err(actor.fail_launch(error).await);
+                return Err(actor.fail_launch(error, recovery).await);
             }
             actor.record.state = ExecutionState::Ready.as_str().into();
             actor.save_record().await?;
@@ -239,20 +278,28 @@ pub(crate) async fn launch(
             }
             pool.record_failure(&ticket.profile_id, error.reason, &error.message);
             let _ = events.emit(None, vec![exited(process.pid(), exit, "agent")]).await;
-            fail_execution(&store, &mut record, &error, Some(exit)).await;
+            fail_execution(&store, &mut record, &error, Some(exit), recovery).await;
             Err(error)
         }
     }
 }
 
-/// Records a launch that failed before the execution got a ready agent.
+/// Records a launch that failed before the execution got a ready agent: `failed`, or
+/// `lost` again for a failed recovery (it may be recovered later).
 pub(crate) async fn fail_execution(
     store: &Arc<dyn Store>,
     record: &mut ExecutionRecord,
     error: &EngineError,
     exit: Option<ExitProof>,
+    recovery: bool,
 ) {
-    record.state = ExecutionState::Failed.as_str().into();
+    record.state = if recovery {
+        ExecutionState::Lost
+    } else {
+        ExecutionState::Failed
+    }
+    .as_str()
+    .into();
     record.failure_reason = Some(error.reason.as_str().into());
     record.failure_message = Some(error.message.clone());
     if let Some(exit) = exit {
@@ -430,7 +477,7 @@ impl Actor {
 
     /// A launch that failed after the process was leased: stop it, record the exit
     /// proof, fail the execution.
-    async fn fail_launch(mut self, error: EngineError) -> EngineError {
+    async fn fail_launch(mut self, error: EngineError, recovery: bool) -> EngineError {
         if let Some(ticket) = &self.ticket {
             self.pool
                 .record_failure(&ticket.profile_id, error.reason, &error.message);
@@ -441,7 +488,7 @@ impl Actor {
             .events
             .emit(None, vec![exited(self.process.pid(), exit, "runner")])
             .await;
-        fail_execution(&self.store, &mut self.record, &error, Some(exit)).await;
+        fail_execution(&self.store, &mut self.record, &error, Some(exit), recovery).await;
         error
     }
 

@@ -22,11 +22,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
+use crate::handshake::SessionStart;
 use crate::interaction::{ApprovalPolicy, InteractionAnswer};
 use crate::lease::LeaseInfo;
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
-use crate::session_config::ConfigRequest;
+use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
 pub type ExecutionView = ExecutionRecord;
@@ -39,6 +40,9 @@ pub const MAX_PAGE_SIZE: i64 = 500;
 pub const DEFAULT_PAGE_SIZE: i64 = 50;
 /// Stream items buffered per subscriber before the reader waits for it.
 const SUBSCRIBER_BUFFER: usize = 256;
+/// How often a stream whose execution has no live writer looks for a new one (a
+/// recovery) and re-reads the store.
+const WRITER_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -124,6 +128,8 @@ pub struct CreateExecutionCommand {
     /// The exact model, its parameters and the mode, applied and echo-checked before
     /// any prompt. Empty: the agent's own current choice, recorded as reported.
     pub session: ConfigRequest,
+    /// Load this recorded session (`session/load`) instead of opening a new one.
+    pub load_session_id: Option<String>,
 }
 
 /// What an admitted `CreateExecution` launches with.
@@ -134,6 +140,14 @@ struct Admitted {
     credential: Option<BoundCredential>,
     lease_wait: Duration,
     session: ConfigRequest,
+    load_session_id: Option<String>,
+}
+
+/// A leased process's first steps for an execution.
+struct Binding {
+    reservation: Reservation,
+    session: ConfigRequest,
+    start: SessionStart,
 }
 
 /// How long a question or plan waits for a human unless the execution says otherwise.
@@ -171,7 +185,7 @@ type InFlight = watch::Receiver<Option<Result<Value, EngineError>>>;
 pub struct Engine {
     store: Arc<dyn Store>,
     config: Arc<EngineConfig>,
-    executions: Mutex<HashMap<String, ExecutionHandle>>,
+    executions: Arc<Mutex<HashMap<String, ExecutionHandle>>>,
     in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
     /// Flips to true when the service starts shutting down: open streams end.
     closing_streams: watch::Sender<bool>,
@@ -199,7 +213,7 @@ impl Engine {
         let engine = Arc::new(Self {
             store,
             config,
-            executions: Mutex::new(HashMap::new()),
+            executions: Arc::new(Mutex::new(HashMap::new())),
             in_flight: Mutex::new(HashMap::new()),
             closing_streams: watch::Sender::new(false),
             draining: watch::Sender::new(false),
@@ -346,6 +360,7 @@ impl Engine {
             credential,
             lease_wait,
             session: command.session,
+            load_session_id: command.load_session_id,
         })
     }
 
@@ -360,19 +375,35 @@ impl Engine {
             wait_limit,
             credential,
             lease_wait,
-            session,
+            mut session,
+            load_session_id,
         } = admitted;
-        let began = Instant::now();
+        let workspace = workspace.display().to_string();
+        let (start, home) = match load_session_id {
+            None => (SessionStart::New, None),
+            Some(session_id) => {
+                let recorded = self
+                    .recorded_session(tenant_id, &session_id, &workspace, &mut session)
+                    .await?;
+                (
+                    SessionStart::Load {
+                        session_id,
+                        recovery: false,
+                    },
+                    Some(recorded),
+                )
+            }
+        };
         // Refusals (draining, quarantined, exhausted) happen here, before anything exists.
-        let reservation = self.pool.reserve(tenant_id, credential, lease_wait).await?;
+        let reservation = self.pool.reserve(tenant_id, credential, lease_wait, home).await?;
         let now = now_ms();
-        let mut record = ExecutionRecord {
+        let record = ExecutionRecord {
             id: uuid::Uuid::now_v7().to_string(),
             tenant_id: tenant_id.to_owned(),
             state: ExecutionState::Starting.as_str().into(),
             // The first lease; each later lease (recovery) advances it.
             generation: 1,
-            workspace: workspace.display().to_string(),
+            workspace,
             session_id: None,
             active_turn_id: None,
             turn_count: 0,
@@ -390,8 +421,206 @@ impl Engine {
             session_config: None,
         };
         self.store.insert_execution(&record).await?;
-        let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, 0)
+        self.bind(
+            record,
+            Binding {
+                reservation,
+                session,
+                start,
+            },
+        )
+        .await
+    }
+
+    /// The home of the tenant's recorded session, after checking that loading it keeps
+    /// its identity: the same workspace, and the recorded model, parameters and mode
+    /// (adopted when the request names none).
+    async fn recorded_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        workspace: &str,
+        session: &mut ConfigRequest,
+    ) -> Result<PathBuf, EngineError> {
+        let recorded = self.store.find_session(tenant_id, session_id).await?.ok_or_else(|| {
+            EngineError::not_found(Reason::SessionNotFound, format!("no recorded session `{session_id}`"))
+                .with("session_id", session_id)
+        })?;
+        if ExecutionState::parse(&recorded.state).is_some_and(|s| !s.is_terminal()) {
+            return Err(EngineError::precondition(
+                Reason::SessionInUse,
+                format!("session `{session_id}` is open in execution `{}`", recorded.id),
+            )
+            .with("execution_id", recorded.id));
+        }
+        let mismatch = |field: &str, detail: String| {
+            EngineError::precondition(Reason::SessionIdentityMismatch, detail).with("field", field)
+        };
+        if recorded.workspace != workspace {
+            return Err(mismatch(
+                "workspace",
+                format!("session `{session_id}` was recorded in another workspace"),
+            ));
+        }
+        let identity = recorded
+            .session_config
+            .as_deref()
+            .and_then(SessionConfig::from_json)
+            .unwrap_or_default();
+        adopt_identity(session, &identity).map_err(|field| {
+            mismatch(
+                field,
+                format!("session `{session_id}` was recorded with another {field}"),
+            )
+        })?;
+        recorded
+            .lease
+            .as_deref()
+            .and_then(LeaseInfo::from_json)
+            .map(|l| PathBuf::from(l.home))
+            .filter(|home| home.is_dir())
+            .ok_or_else(|| {
+                EngineError::precondition(
+                    Reason::SessionNotFound,
+                    format!("the history of session `{session_id}` is no longer on this node"),
+                )
+                .with("session_id", session_id)
+            })
+    }
+
+    /// `RecoverExecution`: after its agent died, a new process — under a new generation,
+    /// in the session's home — loads the recorded session with its recorded model,
+    /// parameters and mode. Pending interactions of the dead process stay expired.
+    pub async fn recover_execution(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        control_session_id: &str,
+        credential: Option<CredentialBinding>,
+    ) -> Result<ExecutionRecord, EngineError> {
+        if *self.draining.borrow() {
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::Draining,
+                "the service is draining: it recovers no executions",
+            ));
+        }
+        let credential = credential
+            .map(|binding| binding.admit(control_session_id, now_ms()))
+            .transpose()?;
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, "RecoverExecution", move || async move {
+                let record = engine.recover(&tenant_id, &id, credential).await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    async fn recover(
+        self: &Arc<Self>,
+        tenant_id: &str,
+        execution_id: &str,
+        credential: Option<BoundCredential>,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let mut record = self.get_execution(tenant_id, execution_id).await?;
+        let (Some(ExecutionState::Lost), Some(session_id)) =
+            (ExecutionState::parse(&record.state), record.session_id.clone())
+        else {
+            return Err(EngineError::precondition(
+                Reason::ExecutionNotRecoverable,
+                format!(
+                    "execution `{}` is {} (recovery needs a lost agent's session)",
+                    record.id, record.state
+                ),
+            )
+            .with("state", record.state.clone()));
+        };
+        self.config
+            .workspace_policy
+            .check(std::path::Path::new(&record.workspace))
+            .map_err(policy_refusal)?;
+        let mut session = ConfigRequest::default();
+        let identity = record
+            .session_config
+            .as_deref()
+            .and_then(SessionConfig::from_json)
+            .unwrap_or_default();
+        adopt_identity(&mut session, &identity)
+            .map_err(|_| EngineError::internal("an empty request adopts any identity"))?;
+        let home = record
+            .lease
+            .as_deref()
+            .and_then(LeaseInfo::from_json)
+            .map(|l| PathBuf::from(l.home))
+            .filter(|home| home.is_dir())
+            .ok_or_else(|| {
+                EngineError::precondition(
+                    Reason::SessionNotFound,
+                    format!("the history of session `{session_id}` is no longer on this node"),
+                )
+                .with("session_id", session_id.clone())
+            })?;
+        let reservation = self
+            .pool
+            .reserve(tenant_id, credential, Duration::ZERO, Some(home))
+            .await?;
+        // The one fence moves: whatever still speaks for the old generation is refused.
+        if !self
+            .store
+            .advance_generation(tenant_id, &record.id, record.generation)
+            .await?
+        {
+            return Err(EngineError::new(
+                ErrorKind::Aborted,
+                Reason::ExecutionFenced,
+                "the execution was recovered concurrently",
+            ));
+        }
+        record.generation += 1;
+        record.state = ExecutionState::Starting.as_str().into();
+        record.pid = None;
+        record.exit_code = None;
+        record.exit_signal = None;
+        record.failure_reason = None;
+        record.failure_message = None;
+        record.updated_at_ms = now_ms();
+        self.store.update_execution(&record).await?;
+        self.bind(
+            record,
+            Binding {
+                reservation,
+                session,
+                start: SessionStart::Load {
+                    session_id,
+                    recovery: true,
+                },
+            },
+        )
+        .await
+    }
+
+    /// Starts the leased process if it is cold, records the lease, and hands the
+    /// process to a new actor for `record` (at its current generation).
+    async fn bind(
+        self: &Arc<Self>,
+        mut record: ExecutionRecord,
+        binding: Binding,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let Binding {
+            reservation,
+            session,
+            start,
+        } = binding;
+        let began = Instant::now();
+        let head = self.store.head_sequence(&record.id).await?;
+        let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, head)
             .with_metrics(self.metrics.clone());
+        let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
         let (warm, is_warm) = match reservation {
             Reservation::Warm(warm) => (*warm, true),
             Reservation::Cold(cold) => match cold.start().await {
@@ -415,7 +644,7 @@ impl Engine {
                         record.pid = Some(i64::from(process.pid));
                         exit = Some(process.exit);
                     }
-                    actor::fail_execution(&self.store, &mut record, &failure.error, exit).await;
+                    actor::fail_execution(&self.store, &mut record, &failure.error, exit, recovery).await;
                     self.metrics.launch_refused(failure.error.reason);
                     return Err(failure.error);
                 }
@@ -431,6 +660,7 @@ impl Engine {
             initialize_ms: warm.timings.initialize.as_millis() as u64,
             session_new_ms: None,
             sessions_served: warm.sessions_served,
+            home: warm.ticket.home.display().to_string(),
         };
         let (commands_tx, commands_rx) = mpsc::channel(64);
         {
@@ -445,19 +675,38 @@ impl Engine {
                 },
             );
         }
-        actor::launch(
-            self.store.clone(),
-            self.config.clone(),
-            self.pool.clone(),
+        actor::launch(actor::Launch {
+            store: self.store.clone(),
+            config: self.config.clone(),
+            pool: self.pool.clone(),
             record,
             warm,
             lease,
             events,
-            commands_rx,
+            commands: commands_rx,
             session,
-        )
+            start,
+        })
         .await
         .inspect_err(|e| self.metrics.launch_refused(e.reason))
+    }
+
+    /// The tenant's recorded sessions (`ListSessions`): per session, its newest execution.
+    pub async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<ExecutionRecord>, String), EngineError> {
+        let limit = page_limit(page_size)?;
+        let after = (!page_token.is_empty()).then_some(page_token);
+        let page = self.store.list_sessions(tenant_id, after, limit).await?;
+        let next = if page.len() as i64 == limit {
+            page.last().and_then(|e| e.session_id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((page, next))
     }
 
     pub async fn get_execution(&self, tenant_id: &str, id: &str) -> Result<ExecutionRecord, EngineError> {
@@ -735,11 +984,11 @@ impl Engine {
             )
             .with("head_sequence", head.to_string()));
         }
-        let mut head_rx = match lock(&self.executions).get(&record.id) {
-            Some(handle) => handle.head.clone(),
-            // Not live here: its head no longer moves.
-            None => watch::channel(head).1,
-        };
+        let executions = self.executions.clone();
+        let live_head = move |id: &str| lock(&executions).get(id).map(|h| h.head.clone());
+        // Not live here: its head does not move, unless a recovery gives it a writer.
+        let mut head_rx = live_head(&record.id).unwrap_or_else(|| watch::channel(head).1);
+        let mut writer_gone = head_rx.has_changed().is_err();
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let store = self.store.clone();
         let heartbeat = self.config.heartbeat_interval;
@@ -783,12 +1032,19 @@ impl Engine {
                         break;
                     }
                     tokio::select! {
-                        changed = head_rx.changed() => {
+                        changed = head_rx.changed(), if !writer_gone => {
                             if changed.is_err() {
-                                // The execution's writer is gone; its head is final.
-                                let last = *head_rx.borrow();
-                                head_rx = watch::channel(last).1;
+                                // The execution's writer is gone; a recovery may bring another.
+                                writer_gone = true;
                             }
+                        }
+                        () = tokio::time::sleep(WRITER_POLL), if writer_gone => {
+                            if let Some(fresh) = live_head(&record.id).filter(|rx| rx.has_changed().is_ok()) {
+                                head_rx = fresh;
+                                writer_gone = false;
+                            }
+                            // Page the store once more either way.
+                            break;
                         }
                         () = tokio::time::sleep(heartbeat) => {
                             if tx.send(Ok(StreamItem::Heartbeat { head_sequence: cursor })).await.is_err() {
@@ -1059,6 +1315,34 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Fills what `request` leaves empty from a recorded identity; `Err` names the first
+/// field it asks differently (model, model_parameters, mode).
+fn adopt_identity(request: &mut ConfigRequest, recorded: &SessionConfig) -> Result<(), &'static str> {
+    match (&request.model, &recorded.model) {
+        (None, model) => {
+            request.model = model.clone();
+            request.parameters = recorded.parameters.clone();
+        }
+        (Some(asked), Some(model)) if asked == model => {
+            if request
+                .parameters
+                .iter()
+                .any(|(k, v)| recorded.parameters.get(k) != Some(v))
+            {
+                return Err("model_parameters");
+            }
+            request.parameters = recorded.parameters.clone();
+        }
+        (Some(_), _) => return Err("model"),
+    }
+    match (&request.mode, &recorded.mode) {
+        (None, mode) => request.mode = mode.clone(),
+        (Some(asked), Some(mode)) if asked == mode => {}
+        (Some(_), _) => return Err("mode"),
+    }
+    Ok(())
 }
 
 pub(crate) fn kind_of(kind: &str) -> InteractionKind {

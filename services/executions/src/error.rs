@@ -100,6 +100,10 @@ reasons! {
     ProfileNotFound => "PROFILE_NOT_FOUND": "No pool profile has this id.",
     PermissionDenied => "PERMISSION_DENIED": "The caller is authenticated but not an administrator, and the call is an admin call.",
     ModelUnavailable => "MODEL_UNAVAILABLE": "The requested model, model parameter or mode is not offered by the agent, or the agent echoed another value than the one requested; nothing was prompted. Metadata names the option, the requested and the echoed value.",
+    SessionNotFound => "SESSION_NOT_FOUND": "The recorded session is unknown to this tenant, or the agent has no history for it (`session/load` answered -32602 \"not found\" or -32002).",
+    SessionIdentityMismatch => "SESSION_IDENTITY_MISMATCH": "A session load or recovery asked for another workspace, model, parameters or mode than the session was recorded with; metadata names the field.",
+    SessionInUse => "SESSION_IN_USE": "The recorded session is still open in a live execution; close it first.",
+    ExecutionNotRecoverable => "EXECUTION_NOT_RECOVERABLE": "RecoverExecution needs an execution that lost its agent (`lost`) and had a session; the message names its state.",
     ExecutionFenced => "EXECUTION_FENCED": "The execution's generation moved on (its process was replaced): this agent's writes are refused and it was stopped.",
     Internal => "INTERNAL": "An internal invariant failed; the message says which.",
 }

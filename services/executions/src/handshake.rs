@@ -7,7 +7,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use cursor_runner_acp::{AcpConnection, AcpError, schema};
+use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
 use serde_json::{Value, json};
 
@@ -57,6 +57,100 @@ pub(crate) async fn new_session(
         config_options: result["configOptions"].take(),
         models: result["models"].take(),
     })
+}
+
+/// How a session enters the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SessionStart {
+    New,
+    /// `session/load` of a recorded session; `recovery` after the previous process died.
+    Load {
+        session_id: String,
+        recovery: bool,
+    },
+}
+
+/// Re-checks the workspace policy, then `session/load {sessionId, cwd, mcpServers: []}`.
+/// The agent replays the session's history as `session/update`s before it answers:
+/// they are read off (the reader must never block on a full queue while the answer
+/// waits behind them) and counted, not shown again. Returns the session and that count.
+pub(crate) async fn load_session(
+    connection: &AcpConnection,
+    inbound: &mut InboundStream,
+    session_id: &str,
+    workspace: &str,
+    policy: &WorkspacePolicy,
+    limit: Duration,
+) -> Result<(NewSession, u64), EngineError> {
+    policy
+        .check(Path::new(workspace))
+        .map_err(crate::engine::policy_refusal)?;
+    let params = json!({"sessionId": session_id, "cwd": workspace, "mcpServers": []});
+    // In wire order: the answer comes after every replayed update, so none is left
+    // behind for the session to stream.
+    let exited = || EngineError::new(ErrorKind::Unavailable, Reason::AgentExited, "the agent exited");
+    let id = connection
+        .start_request("session/load", params)
+        .await
+        .map_err(|_| exited())?;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut replayed = 0u64;
+    let answered = loop {
+        let message = match tokio::time::timeout_at(deadline, inbound.recv()).await {
+            Err(_) => break Err(()),
+            Ok(message) => message,
+        };
+        match message {
+            Some(Inbound::Response { id: answered, result }) if answered == id => break Ok(result),
+            Some(Inbound::Notification { method, .. }) if method == "session/update" => replayed += 1,
+            // Nothing may be asked while the session is being loaded.
+            Some(Inbound::Request(request)) => {
+                let refusal = RpcError::new(cursor_runner_acp::METHOD_NOT_FOUND, "the session is still loading");
+                let _ = request.respond(Err(refusal)).await;
+            }
+            Some(Inbound::Closed { .. }) | None => return Err(exited()),
+            Some(_) => {}
+        }
+    };
+    let mut result = match answered.map(|result| result.map_err(AcpError::Rpc)) {
+        Err(()) => {
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::AgentUnresponsive,
+                format!("the agent did not answer session/load within {limit:?}"),
+            ));
+        }
+        Ok(Err(AcpError::Rpc(e))) if is_session_not_found(&e) => {
+            return Err(EngineError::precondition(
+                Reason::SessionNotFound,
+                format!("the agent has no session `{session_id}`: {}", e.message),
+            )
+            .with("session_id", session_id));
+        }
+        Ok(answered) => timed(limit, std::future::ready(answered)).await?,
+    };
+    Ok((
+        NewSession {
+            session_id: session_id.to_owned(),
+            config_options: result["configOptions"].take(),
+            models: result["models"].take(),
+        },
+        replayed,
+    ))
+}
+
+/// Cursor answers a load of an unknown session `-32602` with a "not found" message in
+/// `data` (or `-32002` resource-not-found with `data.sessionId`): a documented
+/// classification of the error object, never of assistant text.
+fn is_session_not_found(error: &RpcError) -> bool {
+    let data = error.data.as_ref();
+    match error.code {
+        cursor_runner_acp::RESOURCE_NOT_FOUND => true,
+        cursor_runner_acp::INVALID_PARAMS => data
+            .and_then(|d| d["message"].as_str())
+            .is_some_and(|m| m.to_ascii_lowercase().contains("not found")),
+        _ => false,
+    }
 }
 
 /// One handshake call under `limit`, its failure typed.

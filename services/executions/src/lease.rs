@@ -21,6 +21,10 @@ pub struct LeaseInfo {
     pub session_new_ms: Option<u64>,
     /// Sessions the process served before this one.
     pub sessions_served: u32,
+    /// The process's private home, where its sessions' history lives (a recovery or
+    /// a later load launches in it again).
+    #[serde(default)]
+    pub home: String,
 }
 
 impl LeaseInfo {

@@ -53,9 +53,12 @@ impl ExecutionState {
                 | (Closing, Closed)
                 | (Closing, Lost)
                 | (Starting, Lost)
+                // RecoverExecution: a new process, a new generation, the same session.
+                | (Lost, Starting)
         )
     }
 
+    /// No agent serves it. `lost` is terminal but for one way out: a recovery.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Closed | Self::Failed | Self::Lost)
     }
@@ -217,11 +220,12 @@ mod tests {
                 "ready->closing",
                 "ready->lost",
                 "closing->closed",
-                "closing->lost"
+                "closing->lost",
+                "lost->starting"
             ]
         );
-        for &s in ExecutionState::ALL.iter().filter(|s| s.is_terminal()) {
-            assert!(ExecutionState::ALL.iter().all(|&n| !s.can_become(n)));
+        for &s in [ExecutionState::Closed, ExecutionState::Failed].iter() {
+            assert!(ExecutionState::ALL.iter().all(|&n| !s.can_become(n)), "{s}");
         }
     }
 

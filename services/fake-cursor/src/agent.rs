@@ -332,18 +332,12 @@ impl Agent {
                     n => format!("{}-{n}", self.sc.session_id),
                 };
                 self.session_cwd = params.get("cwd").and_then(Value::as_str).map(Into::into);
-                let sid = self.session_id.clone();
-                let mut result = json!({
-                    "sessionId": sid,
-                    "modes": {
-                        "currentModeId": self.config.mode,
-                        "availableModes": MODES.iter().map(|m| json!({"id": m, "name": m})).collect::<Vec<_>>(),
-                    },
-                    "models": self.config.models(),
-                });
-                if self.parameterized && !self.sc.config_options_unsupported {
-                    result["configOptions"] = self.config.config_options();
-                }
+                store_session(
+                    &self.session_id,
+                    params.get("cwd").and_then(Value::as_str).unwrap_or_default(),
+                );
+                let mut result = self.session_state();
+                result["sessionId"] = json!(self.session_id);
                 self.respond(id, result);
                 self.send_update(
                     &UpdateSession::Default,
@@ -354,6 +348,35 @@ impl Agent {
                         ],
                     }),
                 );
+            }
+            "session/load" | "session/list" | "cursor/list_available_models" if self.sc.unauthenticated => {
+                self.respond_error(id, json!({"code": -32000, "message": "Authentication required"}));
+            }
+            "session/load" => {
+                let sid = params
+                    .get("sessionId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                if !stored_session(&sid) {
+                    // Cursor's answer for an id it has no history for.
+                    self.respond_error(
+                        id,
+                        json!({"code": -32602, "message": "Invalid params", "data": {"message": format!("Session \"{sid}\" not found")}}),
+                    );
+                    return;
+                }
+                self.session_id = sid;
+                self.session_cwd = params.get("cwd").and_then(Value::as_str).map(Into::into);
+                for update in self.sc.load_history.clone() {
+                    self.send_update(&UpdateSession::Default, update);
+                }
+                let state = self.session_state();
+                self.respond(id, state);
+            }
+            "session/list" => {
+                let cwd = params.get("cwd").and_then(Value::as_str);
+                self.respond(id, json!({"sessions": listed_sessions(cwd)}));
             }
             "session/prompt" => {
                 if let Some(turn) = self.turn.as_mut()
@@ -614,6 +637,22 @@ impl Agent {
         }
     }
 
+    /// Modes, models and (for a client that opted in) `configOptions`, as `session/new`
+    /// and `session/load` return them.
+    fn session_state(&self) -> Value {
+        let mut result = json!({
+            "modes": {
+                "currentModeId": self.config.mode,
+                "availableModes": MODES.iter().map(|m| json!({"id": m, "name": m})).collect::<Vec<_>>(),
+            },
+            "models": self.config.models(),
+        });
+        if self.parameterized && !self.sc.config_options_unsupported {
+            result["configOptions"] = self.config.config_options();
+        }
+        result
+    }
+
     fn env_report(&mut self, file: Option<&str>) {
         let env: Map<String, Value> = std::env::vars_os()
             .map(|(k, v)| {
@@ -713,4 +752,44 @@ fn sleeper_command() -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("--sleep-forever");
     cmd
+}
+
+/// Where Cursor keeps its sessions: under its data directory (a private home's, when
+/// the runner launched it), so a session can be loaded only by a process with that home.
+fn sessions_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("CURSOR_DATA_DIR").map(|dir| std::path::PathBuf::from(dir).join("sessions"))
+}
+
+fn store_session(session_id: &str, cwd: &str) {
+    let Some(dir) = sessions_dir() else { return };
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join(format!("{session_id}.json")), json!({"cwd": cwd}).to_string()));
+    if let Err(e) = written {
+        log(&format!("cannot store session {session_id}: {e}"));
+    }
+}
+
+fn stored_session(session_id: &str) -> bool {
+    !session_id.is_empty()
+        && !session_id.contains('/')
+        && sessions_dir().is_some_and(|dir| dir.join(format!("{session_id}.json")).is_file())
+}
+
+fn listed_sessions(cwd: Option<&str>) -> Vec<Value> {
+    let Some(entries) = sessions_dir().and_then(|dir| std::fs::read_dir(dir).ok()) else {
+        return Vec::new();
+    };
+    let mut sessions: Vec<Value> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".json")?.to_owned();
+            let stored: Value = serde_json::from_str(&std::fs::read_to_string(entry.path()).ok()?).ok()?;
+            let session_cwd = stored["cwd"].as_str().unwrap_or_default().to_owned();
+            (cwd.is_none_or(|c| c == session_cwd))
+                .then(|| json!({"sessionId": id, "cwd": session_cwd, "title": format!("Session {id}")}))
+        })
+        .collect();
+    sessions.sort_by(|a, b| a["sessionId"].as_str().cmp(&b["sessionId"].as_str()));
+    sessions
 }

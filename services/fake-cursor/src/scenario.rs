@@ -34,6 +34,13 @@ pub struct Scenario {
     pub config_options_unsupported: bool,
     /// `-32601` for `cursor/list_available_models` (older builds).
     pub list_models_unsupported: bool,
+    /// Not signed in: `session/load`, `session/list` and `cursor/list_available_models`
+    /// answer `-32000`, as Cursor does without a credential (`session/new` too, with
+    /// `session_new_error`).
+    pub unauthenticated: bool,
+    /// The `update` objects `session/load` replays (with the loaded session's id) before
+    /// it answers, as Cursor replays a session's history.
+    pub load_history: Vec<Value>,
     pub ignore_sigterm: bool,
     pub ignore_stdin_eof: bool,
     pub turns: Vec<Vec<Step>>,
@@ -64,6 +71,10 @@ struct RawScenario {
     config_options_unsupported: bool,
     #[serde(default)]
     list_models_unsupported: bool,
+    #[serde(default)]
+    unauthenticated: bool,
+    #[serde(default)]
+    load_history: Vec<Value>,
     #[serde(default)]
     ignore_sigterm: bool,
     #[serde(default)]
@@ -200,6 +211,8 @@ impl Scenario {
             config_echo_override: raw.config_echo_override,
             config_options_unsupported: raw.config_options_unsupported,
             list_models_unsupported: raw.list_models_unsupported,
+            unauthenticated: raw.unauthenticated,
+            load_history: raw.load_history,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,
             turns,

@@ -29,13 +29,11 @@ fn the_probe_records_what_an_unauthenticated_agent_offers() {
         calls["session/new"]["code"], -32000,
         "authentication required, as expected"
     );
-    for method in [
-        "session/fork",
-        "session/resume",
-        "cursor/list_available_models",
-        "session/list",
-    ] {
+    for method in ["session/fork", "session/resume"] {
         assert_eq!(calls[method]["code"], -32601, "{method}");
+    }
+    for method in ["cursor/list_available_models", "session/list"] {
+        assert_eq!(calls[method]["code"], -32000, "{method}: needs a signed-in agent");
     }
     assert_eq!(report["distribution"], "unpinned");
     assert!(report["exit"].is_object(), "the probe's agent was stopped and reaped");

@@ -78,6 +78,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<ExecutionRecord>>;
     /// Executions a previous incarnation left live.
     async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>>;
+    /// The tenant's newest execution that ran the agent session `session_id`.
+    async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>>;
+    /// The tenant's recorded sessions: per session id, its newest execution; paged by
+    /// session id.
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>>;
 
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()>;
     /// Settles a turn; only a `running` turn can be settled (compare-and-set).

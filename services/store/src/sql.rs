@@ -259,6 +259,36 @@ impl Store for SqlStore {
             .await?))
     }
 
+    async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND session_id = $2 ORDER BY id DESC LIMIT 1"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(session_id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE id IN \
+             (SELECT MAX(id) FROM executions WHERE tenant_id = $1 AND session_id IS NOT NULL AND session_id > $2 GROUP BY session_id) \
+             ORDER BY session_id LIMIT $3"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(after_session_id.unwrap_or(""))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
     async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(

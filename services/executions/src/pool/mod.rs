@@ -121,19 +121,31 @@ pub(crate) struct ColdStart {
     credential: Option<BoundCredential>,
 }
 
-/// Keeps a slot's bookkeeping: when it drops, the slot is `stopped`, its private home
-/// removed, and capacity freed.
+/// Keeps a slot's bookkeeping: when it drops, the slot is `stopped` and capacity freed,
+/// and its private home is removed — unless a session was opened in it: Cursor keeps a
+/// session's history in its home, so the home stays for `session/load` later.
 pub(crate) struct SlotTicket {
     pool: Weak<PoolInner>,
     pub slot_id: String,
     pub profile_id: String,
-    home: PathBuf,
+    pub home: PathBuf,
+    keep_home: bool,
+}
+
+impl SlotTicket {
+    /// A session lives in this home now: keep it when the process ends.
+    pub fn keep_home(&mut self) {
+        self.keep_home = true;
+    }
 }
 
 impl Drop for SlotTicket {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.upgrade() {
             pool.slot_ended(&self.slot_id);
+        }
+        if self.keep_home {
+            return;
         }
         if let Err(e) = std::fs::remove_dir_all(&self.home)
             && e.kind() != std::io::ErrorKind::NotFound
@@ -302,7 +314,8 @@ impl Pool {
     }
 
     /// Takes an idle slot of the caller's profile, or reserves capacity for a new
-    /// process; with no capacity, waits up to `wait` for some. Refusals change nothing:
+    /// process; with no capacity, waits up to `wait` for some. With `home` (a recorded
+    /// session's), always a new process launched in that home. Refusals change nothing:
     /// `DRAINING`, `PROFILE_QUARANTINED` (with the agent's own reason as `cause`),
     /// `POOL_EXHAUSTED`.
     pub(crate) async fn reserve(
@@ -310,6 +323,7 @@ impl Pool {
         tenant_id: &str,
         credential: Option<BoundCredential>,
         wait: Duration,
+        home: Option<PathBuf>,
     ) -> Result<Reservation, EngineError> {
         let inner = &self.inner;
         let distribution = inner.launch.agent_command.distribution_label();
@@ -322,7 +336,7 @@ impl Pool {
             notified.as_mut().enable();
             let attempt = {
                 let mut state = inner.lock();
-                inner.attempt(&mut state, &key, &profile_id, credential.as_ref())?
+                inner.attempt(&mut state, &key, &profile_id, credential.as_ref(), home.as_deref())?
             };
             match attempt {
                 Attempt::Handoff(handoff) => {
@@ -570,6 +584,7 @@ impl PoolInner {
         key: &ProfileKey,
         profile_id: &str,
         credential: Option<&BoundCredential>,
+        home: Option<&std::path::Path>,
     ) -> Result<Attempt, EngineError> {
         let now = Instant::now();
         if state.draining {
@@ -599,7 +614,11 @@ impl PoolInner {
             .with("cause", quarantine.cause.as_str())
             .retry_after(remaining));
         }
-        let idle: Vec<String> = profile.idle.iter().cloned().collect();
+        // A recorded session's home is its own: no warm slot was launched in it.
+        let idle: Vec<String> = match home {
+            Some(_) => Vec::new(),
+            None => profile.idle.iter().cloned().collect(),
+        };
         for slot_id in idle {
             let Some(handoff) = state.slots.get_mut(&slot_id).and_then(|s| s.handoff.take()) else {
                 continue;
@@ -610,7 +629,10 @@ impl PoolInner {
         if !state.has_capacity(profile_id, &self.config) && !state.evict_for(profile_id, &self.config) {
             return Ok(Attempt::Wait);
         }
-        let ticket = state.reserve_slot(self, profile_id);
+        let mut ticket = state.reserve_slot(self, profile_id);
+        if let Some(home) = home {
+            ticket.home = home.to_path_buf();
+        }
         Ok(Attempt::Cold(ColdStart {
             ticket,
             credential: credential.cloned(),
@@ -624,6 +646,7 @@ impl PoolInner {
             slot_id,
             profile_id,
             home,
+            keep_home: false,
         }
     }
 

@@ -1,0 +1,281 @@
+//! Continuity: a recorded session loaded into a new execution (identity fenced), and
+//! recovery after the agent died — a new process under a new generation loads the
+//! session; what was pending stays expired; replayed history is not streamed again.
+
+use cursor_runner_e2e::*;
+use serde_json::Value;
+use tonic::Code;
+
+on_both_backends!(
+    recovery_after_the_agent_dies_loads_the_session_under_a_new_generation_and_replays_nothing,
+    only_a_lost_execution_with_a_session_can_be_recovered,
+    a_recorded_session_loads_into_a_new_execution_with_its_identity,
+    loading_refuses_another_identity_an_unknown_session_and_one_still_open,
+    a_session_whose_history_the_agent_lacks_is_session_not_found,
+    list_sessions_shows_only_the_tenants_own_sessions,
+);
+
+const REPLAYED_TEXT: &str = "Replayed history: never streamed again.";
+
+fn methods_received(service: &TestService, method: &str) -> Vec<Value> {
+    service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m["method"] == method)
+        .collect()
+}
+
+async fn recover(client: &mut Client, execution_id: &str, request_id: &str) -> Result<proto::Execution, tonic::Status> {
+    client
+        .recover_execution(proto::RecoverExecutionRequest {
+            request_id: request_id.into(),
+            execution_id: execution_id.into(),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().execution.unwrap())
+}
+
+fn load_request(service: &TestService, request_id: &str, session_id: &str) -> proto::CreateExecutionRequest {
+    proto::CreateExecutionRequest {
+        request_id: request_id.into(),
+        workspace: service.workspace.display().to_string(),
+        load_session_id: session_id.into(),
+        ..Default::default()
+    }
+}
+
+async fn recovery_after_the_agent_dies_loads_the_session_under_a_new_generation_and_replays_nothing(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let pid = execution.pid.unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    events.until_turn_settles().await;
+    let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
+    assert_eq!(lost.generation, 1);
+
+    let recovered = recover(&mut client, &execution.execution_id, "recover-1")
+        .await
+        .unwrap();
+    assert_eq!(recovered.state, proto::ExecutionState::Ready as i32);
+    assert_eq!(recovered.generation, 2, "a new lease, a new generation");
+    assert_eq!(recovered.session_id, execution.session_id);
+    assert_ne!(recovered.pid, execution.pid);
+    let loads = methods_received(&service, "session/load");
+    assert_eq!(loads.len(), 1);
+    assert_eq!(loads[0]["params"]["sessionId"], execution.session_id.as_str());
+    let loaded = payload(events.events_until("session.loaded").await.last().unwrap());
+    assert_eq!(loaded["recovery"], true);
+    assert_eq!(loaded["generation"], 2);
+    assert_eq!(loaded["replayedUpdatesSuppressed"], 2);
+
+    // What was pending when the agent died stays expired; its answer is never sent.
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(interaction.state, proto::InteractionState::Expired as i32);
+    assert_refused(
+        client
+            .answer_interaction(one_question_answer(&created, "late", "option-1"))
+            .await,
+        Code::FailedPrecondition,
+        "INTERACTION_NOT_PENDING",
+    );
+    // The recovered session takes a new turn; its question is a new interaction.
+    start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap();
+    let asked = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    assert_ne!(asked["interactionId"], created["interactionId"]);
+    client
+        .answer_interaction(one_question_answer(&asked, "answer-2", "option-1"))
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.completed");
+    let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let all = replay.until_turn_settles().await;
+    assert!(
+        all.iter().all(|e| !payload(e).to_string().contains(REPLAYED_TEXT)),
+        "replayed history is never streamed again"
+    );
+    let answers: Vec<Value> = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m["id"] == 0)
+        .collect();
+    assert_eq!(answers.len(), 1, "only the new question was answered: {answers:?}");
+    service.shutdown().await;
+}
+
+async fn only_a_lost_execution_with_a_session_can_be_recovered(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    assert_refused(
+        recover(&mut client, &execution.execution_id, "recover-1").await,
+        Code::FailedPrecondition,
+        "EXECUTION_NOT_RECOVERABLE",
+    );
+    assert_refused(
+        recover(&mut client, "no-such-execution", "recover-2").await,
+        Code::NotFound,
+        "EXECUTION_NOT_FOUND",
+    );
+    service.shutdown().await;
+}
+
+async fn close(client: &mut Client, execution_id: &str, request_id: &str) {
+    client
+        .close_execution(proto::CloseExecutionRequest {
+            request_id: request_id.into(),
+            execution_id: execution_id.into(),
+        })
+        .await
+        .unwrap();
+}
+
+async fn a_recorded_session_loads_into_a_new_execution_with_its_identity(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let mut first = proto::CreateExecutionRequest {
+        request_id: "create-1".into(),
+        workspace: service.workspace.display().to_string(),
+        model: "gpt-x".into(),
+        model_parameters: [("effort".to_owned(), "high".to_owned())].into(),
+        ..Default::default()
+    };
+    let recorded = client
+        .create_execution(first.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    close(&mut client, &recorded.execution_id, "close-1").await;
+    let loaded = client
+        .create_execution(load_request(&service, "create-2", &recorded.session_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_ne!(loaded.execution_id, recorded.execution_id);
+    assert_eq!(loaded.session_id, recorded.session_id);
+    let config = loaded.session_config.as_ref().unwrap();
+    assert_eq!(config.model, "gpt-x", "the recorded model is adopted");
+    assert_eq!(config.model_parameters["effort"], "high");
+    assert_eq!(
+        loaded.lease.as_ref().map(|l| l.warm),
+        Some(false),
+        "a load starts a process in the session's own home"
+    );
+    let mut events = Subscriber::open(&mut client, &loaded.execution_id, 0).await.unwrap();
+    let announced = payload(events.events_until("session.loaded").await.last().unwrap());
+    assert_eq!(announced["recovery"], false);
+    assert_eq!(announced["replayedUpdatesSuppressed"], 2);
+    // The same identity asked for explicitly is fine too.
+    close(&mut client, &loaded.execution_id, "close-2").await;
+    first.request_id = "create-3".into();
+    first.load_session_id = recorded.session_id.clone();
+    client.create_execution(first).await.unwrap();
+    service.shutdown().await;
+}
+
+async fn loading_refuses_another_identity_an_unknown_session_and_one_still_open(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let recorded = create_execution(&mut client, &service, "create-1").await;
+    assert_refused(
+        client
+            .create_execution(load_request(&service, "create-2", &recorded.session_id))
+            .await,
+        Code::FailedPrecondition,
+        "SESSION_IN_USE",
+    );
+    close(&mut client, &recorded.execution_id, "close-1").await;
+    let other_workspace = service.workspace.join("elsewhere");
+    std::fs::create_dir_all(&other_workspace).unwrap();
+    let mut moved = load_request(&service, "create-3", &recorded.session_id);
+    moved.workspace = other_workspace.display().to_string();
+    let refused = client.create_execution(moved).await.unwrap_err();
+    assert_eq!(reason(&refused), "SESSION_IDENTITY_MISMATCH");
+    let details = tonic_types::StatusExt::get_error_details(&refused);
+    assert_eq!(details.error_info().unwrap().metadata["field"], "workspace");
+    let mut remodelled = load_request(&service, "create-4", &recorded.session_id);
+    remodelled.model = "claude-y".into();
+    let refused = client.create_execution(remodelled).await.unwrap_err();
+    assert_eq!(reason(&refused), "SESSION_IDENTITY_MISMATCH");
+    assert_refused(
+        client
+            .create_execution(load_request(&service, "create-5", "no-such-session"))
+            .await,
+        Code::NotFound,
+        "SESSION_NOT_FOUND",
+    );
+    let mut tenant_b = service.client_for(Some("tenant-b")).await;
+    assert_refused(
+        tenant_b
+            .create_execution(load_request(&service, "create-6", &recorded.session_id))
+            .await,
+        Code::NotFound,
+        "SESSION_NOT_FOUND",
+    );
+    assert!(
+        methods_received(&service, "session/load").is_empty(),
+        "nothing was loaded"
+    );
+    service.shutdown().await;
+}
+
+async fn a_session_whose_history_the_agent_lacks_is_session_not_found(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let recorded = create_execution(&mut client, &service, "create-1").await;
+    close(&mut client, &recorded.execution_id, "close-1").await;
+    // The home stays; Cursor's own record of the session is gone.
+    let home = service
+        .state_dir()
+        .join("homes")
+        .join(&recorded.lease.as_ref().unwrap().slot_id);
+    std::fs::remove_file(
+        home.join(".cursor-data/sessions")
+            .join(format!("{}.json", recorded.session_id)),
+    )
+    .unwrap();
+    let refused = client
+        .create_execution(load_request(&service, "create-2", &recorded.session_id))
+        .await;
+    assert_refused(refused, Code::FailedPrecondition, "SESSION_NOT_FOUND");
+    assert_eq!(
+        methods_received(&service, "session/load").len(),
+        1,
+        "the agent was asked"
+    );
+    service.shutdown().await;
+}
+
+async fn list_sessions_shows_only_the_tenants_own_sessions(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let recorded = create_execution(&mut client, &service, "create-1").await;
+    let listed = client
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].session_id, recorded.session_id);
+    assert_eq!(listed[0].execution_id, recorded.execution_id);
+    assert_eq!(listed[0].execution_state, proto::ExecutionState::Ready as i32);
+    let mut tenant_b = service.client_for(Some("tenant-b")).await;
+    let theirs = tenant_b
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert!(theirs.is_empty(), "another tenant sees none of them");
+    service.shutdown().await;
+}
