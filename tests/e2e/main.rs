@@ -38,6 +38,7 @@ mod metrics;
 mod orphans;
 mod pool;
 mod process;
+mod prompts;
 mod session;
 mod streaming;
 mod turns;

@@ -1,5 +1,6 @@
 //! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
 
+use cursor_runner_executions::prompt::PromptBlock;
 use cursor_runner_executions::session_config::{ConfigOption, OptionValue};
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_executions::{
@@ -164,6 +165,38 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
             }),
         session_config: session_config(r.session_config.as_deref()),
     }
+}
+
+pub fn prompt_block(block: pb::PromptBlock) -> Result<PromptBlock, tonic::Status> {
+    let optional = |text: String| (!text.is_empty()).then_some(text);
+    Ok(match block.content {
+        Some(pb::prompt_block::Content::Text(text)) => PromptBlock::Text(text),
+        Some(pb::prompt_block::Content::Image(image)) => PromptBlock::Image {
+            data: image.data,
+            mime_type: image.mime_type,
+            uri: optional(image.uri),
+        },
+        Some(pb::prompt_block::Content::Audio(audio)) => PromptBlock::Audio {
+            mime_type: audio.mime_type,
+        },
+        Some(pb::prompt_block::Content::ResourceLink(link)) => PromptBlock::ResourceLink {
+            uri: link.uri,
+            name: link.name,
+            title: optional(link.title),
+            description: optional(link.description),
+            mime_type: optional(link.mime_type),
+            size: link.size,
+        },
+        Some(pb::prompt_block::Content::EmbeddedResource(resource)) => {
+            PromptBlock::EmbeddedResource { uri: resource.uri }
+        }
+        None => {
+            return Err(crate::to_status(EngineError::invalid(
+                Reason::InvalidArgument,
+                "a prompt block has no content",
+            )));
+        }
+    })
 }
 
 pub fn config_option(o: ConfigOption) -> pb::ConfigOption {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
 use cursor_runner_executions::interaction::question::Selection;
+use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
     AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta,
     StreamItem,
@@ -201,18 +202,13 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
-        let mut prompt = String::new();
-        for block in &body.prompt {
-            match &block.content {
-                Some(pb::prompt_block::Content::Text(text)) => prompt.push_str(text),
-                None => {
-                    return Err(to_status(EngineError::invalid(
-                        Reason::InvalidArgument,
-                        "a prompt block has no content",
-                    )));
-                }
-            }
-        }
+        let blocks = body
+            .prompt
+            .iter()
+            .cloned()
+            .map(convert::prompt_block)
+            .collect::<Result<Vec<_>, _>>()?;
+        let prompt = Prompt::new(blocks).map_err(to_status)?;
         let turn = self
             .engine
             .start_turn(meta, &body.execution_id, prompt, body.replace_active)

@@ -30,6 +30,7 @@ use crate::interaction::{
 };
 use crate::lease::LeaseInfo;
 use crate::pool::{Pool, SlotTicket, WarmProcess, exit_message};
+use crate::prompt::{Prompt, PromptCapabilities};
 use crate::session_config::{self, ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
@@ -40,7 +41,7 @@ const MAX_UPDATES_PER_APPEND: usize = 256;
 
 pub(crate) enum Command {
     StartTurn {
-        prompt: String,
+        prompt: Prompt,
         replace_active: bool,
         reply: Reply<TurnRecord>,
     },
@@ -118,6 +119,9 @@ struct Actor {
     connection: AcpConnection,
     /// The leased slot; `None` once the process went back to the pool.
     ticket: Option<SlotTicket>,
+    /// What the process's `initialize` answered, and the prompt content it accepts.
+    initialized: Value,
+    prompt_capabilities: PromptCapabilities,
     /// Sessions the process served before this one.
     sessions_served: u32,
     session_id: String,
@@ -133,7 +137,7 @@ struct Actor {
     /// Keeps the workspace watched while the actor lives.
     _workspace_watch: Option<WatchGuard>,
     /// The prompt of a `replace_active` start, sent once the replaced turn settles.
-    queued_start: Option<(String, Reply<TurnRecord>)>,
+    queued_start: Option<(Prompt, Reply<TurnRecord>)>,
     /// Set by a clean close the pool accepts: the process serves another session.
     reuse: bool,
     /// The service is draining: refuse new turns, settle the running one by the
@@ -182,6 +186,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         mut process,
         connection,
         mut inbound,
+        initialized,
         sessions_served,
         mut ticket,
         ..
@@ -241,6 +246,8 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 process,
                 connection,
                 ticket: Some(ticket),
+                prompt_capabilities: PromptCapabilities::from_initialize(&initialized),
+                initialized,
                 sessions_served,
                 session_normalizer: TurnNormalizer::new("session")
                     .with_workspace(record.workspace.clone())
@@ -627,6 +634,7 @@ impl Actor {
             connection: self.connection,
             inbound,
             timings: Default::default(),
+            initialized: self.initialized,
             sessions_served: self.sessions_served,
             ticket,
         };
@@ -740,7 +748,7 @@ impl Actor {
 
     /// `replace_active`: cancel the running turn (it settles `interrupted`, reason
     /// `replaced_by_new_turn`) and start the new prompt once it has settled.
-    async fn replace_turn(&mut self, prompt: String, reply: Reply<TurnRecord>) -> Result<(), EngineError> {
+    async fn replace_turn(&mut self, prompt: Prompt, reply: Reply<TurnRecord>) -> Result<(), EngineError> {
         if self.queued_start.is_some() {
             let _ = reply.send(Err(EngineError::precondition(
                 Reason::TurnActive,
@@ -760,7 +768,8 @@ impl Actor {
         Ok(())
     }
 
-    async fn start_turn(&mut self, prompt: String) -> Result<TurnRecord, EngineError> {
+    async fn start_turn(&mut self, prompt: Prompt) -> Result<TurnRecord, EngineError> {
+        prompt.check_supported(self.prompt_capabilities)?;
         if self.drain.is_some() {
             return Err(EngineError::new(
                 ErrorKind::Unavailable,
@@ -799,14 +808,11 @@ impl Actor {
                 vec![ActivityPayload::TurnStarted(TurnStarted {
                     turn_id: record.id.clone(),
                     turn_number,
-                    prompt_chars: prompt.chars().count() as u64,
+                    prompt_chars: prompt.text_chars(),
                 })],
             )
             .await?;
-        let request = schema::PromptRequest::new(
-            self.session_id.clone(),
-            vec![schema::ContentBlock::Text(schema::TextContent::new(prompt))],
-        );
+        let request = schema::PromptRequest::new(self.session_id.clone(), prompt.to_acp());
         // The prompt's response comes back in wire order, after the updates before it.
         let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
         self.turn = Some(ActiveTurn {

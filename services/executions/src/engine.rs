@@ -27,6 +27,7 @@ use crate::interaction::{ApprovalPolicy, InteractionAnswer};
 use crate::lease::LeaseInfo;
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
+use crate::prompt::Prompt;
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
@@ -733,15 +734,9 @@ impl Engine {
         self: &Arc<Self>,
         meta: RequestMeta,
         execution_id: &str,
-        prompt: String,
+        prompt: Prompt,
         replace_active: bool,
     ) -> Result<TurnRecord, EngineError> {
-        if prompt.trim().is_empty() {
-            return Err(EngineError::invalid(
-                Reason::InvalidArgument,
-                "prompt must not be empty",
-            ));
-        }
         let tenant_id = meta.tenant_id.clone();
         let caller = tenant_id.clone();
         let engine = self.clone();

@@ -99,6 +99,8 @@ reasons! {
     ProfileQuarantined => "PROFILE_QUARANTINED": "The profile's agents failed past the restart intensity; new executions fail fast until the window passes or an operator clears it. Metadata `cause` is the agent's own reason (e.g. `AUTH_REQUIRED`).",
     ProfileNotFound => "PROFILE_NOT_FOUND": "No pool profile has this id.",
     PermissionDenied => "PERMISSION_DENIED": "The caller is authenticated but not an administrator, and the call is an admin call.",
+    PromptInvalid => "PROMPT_INVALID": "A prompt block is malformed or over a bound: too many blocks, too much text, an image too large or not of the type it claims, a resource link without a uri or name.",
+    PromptContentUnsupported => "PROMPT_CONTENT_UNSUPPORTED": "The prompt carries content the agent does not advertise (Cursor: no audio, no embedded context); metadata `content` names it.",
     ModelUnavailable => "MODEL_UNAVAILABLE": "The requested model, model parameter or mode is not offered by the agent, or the agent echoed another value than the one requested; nothing was prompted. Metadata names the option, the requested and the echoed value.",
     SessionNotFound => "SESSION_NOT_FOUND": "The recorded session is unknown to this tenant, or the agent has no history for it (`session/load` answered -32602 \"not found\" or -32002).",
     SessionIdentityMismatch => "SESSION_IDENTITY_MISMATCH": "A session load or recovery asked for another workspace, model, parameters or mode than the session was recorded with; metadata names the field.",

@@ -13,6 +13,7 @@ pub mod interaction;
 pub mod lease;
 pub mod metrics;
 pub mod pool;
+pub mod prompt;
 pub mod session_config;
 pub mod state;
 

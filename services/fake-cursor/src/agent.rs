@@ -310,7 +310,7 @@ impl Agent {
                         "agentCapabilities": {
                             "loadSession": true,
                             "mcpCapabilities": {"http": true, "sse": true},
-                            "promptCapabilities": {"image": true, "audio": false, "embeddedContext": false},
+                            "promptCapabilities": {"image": !self.sc.no_image_prompts, "audio": false, "embeddedContext": false},
                             "sessionCapabilities": {"list": {}},
                         },
                         "authMethods": [{"id": "cursor_login", "name": "Cursor Login"}],

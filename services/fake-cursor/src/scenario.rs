@@ -38,6 +38,8 @@ pub struct Scenario {
     /// answer `-32000`, as Cursor does without a credential (`session/new` too, with
     /// `session_new_error`).
     pub unauthenticated: bool,
+    /// Advertise `promptCapabilities.image: false` (Cursor advertises images).
+    pub no_image_prompts: bool,
     /// The `update` objects `session/load` replays (with the loaded session's id) before
     /// it answers, as Cursor replays a session's history.
     pub load_history: Vec<Value>,
@@ -73,6 +75,8 @@ struct RawScenario {
     list_models_unsupported: bool,
     #[serde(default)]
     unauthenticated: bool,
+    #[serde(default)]
+    no_image_prompts: bool,
     #[serde(default)]
     load_history: Vec<Value>,
     #[serde(default)]
@@ -212,6 +216,7 @@ impl Scenario {
             config_options_unsupported: raw.config_options_unsupported,
             list_models_unsupported: raw.list_models_unsupported,
             unauthenticated: raw.unauthenticated,
+            no_image_prompts: raw.no_image_prompts,
             load_history: raw.load_history,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,

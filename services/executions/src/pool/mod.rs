@@ -101,6 +101,8 @@ pub(crate) struct WarmProcess {
     pub connection: AcpConnection,
     pub inbound: InboundStream,
     pub timings: StartTimings,
+    /// What `initialize` answered (the agent's capabilities).
+    pub initialized: serde_json::Value,
     /// Sessions this process served before this one.
     pub sessions_served: u32,
     /// Dropped last: the slot's bookkeeping ends when the process does.
@@ -261,6 +263,7 @@ struct Slot {
 struct WarmParts {
     ticket: SlotTicket,
     timings: StartTimings,
+    initialized: serde_json::Value,
     sessions_served: u32,
 }
 
@@ -350,6 +353,7 @@ impl Pool {
                             connection: idle.connection,
                             inbound: idle.inbound,
                             timings: parts.timings,
+                            initialized: parts.initialized,
                             sessions_served: parts.sessions_served,
                             ticket: parts.ticket,
                         })));
@@ -397,6 +401,7 @@ impl Pool {
             connection,
             inbound,
             timings,
+            initialized,
             sessions_served,
             ticket,
         } = warm;
@@ -410,6 +415,7 @@ impl Pool {
             WarmParts {
                 ticket,
                 timings,
+                initialized,
                 sessions_served: sessions_served + 1,
             },
         );
@@ -555,6 +561,7 @@ impl ColdStart {
                     connection: started.connection,
                     inbound: started.inbound,
                     timings: started.timings,
+                    initialized: started.initialized,
                     sessions_served: 0,
                     ticket,
                 })
@@ -848,7 +855,7 @@ async fn warm_up(pool: Weak<PoolInner>, ticket: SlotTicket, credential: Option<B
             if let Some(profile) = state.profiles.get_mut(&ticket.profile_id) {
                 profile.failed_starts = 0;
             }
-            let timings = started.timings;
+            let (timings, initialized) = (started.timings, started.initialized);
             pool.park_idle(
                 &mut state,
                 IdleProcess {
@@ -859,6 +866,7 @@ async fn warm_up(pool: Weak<PoolInner>, ticket: SlotTicket, credential: Option<B
                 WarmParts {
                     ticket,
                     timings,
+                    initialized,
                     sessions_served: 0,
                 },
             );

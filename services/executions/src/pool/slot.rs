@@ -32,6 +32,8 @@ pub(crate) struct StartedProcess {
     pub connection: AcpConnection,
     pub inbound: InboundStream,
     pub timings: StartTimings,
+    /// What `initialize` answered (the agent's capabilities).
+    pub initialized: serde_json::Value,
 }
 
 /// A process that started but failed before it was ready: what the exit proof needs.
@@ -81,7 +83,7 @@ pub(crate) async fn start_process(
     let spawn = began.elapsed();
     let (connection, inbound) = AcpConnection::spawn(stdin, stdout);
     match handshake::initialize(&connection, config.handshake_timeout).await {
-        Ok(_) => Ok(StartedProcess {
+        Ok(initialized) => Ok(StartedProcess {
             process,
             connection,
             inbound,
@@ -89,6 +91,7 @@ pub(crate) async fn start_process(
                 spawn,
                 initialize: began.elapsed() - spawn,
             },
+            initialized,
         }),
         Err(mut error) => {
             connection.close_stdin().await;
