@@ -17,6 +17,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 pub use cursor_runner_api::pb as proto;
+pub use cursor_runner_executions::mcp::McpAllowlist;
 
 pub mod lease_latency;
 mod processes;
@@ -253,6 +254,8 @@ pub struct Options {
     pub tokens_file: Option<PathBuf>,
     pub pool: PoolConfig,
     pub drain_deadline: Duration,
+    /// The runner-owned MCP servers executions may name.
+    pub mcp_allowlist: McpAllowlist,
 }
 
 impl Default for Options {
@@ -266,6 +269,7 @@ impl Default for Options {
             pid_namespace: true,
             pool: PoolConfig::default(),
             drain_deadline: Duration::from_secs(30),
+            mcp_allowlist: McpAllowlist::default(),
         }
     }
 }
@@ -319,6 +323,7 @@ impl TestService {
         config.pid_namespace = options.pid_namespace;
         config.pool = options.pool.clone();
         config.drain_deadline = options.drain_deadline;
+        config.mcp_allowlist = options.mcp_allowlist.clone();
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -111,6 +111,7 @@ fn session_config(json: Option<&str>) -> Option<pb::SessionConfig> {
         model_parameters: c.parameters,
         mode: c.mode.unwrap_or_default(),
         verified: c.verified,
+        mcp_servers: c.mcp_servers,
     })
 }
 

@@ -133,6 +133,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                         mode: non_empty(body.mode),
                     },
                     load_session_id: non_empty(body.load_session_id),
+                    mcp_servers: body.mcp_servers,
                 },
             )
             .await

@@ -29,6 +29,7 @@ use crate::interaction::{
     RequestRefused, cancelled_result,
 };
 use crate::lease::LeaseInfo;
+use crate::mcp::McpServer;
 use crate::pool::{Pool, SlotTicket, WarmProcess, exit_message};
 use crate::prompt::{Prompt, PromptCapabilities};
 use crate::session_config::{self, ConfigRequest, SessionConfig};
@@ -129,6 +130,9 @@ struct Actor {
     config_options: Value,
     /// The flat `models` list of `session/new`, for builds without `configOptions`.
     legacy_models: Value,
+    /// The runner-owned MCP servers (allowlist names) the session was opened with: part
+    /// of its recorded identity, kept through every configuration change.
+    mcp_servers: Vec<String>,
     turn: Option<ActiveTurn>,
     session_normalizer: TurnNormalizer,
     pending: HashMap<String, PendingInteraction>,
@@ -164,6 +168,8 @@ pub(crate) struct Launch {
     /// The model, parameters and mode to apply before any prompt.
     pub session: ConfigRequest,
     pub start: SessionStart,
+    /// Runner-owned MCP servers for `session/new` / `session/load`.
+    pub mcp_servers: Vec<McpServer>,
 }
 
 /// Binds a leased process to the execution: `process.spawned`, then `session/new` or
@@ -181,6 +187,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         commands,
         session: session_request,
         start,
+        mcp_servers,
     } = launch;
     let WarmProcess {
         mut process,
@@ -204,13 +211,22 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         .await?;
     let began = std::time::Instant::now();
     let (workspace, policy, limit) = (&record.workspace, &config.workspace_policy, config.handshake_timeout);
-    let (opened, loaded) = match &start {
-        SessionStart::New => (
-            handshake::new_session(&connection, workspace, policy, limit).await,
+    let mcp = serde_json::to_value(&mcp_servers).map_err(|e| EngineError::internal(e.to_string()))?;
+    let unsupported = mcp_servers.iter().find(|s| !s.supported_by(&initialized)).map(|s| {
+        EngineError::precondition(
+            Reason::McpTransportUnsupported,
+            format!("the agent does not take MCP server `{}`'s transport", s.name()),
+        )
+        .with("server", s.name())
+    });
+    let (opened, loaded) = match (&start, unsupported) {
+        (_, Some(refusal)) => (Err(refusal), None),
+        (SessionStart::New, None) => (
+            handshake::new_session(&connection, workspace, &mcp, policy, limit).await,
             None,
         ),
-        SessionStart::Load { session_id, recovery } => {
-            match handshake::load_session(&connection, &mut inbound, session_id, workspace, policy, limit).await {
+        (SessionStart::Load { session_id, recovery }, None) => {
+            match handshake::load_session(&connection, &mut inbound, session_id, workspace, &mcp, policy, limit).await {
                 Ok((opened, replayed)) => (
                     Ok(opened),
                     Some(ActivityPayload::SessionLoaded(SessionLoaded {
@@ -256,6 +272,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 session_id: opened.session_id,
                 config_options: opened.config_options,
                 legacy_models: opened.models,
+                mcp_servers: mcp_servers.iter().map(|s| s.name().to_owned()).collect(),
                 turn: None,
                 pending: HashMap::new(),
                 policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
@@ -345,9 +362,7 @@ impl Actor {
         } else {
             self.configure_legacy(request).await
         };
-        let outcome = applied.map(|config| {
-            self.record.session_config = Some(config.to_json());
-        });
+        let outcome = applied.map(|config| self.record_config(config));
         if !request.steps().is_empty() {
             self.emit_config().await?;
         }
@@ -377,7 +392,7 @@ impl Actor {
                 self.config_options = answered["configOptions"].clone();
             }
             let echoed = session_config::parse_options(&self.config_options);
-            self.record.session_config = Some(SessionConfig::from_options(&echoed).to_json());
+            self.record_config(SessionConfig::from_options(&echoed));
             session_config::check_echo(&echoed, config_id, value)?;
         }
         let options = session_config::parse_options(&self.config_options);
@@ -448,7 +463,7 @@ impl Actor {
                     let applied = self.apply_steps(vec![(config_id, value)]).await;
                     let emitted = self.emit_config().await;
                     applied.and_then(|config| {
-                        self.record.session_config = Some(config.to_json());
+                        self.record_config(config);
                         emitted
                     })
                 }
@@ -497,6 +512,12 @@ impl Actor {
             .await;
         fail_execution(&self.store, &mut self.record, &error, Some(exit), recovery).await;
         error
+    }
+
+    /// Records what is in effect: the agent's configuration and the session's MCP servers.
+    fn record_config(&mut self, mut config: SessionConfig) {
+        config.mcp_servers = self.mcp_servers.clone();
+        self.record.session_config = Some(config.to_json());
     }
 
     /// The normalizer of one turn of this execution's session.

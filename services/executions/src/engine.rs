@@ -25,6 +25,7 @@ use crate::events::EventWriter;
 use crate::handshake::SessionStart;
 use crate::interaction::{ApprovalPolicy, InteractionAnswer};
 use crate::lease::LeaseInfo;
+use crate::mcp::{McpAllowlist, McpServer};
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
 use crate::prompt::Prompt;
@@ -74,6 +75,8 @@ pub struct EngineConfig {
     pub pool: PoolConfig,
     /// How long a drain lets running turns finish before it cancels them.
     pub drain_deadline: Duration,
+    /// The runner-owned MCP servers an execution may name.
+    pub mcp_allowlist: McpAllowlist,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -102,6 +105,7 @@ impl EngineConfig {
             guardian: None,
             pool: PoolConfig::default(),
             drain_deadline: Duration::from_secs(30),
+            mcp_allowlist: McpAllowlist::default(),
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct CreateExecutionCommand {
     pub session: ConfigRequest,
     /// Load this recorded session (`session/load`) instead of opening a new one.
     pub load_session_id: Option<String>,
+    /// Runner-owned MCP servers (allowlist names) injected into `session/new`.
+    pub mcp_servers: Vec<String>,
 }
 
 /// What an admitted `CreateExecution` launches with.
@@ -142,6 +148,7 @@ struct Admitted {
     lease_wait: Duration,
     session: ConfigRequest,
     load_session_id: Option<String>,
+    mcp_servers: Vec<McpServer>,
 }
 
 /// A leased process's first steps for an execution.
@@ -149,6 +156,7 @@ struct Binding {
     reservation: Reservation,
     session: ConfigRequest,
     start: SessionStart,
+    mcp_servers: Vec<McpServer>,
 }
 
 /// How long a question or plan waits for a human unless the execution says otherwise.
@@ -330,6 +338,7 @@ impl Engine {
     fn admit(&self, command: CreateExecutionCommand) -> Result<Admitted, EngineError> {
         let workspace = validate_workspace(&command.workspace)?;
         command.session.validate()?;
+        let mcp_servers = self.config.mcp_allowlist.select(&command.mcp_servers)?;
         self.config.workspace_policy.check(&workspace).map_err(policy_refusal)?;
         let wait_limit = match command.interaction_wait_limit {
             None => DEFAULT_INTERACTION_WAIT_LIMIT,
@@ -362,6 +371,7 @@ impl Engine {
             lease_wait,
             session: command.session,
             load_session_id: command.load_session_id,
+            mcp_servers,
         })
     }
 
@@ -378,13 +388,14 @@ impl Engine {
             lease_wait,
             mut session,
             load_session_id,
+            mut mcp_servers,
         } = admitted;
         let workspace = workspace.display().to_string();
         let (start, home) = match load_session_id {
             None => (SessionStart::New, None),
             Some(session_id) => {
                 let recorded = self
-                    .recorded_session(tenant_id, &session_id, &workspace, &mut session)
+                    .recorded_session(tenant_id, &session_id, &workspace, &mut session, &mut mcp_servers)
                     .await?;
                 (
                     SessionStart::Load {
@@ -428,6 +439,7 @@ impl Engine {
                 reservation,
                 session,
                 start,
+                mcp_servers,
             },
         )
         .await
@@ -442,6 +454,7 @@ impl Engine {
         session_id: &str,
         workspace: &str,
         session: &mut ConfigRequest,
+        mcp_servers: &mut Vec<McpServer>,
     ) -> Result<PathBuf, EngineError> {
         let recorded = self.store.find_session(tenant_id, session_id).await?.ok_or_else(|| {
             EngineError::not_found(Reason::SessionNotFound, format!("no recorded session `{session_id}`"))
@@ -474,6 +487,15 @@ impl Engine {
                 format!("session `{session_id}` was recorded with another {field}"),
             )
         })?;
+        let asked: Vec<&str> = mcp_servers.iter().map(McpServer::name).collect();
+        if asked.is_empty() {
+            *mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
+        } else if asked != identity.mcp_servers {
+            return Err(mismatch(
+                "mcp_servers",
+                format!("session `{session_id}` was recorded with other MCP servers"),
+            ));
+        }
         recorded
             .lease
             .as_deref()
@@ -553,6 +575,7 @@ impl Engine {
             .unwrap_or_default();
         adopt_identity(&mut session, &identity)
             .map_err(|_| EngineError::internal("an empty request adopts any identity"))?;
+        let mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
         let home = record
             .lease
             .as_deref()
@@ -600,6 +623,7 @@ impl Engine {
                     session_id,
                     recovery: true,
                 },
+                mcp_servers,
             },
         )
         .await
@@ -616,6 +640,7 @@ impl Engine {
             reservation,
             session,
             start,
+            mcp_servers,
         } = binding;
         let began = Instant::now();
         let head = self.store.head_sequence(&record.id).await?;
@@ -687,6 +712,7 @@ impl Engine {
             commands: commands_rx,
             session,
             start,
+            mcp_servers,
         })
         .await
         .inspect_err(|e| self.metrics.launch_refused(e.reason))

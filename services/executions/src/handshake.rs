@@ -33,17 +33,21 @@ pub(crate) struct NewSession {
     pub models: Value,
 }
 
-/// Re-checks the workspace policy, then `session/new {cwd: workspace, mcpServers: []}`.
+/// Re-checks the workspace policy, then `session/new {cwd: workspace, mcpServers}` (the
+/// runner-owned servers the execution named; `[]` by default, as ACP requires the key).
 pub(crate) async fn new_session(
     connection: &AcpConnection,
     workspace: &str,
+    mcp_servers: &Value,
     policy: &WorkspacePolicy,
     limit: Duration,
 ) -> Result<NewSession, EngineError> {
     policy
         .check(Path::new(workspace))
         .map_err(crate::engine::policy_refusal)?;
-    let new_session = schema::NewSessionRequest::new(workspace);
+    let mut new_session = serde_json::to_value(schema::NewSessionRequest::new(workspace))
+        .map_err(|e| EngineError::internal(e.to_string()))?;
+    new_session["mcpServers"] = mcp_servers.clone();
     let mut result = timed(limit, connection.request("session/new", new_session)).await?;
     let session_id = result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {
         EngineError::new(
@@ -79,13 +83,14 @@ pub(crate) async fn load_session(
     inbound: &mut InboundStream,
     session_id: &str,
     workspace: &str,
+    mcp_servers: &Value,
     policy: &WorkspacePolicy,
     limit: Duration,
 ) -> Result<(NewSession, u64), EngineError> {
     policy
         .check(Path::new(workspace))
         .map_err(crate::engine::policy_refusal)?;
-    let params = json!({"sessionId": session_id, "cwd": workspace, "mcpServers": []});
+    let params = json!({"sessionId": session_id, "cwd": workspace, "mcpServers": mcp_servers});
     // In wire order: the answer comes after every replayed update, so none is left
     // behind for the session to stream.
     let exited = || EngineError::new(ErrorKind::Unavailable, Reason::AgentExited, "the agent exited");

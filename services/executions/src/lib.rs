@@ -11,6 +11,7 @@ mod events;
 mod handshake;
 pub mod interaction;
 pub mod lease;
+pub mod mcp;
 pub mod metrics;
 pub mod pool;
 pub mod prompt;

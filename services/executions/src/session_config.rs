@@ -165,6 +165,9 @@ pub struct SessionConfig {
     /// Every value was read back from the agent's echo (`configOptions`). False when the
     /// agent only has `session/set_model` / `session/set_mode`, which echo nothing.
     pub verified: bool,
+    /// The runner-owned MCP servers the session was opened with (by allowlist name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
 }
 
 impl SessionConfig {

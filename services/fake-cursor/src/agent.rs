@@ -309,7 +309,7 @@ impl Agent {
                         "protocolVersion": 1,
                         "agentCapabilities": {
                             "loadSession": true,
-                            "mcpCapabilities": {"http": true, "sse": true},
+                            "mcpCapabilities": {"http": true, "sse": !self.sc.no_sse_mcp},
                             "promptCapabilities": {"image": !self.sc.no_image_prompts, "audio": false, "embeddedContext": false},
                             "sessionCapabilities": {"list": {}},
                         },
@@ -673,6 +673,9 @@ impl Agent {
             "gid": nix::unistd::getgid().as_raw(),
             "cwd": cwd,
             "session_cwd": self.session_cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
+            // Cursor reads user-level MCP servers from here: a private home has none.
+            "user_mcp_config_visible": std::env::var_os("HOME")
+                .is_some_and(|home| std::path::Path::new(&home).join(".cursor/mcp.json").exists()),
             "session_id": self.session_id,
             "pid": std::process::id(),
             "ppid": nix::unistd::getppid().as_raw(),

@@ -40,6 +40,8 @@ pub struct Scenario {
     pub unauthenticated: bool,
     /// Advertise `promptCapabilities.image: false` (Cursor advertises images).
     pub no_image_prompts: bool,
+    /// Advertise `mcpCapabilities.sse: false` (Cursor advertises http and sse).
+    pub no_sse_mcp: bool,
     /// The `update` objects `session/load` replays (with the loaded session's id) before
     /// it answers, as Cursor replays a session's history.
     pub load_history: Vec<Value>,
@@ -77,6 +79,8 @@ struct RawScenario {
     unauthenticated: bool,
     #[serde(default)]
     no_image_prompts: bool,
+    #[serde(default)]
+    no_sse_mcp: bool,
     #[serde(default)]
     load_history: Vec<Value>,
     #[serde(default)]
@@ -217,6 +221,7 @@ impl Scenario {
             list_models_unsupported: raw.list_models_unsupported,
             unauthenticated: raw.unauthenticated,
             no_image_prompts: raw.no_image_prompts,
+            no_sse_mcp: raw.no_sse_mcp,
             load_history: raw.load_history,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,

@@ -116,6 +116,10 @@ struct ServeArgs {
     /// it cancels them; a second SIGTERM forces it at once.
     #[arg(long, env = "CURSOR_RUNNER_DRAIN_DEADLINE_SECS", default_value_t = 30)]
     drain_deadline_secs: u64,
+    /// Runner-owned MCP servers executions may name (JSON: `{"servers": [...]}` in ACP's
+    /// `mcpServers` shape; stdio commands must be absolute paths). None by default.
+    #[arg(long, env = "CURSOR_RUNNER_MCP_SERVERS")]
+    mcp_servers: Option<PathBuf>,
     #[command(flatten)]
     pool: PoolArgs,
 }
@@ -237,6 +241,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.pid_namespace = args.pid_namespace;
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
+    if let Some(path) = &args.mcp_servers {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        config.mcp_allowlist = cursor_runner_executions::mcp::McpAllowlist::parse(&text)?;
+    }
     let engine = Engine::start(store.clone(), config).await?;
     let listener = cursor_runner_api::bind(args.listen)
         .await
