@@ -6,6 +6,8 @@ on_both_backends!(
     another_tenants_execution_is_not_found,
     another_tenants_interaction_can_be_neither_read_nor_answered,
     executions_are_listed_in_pages,
+    interactions_are_listed_in_pages_and_filtered_by_state,
+    reflection_lists_every_served_service,
     health_reports_the_runner_service_serving,
     get_capabilities_serves_the_list_the_docs_table_is_rendered_from,
 );
@@ -163,6 +165,89 @@ async fn health_reports_the_runner_service_serving(backend: Backend) {
     assert_eq!(
         status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    service.shutdown().await;
+}
+
+async fn interactions_are_listed_in_pages_and_filtered_by_state(backend: Backend) {
+    let service = TestService::start(backend, "two_questions.json").await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    let mut exposed = Vec::new();
+    while exposed.len() < 2 {
+        let event = events.next_event().await;
+        if event.event_type == "runtime_request.created" {
+            exposed.push(payload(&event)["interactionId"].as_str().unwrap().to_owned());
+        }
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_interactions(proto::ListInteractionsRequest {
+                execution_id: execution.execution_id.clone(),
+                state: proto::InteractionState::Pending as i32,
+                page_size: 1,
+                page_token: token.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.interactions.len() <= 1);
+        seen.extend(page.interactions.into_iter().map(|i| i.interaction_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    seen.sort();
+    exposed.sort();
+    assert_eq!(seen, exposed, "every pending interaction, each once");
+    let delivered = client
+        .list_interactions(proto::ListInteractionsRequest {
+            execution_id: execution.execution_id.clone(),
+            state: proto::InteractionState::Delivered as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(delivered.interactions.is_empty());
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
+    service.shutdown().await;
+}
+
+async fn reflection_lists_every_served_service(backend: Backend) {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let service = TestService::start(backend, "demo.json").await;
+    let mut reflection = ServerReflectionClient::new(service.channel().await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("expected a service list, got {response:?}");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "cursor_runner.v1.AdminService",
+            "cursor_runner.v1.RunnerService",
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+        ]
     );
     service.shutdown().await;
 }

@@ -88,16 +88,36 @@ async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_
         let execution_id = execution.execution_id.clone();
         joiners.push(tokio::spawn(async move {
             let mut subscriber = Subscriber::open(&mut client, &execution_id, cursor).await.unwrap();
-            let events = subscriber.until_turn_settles().await;
-            (cursor, events.iter().map(|e| e.sequence).collect::<Vec<_>>())
+            // Caught up before the turn settled: this subscriber went from replay to live.
+            let mut went_live = false;
+            let mut sequences = Vec::new();
+            loop {
+                match subscriber.next_frame().await {
+                    Frame::CaughtUp(_) => went_live = true,
+                    Frame::Event(event) => {
+                        sequences.push(event.sequence);
+                        if is_settlement(&event.event_type) {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            (cursor, sequences, went_live)
         }));
     }
+    let mut live = 0;
     for joiner in joiners {
-        let (cursor, sequences) = joiner.await.unwrap();
+        let (cursor, sequences, went_live) = joiner.await.unwrap();
         let expected: Vec<i64> = (cursor + 1..=cursor + sequences.len() as i64).collect();
         assert_eq!(sequences, expected, "subscriber from {cursor}");
         assert_eq!(sequences.iter().collect::<HashSet<_>>().len(), sequences.len());
+        live += usize::from(went_live);
     }
+    assert!(
+        live > 0,
+        "no subscriber switched from replay to live while the agent appended"
+    );
     service.shutdown().await;
 }
 
