@@ -18,6 +18,10 @@ on_both_backends!(
     a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settles,
     one_answer_per_agent_request_racing_answers_deliver_exactly_once,
     an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on,
+    a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once,
+    an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_never_delivered,
+    a_terminal_interaction_refuses_every_further_write,
+    text_the_database_cannot_hold_as_is_is_persisted_exposed_and_answered,
 );
 
 async fn an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on(backend: Backend) {
@@ -350,7 +354,7 @@ async fn a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settl
         interaction_wait_limit: Some(prost_types_duration(Duration::from_millis(300))),
         ..Default::default()
     };
-    let (_, _, mut events) = begin_turn_with(&mut client, &service, settings).await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, settings).await;
     let settled = events.until_turn_settles().await;
     let expired = settled
         .iter()
@@ -360,6 +364,13 @@ async fn a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settl
     assert_eq!(payload(expired)["replayAllowed"], false);
     assert_eq!(payload(expired)["request"]["questions"][0]["prompt"], "Deploy now?");
     assert_eq!(settled.last().unwrap().event_type, "turn.cancelled");
+    // The control plane asked the human durably; it goes on with a new turn.
+    let turn = start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap();
+    let next = events.until_turn_settles().await;
+    assert_eq!(next.last().unwrap().event_type, "turn.completed");
+    assert_eq!(next.last().unwrap().turn_id, turn.turn_id);
     service.shutdown().await;
 }
 
@@ -401,5 +412,139 @@ async fn one_answer_per_agent_request_racing_answers_deliver_exactly_once(backen
     }
     assert_eq!(delivered, 1);
     assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    service.shutdown().await;
+}
+
+async fn a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once(backend: Backend) {
+    let service = TestService::start(backend, "question_left_pending.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn(&mut client, &service).await;
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.completed");
+    let expired = payload(
+        settled
+            .iter()
+            .find(|e| e.event_type == "runtime_request.expired")
+            .expect("the pending question ends with its turn"),
+    );
+    assert_eq!(expired["reason"], "turn_settled");
+    assert_eq!(expired["replayAllowed"], false);
+    assert_eq!(expired["request"]["questions"][0]["prompt"], "Which database?");
+    let record = get_interaction(&mut client, expired["interactionId"].as_str().unwrap()).await;
+    assert_eq!(record.state, proto::InteractionState::Expired as i32);
+    assert_eq!(
+        responses(&service)
+            .into_iter()
+            .filter(|(id, _)| *id == json!(3))
+            .collect::<Vec<_>>(),
+        vec![(json!(3), json!({"outcome": {"outcome": "cancelled"}}))],
+        "answered cancelled on the wire, exactly once"
+    );
+    // Never replayed: the next turn runs with nothing pending.
+    start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap();
+    let next = events.until_turn_settles().await;
+    assert!(!next.iter().any(|e| e.event_type.starts_with("runtime_request.")));
+    service.shutdown().await;
+}
+
+async fn an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_never_delivered(backend: Backend) {
+    let service = TestService::start(backend, "stdin_closed.json").await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    let question = created(&mut events, 1).await.remove(0);
+    // The agent says when its stdin is gone; it is still alive, stdout open.
+    while !payload(&events.next_event().await).to_string().contains("stdin closed") {}
+    let answer = Answer::Questions(proto::QuestionAnswer {
+        selections: vec![proto::QuestionSelection {
+            question_id: "question-1".into(),
+            option_ids: vec!["option-1".into()],
+        }],
+    });
+    assert_refused(
+        send(&mut client, "a1", &question, answer).await,
+        Code::FailedPrecondition,
+        "INTERACTION_NOT_PENDING",
+    );
+    let expired = payload(&events.events_until("runtime_request.expired").await.pop().unwrap());
+    assert_eq!(expired["delivery"], "unknown", "recorded, but the write failed");
+    assert_eq!(expired["reason"], "provider_process_lost");
+    assert_eq!(expired["replayAllowed"], false);
+    let record = get_interaction(&mut client, question["interactionId"].as_str().unwrap()).await;
+    assert_eq!(record.state, proto::InteractionState::Expired as i32);
+    assert!(
+        !responses(&service).iter().any(|(id, _)| *id == json!(0)),
+        "the agent read no answer"
+    );
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
+    let resolved = events.until_turn_settles().await;
+    assert!(!resolved.iter().any(|e| e.event_type == "runtime_request.resolved"));
+    service.shutdown().await;
+}
+
+async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let question = created(&mut events, 1).await.remove(0);
+    let id = question["interactionId"].as_str().unwrap().to_owned();
+    client
+        .answer_interaction(one_question_answer(&question, "a1", "option-1"))
+        .await
+        .unwrap();
+    events.until_turn_settles().await;
+    let delivered = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
+    assert_eq!(delivered.state, "delivered");
+    for state in ["pending", "answered", "cancelled", "expired"] {
+        let mut rewrite = delivered.clone();
+        rewrite.state = state.into();
+        rewrite.reason = Some("late".into());
+        let from = cursor_runner_executions::state::InteractionState::Delivered;
+        assert!(
+            cursor_runner_executions::interaction::transition(service.store.as_ref(), from, &rewrite)
+                .await
+                .is_err(),
+            "delivered → {state} is not a transition"
+        );
+        // Even a writer that skips the state machine is refused by the store's
+        // compare-and-set: the row is no longer in the state it expects.
+        for expected in ["pending", "answered"] {
+            assert!(!service.store.transition_interaction(expected, &rewrite).await.unwrap());
+        }
+    }
+    assert_eq!(
+        service.store.get_interaction(TENANT, &id).await.unwrap().unwrap(),
+        delivered
+    );
+    service.shutdown().await;
+}
+
+async fn text_the_database_cannot_hold_as_is_is_persisted_exposed_and_answered(backend: Backend) {
+    let service = TestService::start(backend, "unstorable_text.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let question = created(&mut events, 1).await.remove(0);
+    let prompt = question["request"]["questions"][0]["prompt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        prompt, "nul:\u{0} lone:\\ud800 pair:😀 日本",
+        "U+0000 and valid text survive exactly; the lone surrogate is kept as its literal escape"
+    );
+    let stored = get_interaction(&mut client, question["interactionId"].as_str().unwrap()).await;
+    let stored_prompt =
+        stored.request.as_ref().map(cursor_runner_api::struct_to_json).unwrap()["questions"][0]["prompt"].clone();
+    assert_eq!(stored_prompt, prompt, "read back from the database unchanged");
+    client
+        .answer_interaction(one_question_answer(&question, "a1", "option-1"))
+        .await
+        .unwrap();
+    // The agent checks it got its own ids back (else it exits 97 and the turn fails).
+    assert_eq!(
+        events.until_turn_settles().await.last().unwrap().event_type,
+        "turn.completed"
+    );
     service.shutdown().await;
 }

@@ -64,7 +64,9 @@ pub enum Classified {
 /// A line whose only fault is an unpaired UTF-16 surrogate escape (`"\ud800"`, legal
 /// in JavaScript strings, refused by strict JSON parsers) is repaired rather than
 /// dropped, so that the request in it can still be answered: each lone surrogate
-/// escape becomes the six literal characters `\uXXXX`, which is reversible.
+/// escape becomes the six literal characters `\uXXXX`. The repair is lossy — a lone
+/// surrogate and that literal text become indistinguishable — which is why only the
+/// request's id and structure are relied on, never a native id holding one.
 pub fn classify(line: &[u8]) -> Classified {
     let parsed = serde_json::from_slice::<Value>(line).or_else(|e| match escape_lone_surrogates(line) {
         Some(repaired) => serde_json::from_slice(&repaired).map_err(|_| e),
@@ -250,7 +252,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_surrogate_is_escaped_reversibly_and_the_request_survives() {
+    fn a_lone_surrogate_is_kept_as_its_literal_escape_and_the_request_survives() {
         let line = br#"{"jsonrpc":"2.0","id":0,"method":"cursor/ask_question","params":{"t":"a\ud800b","p":"\ud83d\ude00","e":"\\ud800"}}"#;
         match classify(line) {
             Classified::Request { id, params, .. } => {

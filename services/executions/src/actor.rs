@@ -25,7 +25,7 @@ use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::{self, SessionStart};
 use crate::interaction::{
-    ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
+    self, ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
     RequestRefused, cancelled_result,
 };
 use crate::lease::LeaseInfo;
@@ -1230,11 +1230,7 @@ impl Actor {
         answered.answer_fingerprint = answer.map(|(_, fingerprint)| fingerprint);
         answered.reason = (answered_by == "policy").then(|| format!("approval_policy_{}", self.policy.as_str()));
         answered.updated_at_ms = now_ms();
-        if !self
-            .store
-            .transition_interaction(InteractionState::Pending.as_str(), &answered)
-            .await?
-        {
+        if !interaction::transition(self.store.as_ref(), InteractionState::Pending, &answered).await? {
             let current = self
                 .store
                 .get_interaction(&answered.tenant_id, &answered.id)
@@ -1253,17 +1249,13 @@ impl Actor {
             settled.state = InteractionState::Expired.as_str().into();
             settled.delivery = Some("unknown".into());
             settled.reason = Some("provider_process_lost".into());
-            self.store
-                .transition_interaction(InteractionState::Answered.as_str(), &settled)
-                .await?;
+            interaction::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
             self.emit_ended(&settled, true).await?;
             return Err(not_pending(&settled));
         }
         settled.state = InteractionState::Delivered.as_str().into();
         settled.delivery = Some("pipe_written".into());
-        self.store
-            .transition_interaction(InteractionState::Answered.as_str(), &settled)
-            .await?;
+        interaction::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
         self.events
             .emit(
                 Some(&settled.turn_id),
@@ -1319,11 +1311,7 @@ impl Actor {
         record.delivery = Some(delivery.into());
         record.replay_allowed = false;
         record.updated_at_ms = now_ms();
-        if self
-            .store
-            .transition_interaction(InteractionState::Pending.as_str(), &record)
-            .await?
-        {
+        if interaction::transition(self.store.as_ref(), InteractionState::Pending, &record).await? {
             self.emit_ended(&record, true).await?;
         }
         Ok(())

@@ -23,7 +23,7 @@ use crate::actor::{self, Command, ConfigChange, ModelCatalog};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::SessionStart;
-use crate::interaction::{ApprovalPolicy, InteractionAnswer};
+use crate::interaction::{self, ApprovalPolicy, InteractionAnswer};
 use crate::lease::LeaseInfo;
 use crate::mcp::{McpAllowlist, McpServer};
 use crate::metrics::Metrics;
@@ -1298,7 +1298,7 @@ impl Engine {
                     );
                     interaction.replay_allowed = false;
                     interaction.updated_at_ms = now_ms();
-                    if self.store.transition_interaction(state.as_str(), &interaction).await? {
+                    if interaction::transition(self.store.as_ref(), state, &interaction).await? {
                         let payload = ActivityPayload::RuntimeRequestExpired(RuntimeRequestEnded {
                             interaction_id: interaction.id.clone(),
                             kind: kind_of(&interaction.kind),

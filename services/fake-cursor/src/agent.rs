@@ -10,7 +10,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, Write};
+use std::os::fd::FromRawFd;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,11 +45,19 @@ pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
     thread::Builder::new()
         .name("stdin-reader".into())
         .spawn(move || {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
+            // SAFETY: fd 0 is this process's stdin, owned by this thread alone from here on.
+            let mut input = io::BufReader::new(unsafe { File::from_raw_fd(0) });
             let mut buf = Vec::new();
             loop {
                 buf.clear();
+                if input.buffer().is_empty() && !wait_readable(&input) {
+                    // `close_stdin`: dropping the reader closes fd 0, so the client's next
+                    // write fails (EPIPE) while stdout stays open.
+                    drop(input);
+                    STDIN_CLOSED.store(true, Ordering::SeqCst);
+                    log("stdin closed on request");
+                    return;
+                }
                 match input.read_until(b'\n', &mut buf) {
                     Ok(0) => break,
                     Ok(_) => {}
@@ -89,6 +99,27 @@ pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
         })
         .expect("spawn the stdin reader thread");
     rx
+}
+
+/// Set by the `close_stdin` step; the reader thread then closes stdin.
+static STDIN_CLOSE_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Set by the reader thread once stdin is closed.
+static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Waits until stdin has input (or EOF). `false`: a `close_stdin` was requested first.
+fn wait_readable(input: &io::BufReader<File>) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    loop {
+        if STDIN_CLOSE_REQUESTED.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut fds = [PollFd::new(input.get_ref().as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(50u8)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) | Err(_) => return true,
+        }
+    }
 }
 
 /// Writes a diagnostic line to stderr.
@@ -524,6 +555,12 @@ impl Agent {
                     log(&format!("raise({sig}) failed: {e}"));
                 }
                 log(&format!("still alive after raising {sig}"));
+            }
+            Step::CloseStdin => {
+                STDIN_CLOSE_REQUESTED.store(true, Ordering::SeqCst);
+                while !STDIN_CLOSED.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(10));
+                }
             }
             Step::Hang => {
                 log("hanging forever");

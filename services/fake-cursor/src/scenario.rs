@@ -140,6 +140,8 @@ pub enum Step {
     },
     Crash,
     KillSelf(Signal),
+    /// Closes stdin (the client's writes then fail) and keeps running, stdout open.
+    CloseStdin,
     Hang,
     Flood {
         count: u64,
@@ -173,6 +175,7 @@ const PRIMARY_KEYS: &[&str] = &[
     "exit",
     "crash",
     "kill_self",
+    "close_stdin",
     "hang",
     "flood",
     "spawn_sleeper",
@@ -407,6 +410,11 @@ fn parse_step(v: &Value) -> Result<Step> {
         "kill_self" => {
             allow_keys(obj, key, &[])?;
             Step::KillSelf(parse_signal(val)?)
+        }
+        "close_stdin" => {
+            allow_keys(obj, key, &[])?;
+            require_true(val, key)?;
+            Step::CloseStdin
         }
         "hang" => {
             allow_keys(obj, key, &[])?;

@@ -91,6 +91,17 @@ pub fn run(status_fd: Option<RawFd>, command: &[OsString]) -> ! {
     std::process::exit(code)
 }
 
+/// Lets go of our copies of the agent's stdin and stdout, so the agent alone holds
+/// them: when it closes stdin the runner's next write fails (EPIPE) instead of filling
+/// a pipe nobody reads, and its stdout ends when the agent (and whatever it handed it
+/// to) closes it. Stderr stays: our own diagnostics go there.
+fn release_agent_pipes() -> io::Result<()> {
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null).map_err(io::Error::from)?;
+    nix::unistd::dup2_stdout(&null).map_err(io::Error::from)?;
+    Ok(())
+}
+
 fn supervise(mut status: Option<&mut File>, command: &[OsString]) -> io::Result<i32> {
     let (program, args) = command
         .split_first()
@@ -131,6 +142,7 @@ fn supervise(mut status: Option<&mut File>, command: &[OsString]) -> io::Result<
     let agent = Pid::from_raw(child.id() as i32);
     // We reap it ourselves with waitpid(-1); the std handle is not needed.
     drop(child);
+    release_agent_pipes()?;
     report(status.as_deref_mut(), &format!("pid {}", host_pid_of(agent)));
 
     loop {

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::error::EngineError;
 use crate::state::InteractionState;
 pub use cursor_runner_activity::InteractionKind;
+use cursor_runner_store::{InteractionRecord, Store};
 pub use permission::PermissionRequest;
 pub use plan::PlanRequest;
 pub use question::QuestionRequest;
@@ -161,5 +162,73 @@ impl InteractionAnswer {
     pub fn fingerprint(&self) -> String {
         let bytes = serde_json::to_vec(self).unwrap_or_default();
         hex::encode(Sha256::digest(&bytes))
+    }
+}
+
+/// Checks that `from → record.state` is a documented interaction transition. Every
+/// durable write of an interaction's state goes through [`transition`], so the state
+/// machine of `state.rs` is the one that runs, not only the one that is tested.
+pub fn check_transition(from: InteractionState, record: &InteractionRecord) -> Result<InteractionState, EngineError> {
+    let to = InteractionState::parse(&record.state)
+        .ok_or_else(|| EngineError::internal(format!("unknown interaction state `{}`", record.state)))?;
+    if from.can_become(to) {
+        Ok(to)
+    } else {
+        Err(EngineError::internal(format!(
+            "interaction `{}`: {from} → {to} is not a transition of the interaction state machine",
+            record.id
+        )))
+    }
+}
+
+/// Compare-and-sets an interaction from `from` to `record.state` (same generation),
+/// after [`check_transition`]. `Ok(false)`: the row was no longer in `from`.
+pub async fn transition(
+    store: &dyn Store,
+    from: InteractionState,
+    record: &InteractionRecord,
+) -> Result<bool, EngineError> {
+    check_transition(from, record)?;
+    Ok(store.transition_interaction(from.as_str(), record).await?)
+}
+
+#[cfg(test)]
+mod transition_tests {
+    use super::*;
+
+    fn record(state: InteractionState) -> InteractionRecord {
+        InteractionRecord {
+            id: "i-1".into(),
+            execution_id: "e-1".into(),
+            tenant_id: "t".into(),
+            generation: 1,
+            turn_id: "turn-1".into(),
+            native_request_id: "0".into(),
+            kind: "question".into(),
+            state: state.as_str().into(),
+            etag: "etag".into(),
+            request: "{}".into(),
+            outcome: None,
+            answer_request_id: None,
+            answer_fingerprint: None,
+            reason: None,
+            delivery: None,
+            replay_allowed: false,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn only_documented_transitions_pass_the_check_every_other_pair_is_refused() {
+        for &from in InteractionState::ALL {
+            for &to in InteractionState::ALL {
+                let checked = check_transition(from, &record(to));
+                assert_eq!(checked.is_ok(), from.can_become(to), "{from} → {to}");
+            }
+        }
+        let mut unknown = record(InteractionState::Answered);
+        unknown.state = "resolved".into();
+        assert!(check_transition(InteractionState::Pending, &unknown).is_err());
     }
 }

@@ -47,6 +47,17 @@ pub struct WithheldOption {
 
 const KINDS: [&str; 4] = ["allow_once", "allow_always", "reject_once", "reject_always"];
 
+/// Every text of the proposed tool call (title, diff texts, content) is one
+/// description: each is bounded like a question's prompt or a plan's text.
+fn check_texts(value: &Value) -> Result<(), RequestRefused> {
+    match value {
+        Value::String(text) => check_chars("tool call text", text),
+        Value::Array(items) => items.iter().try_for_each(check_texts),
+        Value::Object(fields) => fields.values().try_for_each(check_texts),
+        _ => Ok(()),
+    }
+}
+
 impl PermissionRequest {
     pub fn from_native(params: &Value, policy: ApprovalPolicy) -> Result<Self, RequestRefused> {
         let refuse = |m: &str| RequestRefused(m.to_owned());
@@ -59,6 +70,7 @@ impl PermissionRequest {
             .as_str()
             .filter(|id| !id.is_empty())
             .ok_or_else(|| refuse("no toolCallId"))?;
+        check_texts(tool_call)?;
         let native = params["options"].as_array().ok_or_else(|| refuse("no options"))?;
         if native.is_empty() || native.len() > MAX_PERMISSION_OPTIONS {
             return Err(RequestRefused(format!(
@@ -241,6 +253,20 @@ mod tests {
     fn deny_all_selects_the_one_time_rejection() {
         let p = PermissionRequest::from_native(&native(cursor_options()), ApprovalPolicy::DenyAll).unwrap();
         assert_eq!(p.policy_denial(), selected("reject-once"));
+    }
+
+    #[test]
+    fn every_tool_call_text_is_bounded_like_a_description_exactly_at_the_bound_passes() {
+        use crate::interaction::MAX_DESCRIPTION_CHARS;
+        let with_diff = |new_text: String| {
+            let mut params = native(cursor_options());
+            params["toolCall"]["content"][0]["newText"] = json!(new_text);
+            params
+        };
+        let at_bound = "é".repeat(MAX_DESCRIPTION_CHARS);
+        assert!(PermissionRequest::from_native(&with_diff(at_bound.clone()), ApprovalPolicy::Ask).is_ok());
+        let refused = PermissionRequest::from_native(&with_diff(at_bound + "é"), ApprovalPolicy::Ask).unwrap_err();
+        assert!(refused.0.contains("tool call text"), "{refused}");
     }
 
     #[test]
