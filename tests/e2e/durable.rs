@@ -17,6 +17,7 @@ on_both_backends!(
     two_pending_questions_are_answered_independently_in_any_order,
     a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settles,
     one_answer_per_agent_request_racing_answers_deliver_exactly_once,
+    the_same_answer_retried_concurrently_under_one_request_id_is_delivered_once_and_returned_to_all,
     an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on,
     a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once,
     an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_never_delivered,
@@ -411,6 +412,29 @@ async fn one_answer_per_agent_request_racing_answers_deliver_exactly_once(backen
         }
     }
     assert_eq!(delivered, 1);
+    assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    service.shutdown().await;
+}
+
+async fn the_same_answer_retried_concurrently_under_one_request_id_is_delivered_once_and_returned_to_all(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let question = created(&mut events, 1).await.remove(0);
+    let mut retries = Vec::new();
+    for _ in 0..3 {
+        let mut client = service.client().await;
+        let request = one_question_answer(&question, "one-id", "option-1");
+        retries.push(tokio::spawn(async move {
+            client.answer_interaction(request).await.map(|r| r.into_inner().interaction.unwrap())
+        }));
+    }
+    for retry in retries {
+        let interaction = retry.await.unwrap().expect("a retry gets the stored result");
+        assert_eq!(interaction.state, proto::InteractionState::Delivered as i32);
+    }
     assert_eq!(responses(&service).len(), 1, "the agent got one answer");
     service.shutdown().await;
 }
