@@ -15,9 +15,13 @@ on_both_backends!(
     an_agent_failing_at_start_quarantines_its_profile_which_then_fails_fast_until_cleared,
     a_quarantine_ends_when_its_window_passes,
     an_idle_slot_that_dies_is_detected_and_replaced,
+    an_idle_slot_that_stops_answering_the_probe_is_replaced_as_a_failure,
+    an_idle_slot_past_its_ttl_is_recycled_and_replaced_without_counting_a_failure,
     a_full_pool_refuses_with_a_retry_hint_or_waits_when_asked,
     a_process_serves_another_session_of_its_profile_when_reuse_is_allowed,
     writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agent,
+    an_update_from_a_superseded_agent_mid_turn_never_reaches_the_outbox,
+    an_answer_after_a_takeover_is_refused_and_never_reaches_the_superseded_agent,
 );
 
 fn pool_options(pool: PoolConfig) -> Options {
@@ -339,6 +343,60 @@ async fn an_idle_slot_that_dies_is_detected_and_replaced(backend: Backend) {
     service.shutdown().await;
 }
 
+fn one_warm_slot(pool: PoolConfig) -> PoolConfig {
+    PoolConfig {
+        warm_profiles: vec![WarmProfile {
+            tenant_id: TENANT.into(),
+            credential: None,
+            min_idle: 1,
+        }],
+        ..pool
+    }
+}
+
+/// Waits until the first idle slot is gone and another idle one serves; returns the
+/// pool status then and the first slot.
+async fn replaced_slot(service: &TestService) -> (proto::GetPoolStatusResponse, proto::PoolSlot) {
+    let status = pool_until(service, "a warm slot", |s| idle_slots(s).len() == 1).await;
+    let first = idle_slots(&status).remove(0);
+    let status = pool_until(service, "a replacement", |s| {
+        s.profiles[0].slots.iter().all(|slot| slot.slot_id != first.slot_id) && idle_slots(s).len() == 1
+    })
+    .await;
+    (status, first)
+}
+
+async fn an_idle_slot_that_stops_answering_the_probe_is_replaced_as_a_failure(backend: Backend) {
+    let pool = one_warm_slot(PoolConfig {
+        probe_interval: Some(Duration::from_millis(200)),
+        probe_timeout: Duration::from_millis(300),
+        ..PoolConfig::default()
+    });
+    let service = TestService::start_with(backend, "silent_after_initialize.json", pool_options(pool)).await;
+    let (status, silent) = replaced_slot(&service).await;
+    assert!(
+        status.profiles[0].restarts_in_window >= 1,
+        "an unanswered probe is a failure"
+    );
+    let pid = i64::from(silent.pid.expect("an idle slot has a pid"));
+    eventually("the silent agent to be stopped", || !process_alive(pid)).await;
+    service.shutdown().await;
+}
+
+async fn an_idle_slot_past_its_ttl_is_recycled_and_replaced_without_counting_a_failure(backend: Backend) {
+    let pool = one_warm_slot(PoolConfig {
+        idle_ttl: Duration::from_millis(300),
+        probe_interval: None,
+        ..PoolConfig::default()
+    });
+    let service = TestService::start_with(backend, "demo.json", pool_options(pool)).await;
+    let (status, old) = replaced_slot(&service).await;
+    assert_eq!(status.profiles[0].restarts_in_window, 0, "recycling is not a failure");
+    let pid = i64::from(old.pid.expect("an idle slot has a pid"));
+    eventually("the recycled agent to be stopped", || !process_alive(pid)).await;
+    service.shutdown().await;
+}
+
 async fn a_full_pool_refuses_with_a_retry_hint_or_waits_when_asked(backend: Backend) {
     let pool = PoolConfig {
         max_per_profile: 1,
@@ -440,6 +498,80 @@ async fn writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agen
     );
     let record = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(record.generation, 2);
+    service.shutdown().await;
+}
+
+/// Another lease takes `execution_id` over, as a recovery or another replica would.
+async fn take_over(service: &TestService, execution_id: &str) {
+    let current = service
+        .store
+        .get_execution(TENANT, execution_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .generation;
+    assert!(
+        service
+            .store
+            .advance_generation(TENANT, execution_id, current)
+            .await
+            .unwrap()
+    );
+}
+
+async fn an_update_from_a_superseded_agent_mid_turn_never_reaches_the_outbox(backend: Backend) {
+    let service = TestService::start(backend, "late_update.json").await;
+    let mut client = service.client().await;
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    take_over(&service, &execution.execution_id).await;
+    let head = service.store.head_sequence(&execution.execution_id).await.unwrap();
+    let pid = execution.pid.unwrap();
+    eventually("the superseded agent to be stopped", || !process_alive(pid)).await;
+    assert_eq!(
+        service.store.head_sequence(&execution.execution_id).await.unwrap(),
+        head,
+        "the late update was not appended"
+    );
+    let metrics = service.metrics();
+    assert!(
+        metrics.contains("cursor_runner_fenced_writes_total{what=\"event\"} 1"),
+        "{metrics}"
+    );
+    service.shutdown().await;
+}
+
+async fn an_answer_after_a_takeover_is_refused_and_never_reaches_the_superseded_agent(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    take_over(&service, &execution.execution_id).await;
+    // The etag is the interaction's own: only the generation says the answer is stale.
+    let refused = client
+        .answer_interaction(one_question_answer(&created, "a1", "option-1"))
+        .await;
+    assert_refused(refused, Code::FailedPrecondition, "EXECUTION_FENCED");
+    let pid = execution.pid.unwrap();
+    eventually("the superseded agent to be stopped", || !process_alive(pid)).await;
+    assert!(
+        !service
+            .agent_received()
+            .iter()
+            .any(|m| m.get("method").is_none() && m["result"]["outcome"]["outcome"] == "answered"),
+        "no answer was written to the superseded agent"
+    );
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(
+        interaction.state,
+        proto::InteractionState::Pending as i32,
+        "nothing was recorded"
+    );
+    let metrics = service.metrics();
+    assert!(
+        metrics.contains("cursor_runner_fenced_writes_total{what=\"answer\"} 1"),
+        "{metrics}"
+    );
     service.shutdown().await;
 }
 

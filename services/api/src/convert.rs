@@ -50,8 +50,11 @@ pub fn std_duration_proto(d: std::time::Duration) -> prost_types::Duration {
     })
 }
 
-fn ms_proto(ms: u64) -> prost_types::Duration {
-    duration_proto(i64::try_from(ms).unwrap_or(i64::MAX))
+fn us_proto(us: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(us / 1_000_000).unwrap_or(i64::MAX),
+        nanos: ((us % 1_000_000) * 1_000) as i32,
+    }
 }
 
 fn duration_proto(ms: i64) -> prost_types::Duration {
@@ -158,10 +161,10 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
             .map(|l| pb::ExecutionLease {
                 slot_id: l.slot_id,
                 warm: l.warm,
-                lease_duration: Some(ms_proto(l.lease_ms)),
-                spawn_duration: Some(ms_proto(l.spawn_ms)),
-                initialize_duration: Some(ms_proto(l.initialize_ms)),
-                session_new_duration: l.session_new_ms.map(ms_proto),
+                lease_duration: Some(us_proto(l.lease_us)),
+                spawn_duration: Some(us_proto(l.spawn_us)),
+                initialize_duration: Some(us_proto(l.initialize_us)),
+                session_new_duration: l.session_new_us.map(us_proto),
                 sessions_served: l.sessions_served,
             }),
         session_config: session_config(r.session_config.as_deref()),

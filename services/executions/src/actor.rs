@@ -240,7 +240,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
             }
         }
     };
-    lease.session_new_ms = Some(began.elapsed().as_millis() as u64);
+    lease.session_new_us = Some(crate::lease::micros(began.elapsed()));
     record.lease = Some(lease.to_json());
     let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
     if opened.is_ok() {
@@ -1198,7 +1198,7 @@ impl Actor {
             return Err(not_pending(&current));
         };
         if etag != pending.record.etag {
-            self.events.refused_by_fence("answer");
+            self.events.refused_stale_etag();
             return Err(EngineError::precondition(
                 Reason::StaleEtag,
                 "the etag is not the interaction's current one",
@@ -1236,6 +1236,12 @@ impl Actor {
                 .get_interaction(&answered.tenant_id, &answered.id)
                 .await?
                 .unwrap_or(answered);
+            if current.state == InteractionState::Pending.as_str() {
+                // Still pending, so the compare-and-set failed on the execution's
+                // generation: another lease owns it now. Nothing reaches this agent.
+                self.events.refused_by_fence("answer");
+                return Err(StoreError::Fenced.into());
+            }
             return Err(not_pending(&current));
         }
         failpoint("answer_recorded_before_pipe_write");

@@ -24,7 +24,7 @@ use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::SessionStart;
 use crate::interaction::{self, ApprovalPolicy, InteractionAnswer};
-use crate::lease::LeaseInfo;
+use crate::lease::{LeaseInfo, micros};
 use crate::mcp::{McpAllowlist, McpServer};
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
@@ -153,6 +153,8 @@ struct Admitted {
 
 /// A leased process's first steps for an execution.
 struct Binding {
+    /// When the pool reservation began: the lease is timed from here.
+    admitted: Instant,
     reservation: Reservation,
     session: ConfigRequest,
     start: SessionStart,
@@ -407,6 +409,7 @@ impl Engine {
             }
         };
         // Refusals (draining, quarantined, exhausted) happen here, before anything exists.
+        let admitted = Instant::now();
         let reservation = self.pool.reserve(tenant_id, credential, lease_wait, home).await?;
         let now = now_ms();
         let record = ExecutionRecord {
@@ -436,6 +439,7 @@ impl Engine {
         self.bind(
             record,
             Binding {
+                admitted,
                 reservation,
                 session,
                 start,
@@ -589,6 +593,7 @@ impl Engine {
                 )
                 .with("session_id", session_id.clone())
             })?;
+        let admitted = Instant::now();
         let reservation = self
             .pool
             .reserve(tenant_id, credential, Duration::ZERO, Some(home))
@@ -617,6 +622,7 @@ impl Engine {
         self.bind(
             record,
             Binding {
+                admitted,
                 reservation,
                 session,
                 start: SessionStart::Load {
@@ -637,12 +643,12 @@ impl Engine {
         binding: Binding,
     ) -> Result<ExecutionRecord, EngineError> {
         let Binding {
+            admitted,
             reservation,
             session,
             start,
             mcp_servers,
         } = binding;
-        let began = Instant::now();
         let head = self.store.head_sequence(&record.id).await?;
         let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, head)
             .with_metrics(self.metrics.clone());
@@ -676,15 +682,15 @@ impl Engine {
                 }
             },
         };
-        let leased = began.elapsed();
+        let leased = admitted.elapsed();
         self.metrics.lease_took(is_warm, leased);
         let lease = LeaseInfo {
             slot_id: warm.ticket.slot_id.clone(),
             warm: is_warm,
-            lease_ms: leased.as_millis() as u64,
-            spawn_ms: warm.timings.spawn.as_millis() as u64,
-            initialize_ms: warm.timings.initialize.as_millis() as u64,
-            session_new_ms: None,
+            lease_us: micros(leased),
+            spawn_us: micros(warm.timings.spawn),
+            initialize_us: micros(warm.timings.initialize),
+            session_new_us: None,
             sessions_served: warm.sessions_served,
             home: warm.ticket.home.display().to_string(),
         };

@@ -48,13 +48,20 @@ impl EventWriter {
         self.fenced
     }
 
-    /// Another write for this execution (`what`) was refused by the fence.
+    /// Another write for this execution (`what`: `execution`, `answer`) was refused
+    /// because the generation moved on: this writer no longer owns the execution.
     pub fn refused_by_fence(&mut self, what: &'static str) {
-        if what != "answer" {
-            self.fenced = true;
-        }
+        self.fenced = true;
         if let Some(metrics) = &self.metrics {
             metrics.fenced_write(what, 1);
+        }
+    }
+
+    /// An answer echoed an etag that is not the interaction's (a superseded fence token,
+    /// or a forged one): refused and counted, while this writer keeps the execution.
+    pub fn refused_stale_etag(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.fenced_write("etag", 1);
         }
     }
 

@@ -10,21 +10,30 @@ pub struct LeaseInfo {
     pub slot_id: String,
     /// An idle slot was taken (else a process was started for this execution).
     pub warm: bool,
-    /// From admission until the process was ready for `session/new`.
-    pub lease_ms: u64,
+    /// From the pool reservation until the process was ready for `session/new`, in
+    /// microseconds (a warm lease takes well under a millisecond).
+    #[serde(default)]
+    pub lease_us: u64,
     /// Launching the process (when it was started, warm or cold).
-    pub spawn_ms: u64,
+    #[serde(default)]
+    pub spawn_us: u64,
     /// Its `initialize` round trip.
-    pub initialize_ms: u64,
+    #[serde(default)]
+    pub initialize_us: u64,
     /// The agent's own `session/new` time.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_new_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_new_us: Option<u64>,
     /// Sessions the process served before this one.
     pub sessions_served: u32,
     /// The process's private home, where its sessions' history lives (a recovery or
     /// a later load launches in it again).
     #[serde(default)]
     pub home: String,
+}
+
+/// A duration in whole microseconds, saturating.
+pub fn micros(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl LeaseInfo {

@@ -205,7 +205,7 @@ impl Metrics {
         let fenced_writes = Family::<WhatLabel, Counter>::default();
         registry.register(
             "fenced_writes",
-            "Writes refused because they carried a superseded generation or fence, by what (event, execution, answer)",
+            "Writes refused because they carried a superseded generation or fence, by what (event, execution, answer; etag: an answer echoing a superseded or unknown etag)",
             fenced_writes.clone(),
         );
         Self {

@@ -324,6 +324,10 @@ impl Agent {
     }
 
     fn handle_request(&mut self, method: &str, id: Value, params: Value) {
+        if self.sc.silent_after_initialize && method != "initialize" {
+            log(&format!("silent: leaving {method} unanswered"));
+            return;
+        }
         match method {
             "initialize" => {
                 if self.sc.initialize_delay_ms > 0 {

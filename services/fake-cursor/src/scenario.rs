@@ -42,6 +42,8 @@ pub struct Scenario {
     pub no_image_prompts: bool,
     /// Advertise `mcpCapabilities.sse: false` (Cursor advertises http and sse).
     pub no_sse_mcp: bool,
+    /// Answer `initialize`, then never answer another request (alive but unresponsive).
+    pub silent_after_initialize: bool,
     /// The `update` objects `session/load` replays (with the loaded session's id) before
     /// it answers, as Cursor replays a session's history.
     pub load_history: Vec<Value>,
@@ -81,6 +83,8 @@ struct RawScenario {
     no_image_prompts: bool,
     #[serde(default)]
     no_sse_mcp: bool,
+    #[serde(default)]
+    silent_after_initialize: bool,
     #[serde(default)]
     load_history: Vec<Value>,
     #[serde(default)]
@@ -225,6 +229,7 @@ impl Scenario {
             unauthenticated: raw.unauthenticated,
             no_image_prompts: raw.no_image_prompts,
             no_sse_mcp: raw.no_sse_mcp,
+            silent_after_initialize: raw.silent_after_initialize,
             load_history: raw.load_history,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,

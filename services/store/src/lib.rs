@@ -95,7 +95,8 @@ pub trait Store: Send + Sync + 'static {
     async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>>;
 
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()>;
-    /// Compare-and-set: writes `next` only if the row is still in `expected_state`.
+    /// Compare-and-set: writes `next` only if the row is still in `expected_state` and its
+    /// execution is still at the interaction's generation (the one fence).
     async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool>;
     async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>>;
     async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>>;

@@ -382,7 +382,8 @@ impl Store for SqlStore {
             sqlx::query(
                 "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
              reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
-             WHERE id = $9 AND generation = $10 AND state = $11",
+             WHERE id = $9 AND generation = $10 AND state = $11 \
+             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = interactions.execution_id AND e.generation = $10)",
             )
             .bind(&i.state)
             .bind(&i.outcome)
