@@ -410,3 +410,58 @@ fn warm_profile(spec: &str) -> anyhow::Result<WarmProfile> {
     anyhow::ensure!(!profile.tenant_id.is_empty(), "--warm-profile `{spec}` names no tenant");
     Ok(profile)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::warm_profile;
+
+    #[test]
+    fn a_warm_profile_reads_its_tenant_count_and_credential_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("acme-key");
+        std::fs::write(&key, "canary-warm-secret\n").unwrap();
+        let profile = warm_profile(&format!(
+            "tenant=acme, credential=CURSOR_API_KEY:{}, min_idle=2",
+            key.display()
+        ))
+        .unwrap();
+        assert_eq!((profile.tenant_id.as_str(), profile.min_idle), ("acme", 2));
+        let credential = profile.credential.unwrap();
+        assert_eq!(credential.name.as_str(), "CURSOR_API_KEY");
+        assert_eq!(
+            credential.secret.expose(),
+            "canary-warm-secret",
+            "the trailing newline is not part of it"
+        );
+        assert!(!format!("{credential:?}").contains("canary"), "never shown");
+    }
+
+    #[test]
+    fn a_bad_warm_profile_is_refused_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        for (spec, why) in [
+            ("min_idle=1".to_owned(), "names no tenant"),
+            ("tenant=acme,colour=blue".to_owned(), "unknown key"),
+            ("tenant=acme,min_idle".to_owned(), "not key=value"),
+            ("tenant=acme,min_idle=many".to_owned(), "min_idle"),
+            ("tenant=acme,credential=CURSOR_API_KEY".to_owned(), "NAME:/path"),
+            (
+                "tenant=acme,credential=OPENAI_API_KEY:/x".to_owned(),
+                "is not CURSOR_API_KEY",
+            ),
+            (
+                "tenant=acme,credential=CURSOR_API_KEY:/nonexistent/key".to_owned(),
+                "reading the credential file",
+            ),
+            (
+                format!("tenant=acme,credential=CURSOR_AUTH_TOKEN:{}", empty.display()),
+                "is empty",
+            ),
+        ] {
+            let error = format!("{:#}", warm_profile(&spec).unwrap_err());
+            assert!(error.contains(why), "{spec}: {error}");
+        }
+    }
+}
