@@ -38,12 +38,20 @@ async fn health_becomes(health: &mut HealthClient<tonic::transport::Channel>, ex
 
 /// PostgreSQL only: cutting off a SQLite file is not a thing a pool notices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_is_not_serving_while_the_store_is_unreachable_and_recovers() {
+async fn readiness_is_not_serving_while_the_store_is_unreachable_and_recovers_while_liveness_holds() {
     let service = TestService::start(Backend::Postgres, "demo.json").await;
     let mut health = HealthClient::new(service.channel().await);
     health_becomes(&mut health, ServingStatus::Serving).await;
     service.database().set_unreachable(true).await;
     health_becomes(&mut health, ServingStatus::NotServing).await;
+    // Liveness stays SERVING: a restart would kill every agent and fix nothing.
+    let overall = health
+        .check(HealthCheckRequest { service: String::new() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status();
+    assert_eq!(overall, ServingStatus::Serving);
     service.database().set_unreachable(false).await;
     health_becomes(&mut health, ServingStatus::Serving).await;
     service.shutdown().await;

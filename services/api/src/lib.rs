@@ -42,23 +42,32 @@ type RunnerServer = pb::runner_service_server::RunnerServiceServer<RunnerApi>;
 
 /// Keeps the runner service's health (and the server's overall `""` status) truthful:
 /// NOT_SERVING once draining has begun or while the store does not answer a ping.
+/// Health as probes read it. `cursor_runner.v1.RunnerService` is readiness: SERVING
+/// while the store answers and the service is not draining. `""` (the server as a
+/// whole) is liveness: NOT_SERVING only once draining or shutdown began, so a store
+/// outage takes the service out of rotation without getting it restarted — a restart
+/// would kill every running agent and fix nothing.
 async fn report_health(engine: Arc<Engine>, reporter: tonic_health::server::HealthReporter) {
     let mut draining = engine.draining();
-    let mut serving = true;
+    let (mut alive, mut ready) = (true, true);
     let mut probe = tokio::time::interval(HEALTH_PROBE_INTERVAL);
     loop {
-        let now_serving = !*draining.borrow_and_update()
-            && tokio::time::timeout(HEALTH_PROBE_TIMEOUT, engine.store_reachable())
-                .await
-                .unwrap_or(false)
-            && !*draining.borrow();
-        if now_serving != serving {
-            serving = now_serving;
-            set_health(&reporter, serving).await;
-            if serving {
+        let store_answers = tokio::time::timeout(HEALTH_PROBE_TIMEOUT, engine.store_reachable())
+            .await
+            .unwrap_or(false);
+        let now_alive = !*draining.borrow_and_update();
+        let now_ready = now_alive && store_answers && !*draining.borrow();
+        if now_alive != alive {
+            alive = now_alive;
+            set_liveness(&reporter, alive).await;
+        }
+        if now_ready != ready {
+            ready = now_ready;
+            set_readiness(&reporter, ready).await;
+            if ready {
                 tracing::info!("health: SERVING");
             } else {
-                tracing::warn!(draining = *draining.borrow(), "health: NOT_SERVING");
+                tracing::warn!(draining = *draining.borrow(), store_answers, "health: NOT_SERVING");
             }
         }
         tokio::select! {
@@ -68,18 +77,29 @@ async fn report_health(engine: Arc<Engine>, reporter: tonic_health::server::Heal
     }
 }
 
-async fn set_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
-    let status = if serving {
+fn serving_status(serving: bool) -> tonic_health::ServingStatus {
+    if serving {
         tonic_health::ServingStatus::Serving
     } else {
         tonic_health::ServingStatus::NotServing
-    };
-    reporter.set_service_status("", status).await;
-    if serving {
+    }
+}
+
+async fn set_liveness(reporter: &tonic_health::server::HealthReporter, alive: bool) {
+    reporter.set_service_status("", serving_status(alive)).await;
+}
+
+async fn set_readiness(reporter: &tonic_health::server::HealthReporter, ready: bool) {
+    if ready {
         reporter.set_serving::<RunnerServer>().await;
     } else {
         reporter.set_not_serving::<RunnerServer>().await;
     }
+}
+
+async fn set_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
+    set_liveness(reporter, serving).await;
+    set_readiness(reporter, serving).await;
 }
 
 /// Serves the runner, health and reflection services on `listener` until `shutdown`

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Validates deploy/k8s offline: every resource kustomization.yaml lists (and no other
+# manifest may exist) against the pinned Kubernetes schema, strictly (unknown fields and
+# unknown kinds fail), then the cross-references a schema cannot see: selectors, ports,
+# probes, Secret and ConfigMap names, the grace period against the drain timings, and
+# every CURSOR_RUNNER_* name against the ones the binary reads. Exits non-zero on failure.
+#
+# Needs python3; installs the PyPI package kubernetes-validate (pinned) if it is missing.
+# No cluster: `kubectl --dry-run=client` would need one.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+KUBERNETES_VALIDATE_VERSION=1.37.0 # the PyPI package, which bundles the schemas
+KUBERNETES_VERSION=1.33.0          # the schema the manifests are held to
+
+installed=$(python3 -c 'import kubernetes_validate; print(kubernetes_validate.__version__)' 2>/dev/null || true)
+if [ "$installed" != "$KUBERNETES_VALIDATE_VERSION" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+
+KUBERNETES_VERSION=$KUBERNETES_VERSION python3 - <<'PYTHON'
+import glob
+import os
+import re
+import sys
+
+import kubernetes_validate
+import yaml
+
+version = os.environ["KUBERNETES_VERSION"]
+failures = []
+
+
+def fail(message):
+    failures.append(message)
+    print(f"FAIL {message}")
+
+
+kustomization = yaml.safe_load(open("kustomization.yaml"))
+if kustomization.get("kind") != "Kustomization":
+    fail("kustomization.yaml: not a Kustomization")
+listed = kustomization.get("resources", [])
+present = sorted(f for f in glob.glob("*.yaml") if f != "kustomization.yaml")
+for name in sorted(set(present) - set(listed)):
+    fail(f"{name}: not listed in kustomization.yaml (it would never be applied)")
+for name in sorted(set(listed) - set(present)):
+    fail(f"kustomization.yaml lists {name}, which does not exist")
+
+resources = {}
+for name in listed:
+    if not os.path.exists(name):
+        continue
+    for resource in (r for r in yaml.safe_load_all(open(name)) if r):
+        label = f"{name}: {resource.get('kind')}/{resource.get('metadata', {}).get('name')}"
+        try:
+            kubernetes_validate.validate(resource, version, strict=True)
+            print(f"ok   {label} (Kubernetes {version}, strict)")
+        except kubernetes_validate.ValidationError as e:
+            path = ".".join(str(p) for p in e.path)
+            fail(f"{label}: {path}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            fail(f"{label}: {e.message}")
+        resources[(resource["kind"], resource["metadata"]["name"])] = resource
+
+if failures:
+    sys.exit(f"{len(failures)} failure(s)")
+
+
+def one(kind):
+    found = [r for (k, _), r in resources.items() if k == kind]
+    if len(found) != 1:
+        fail(f"expected exactly one {kind}, found {len(found)}")
+        return {}
+    return found[0]
+
+
+deployment = one("Deployment")
+service = one("Service")
+budget = one("PodDisruptionBudget")
+pod = deployment["spec"]["template"]
+labels = pod["metadata"].get("labels", {})
+spec = pod["spec"]
+container = spec["containers"][0]
+
+# Selectors select the pod.
+for what, selector in [
+    ("Deployment selector", deployment["spec"]["selector"]["matchLabels"]),
+    ("Service selector", service["spec"]["selector"]),
+    ("PodDisruptionBudget selector", budget["spec"]["selector"]["matchLabels"]),
+]:
+    if not selector or any(labels.get(k) != v for k, v in selector.items()):
+        fail(f"{what} {selector} does not match the pod's labels {labels}")
+
+# One replica per database, replaced, never surged (see deployment.yaml).
+if deployment["spec"].get("replicas") != 1 or deployment["spec"].get("strategy", {}).get("type") != "Recreate":
+    fail("the Deployment must run 1 replica with strategy Recreate")
+
+# ConfigMap, Secrets.
+config = {}
+for source in container.get("envFrom", []):
+    name = source["configMapRef"]["name"]
+    if ("ConfigMap", name) not in resources:
+        fail(f"envFrom names ConfigMap {name}, which is not in the kustomization")
+    else:
+        config.update(resources[("ConfigMap", name)].get("data", {}))
+env_names = list(config) + [e["name"] for e in container.get("env", [])]
+for entry in container.get("env", []):
+    ref = entry.get("valueFrom", {}).get("secretKeyRef")
+    if ref:
+        secret = resources.get(("Secret", ref["name"]))
+        if secret is None or ref["key"] not in {**secret.get("data", {}), **secret.get("stringData", {})}:
+            fail(f"{entry['name']}: Secret {ref['name']} has no key {ref['key']}")
+for volume in spec.get("volumes", []):
+    if "secret" in volume:
+        secret = resources.get(("Secret", volume["secret"]["secretName"]))
+        if secret is None:
+            fail(f"volume {volume['name']}: Secret {volume['secret']['secretName']} is not in the kustomization")
+            continue
+        keys = {**secret.get("data", {}), **secret.get("stringData", {})}
+        for item in volume["secret"].get("items", []):
+            if item["key"] not in keys:
+                fail(f"volume {volume['name']}: Secret {secret['metadata']['name']} has no key {item['key']}")
+
+# Every CURSOR_RUNNER_* name is one the binary reads (a misspelt one would be ignored).
+sources = "../../services/runner/src"
+if os.path.isdir(sources):
+    known = set()
+    for path in glob.glob(f"{sources}/*.rs"):
+        known |= set(re.findall(r'"(CURSOR_RUNNER_[A-Z0-9_]+)"', open(path).read()))
+    for name in env_names:
+        if name.startswith("CURSOR_RUNNER_") and name not in known:
+            fail(f"{name}: no such setting in services/runner/src")
+    if "CURSOR_RUNNER_AGENT_COMMAND" in config and "CURSOR_RUNNER_DISTRIBUTION_MANIFEST" in config:
+        fail("CURSOR_RUNNER_AGENT_COMMAND and CURSOR_RUNNER_DISTRIBUTION_MANIFEST conflict")
+
+# The listener, the container port, the probes and the Service agree.
+listen_port = int(config.get("CURSOR_RUNNER_LISTEN", "127.0.0.1:50051").rsplit(":", 1)[1])
+if config.get("CURSOR_RUNNER_LISTEN", "").startswith("127."):
+    fail("CURSOR_RUNNER_LISTEN is loopback: neither the probes nor the Service could reach it")
+ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+if ports.get("grpc") != listen_port:
+    fail(f"container port grpc {ports.get('grpc')} is not CURSOR_RUNNER_LISTEN's port {listen_port}")
+expected = {
+    "startupProbe": None,
+    "readinessProbe": "cursor_runner.v1.RunnerService",
+    "livenessProbe": "",
+}
+for probe, service_name in expected.items():
+    grpc = container.get(probe, {}).get("grpc")
+    if grpc is None:
+        fail(f"{probe}: not a gRPC probe")
+        continue
+    if grpc.get("port") != listen_port:
+        fail(f"{probe}: port {grpc.get('port')} is not {listen_port}")
+    if service_name is not None and grpc.get("service") != service_name:
+        fail(f"{probe}: service {grpc.get('service')!r}, expected {service_name!r}")
+for port in service["spec"]["ports"]:
+    if port["targetPort"] not in ports:
+        fail(f"Service port {port['name']}: targetPort {port['targetPort']} is no container port")
+
+# The kubelet's SIGKILL comes after the whole drain: deadline, cancel grace, stop grace.
+drain = sum(
+    int(config.get(name, default))
+    for name, default in [
+        ("CURSOR_RUNNER_DRAIN_DEADLINE_SECS", 30),
+        ("CURSOR_RUNNER_CANCEL_GRACE_SECS", 15),
+        ("CURSOR_RUNNER_STOP_GRACE_SECS", 5),
+    ]
+)
+grace = spec.get("terminationGracePeriodSeconds", 30)
+if grace < drain + 5:
+    fail(f"terminationGracePeriodSeconds {grace} < drain + cancel grace + stop grace ({drain}) + 5 s margin")
+
+# Writable paths on a read-only root.
+security = container.get("securityContext", {})
+if security.get("readOnlyRootFilesystem") is not True:
+    fail("readOnlyRootFilesystem must be true")
+mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+state_dir = config.get("CURSOR_RUNNER_STATE_DIR")
+if state_dir not in mounts:
+    fail(f"the state dir {state_dir} is not a mounted volume (the root filesystem is read-only)")
+if "ALL" not in security.get("capabilities", {}).get("drop", []):
+    fail("capabilities: drop ALL, then add only what isolation needs")
+
+if failures:
+    sys.exit(f"{len(failures)} failure(s)")
+print(f"ok   cross-references: selectors, ports, probes, secrets, settings, grace {grace} s >= {drain} s + margin")
+PYTHON
