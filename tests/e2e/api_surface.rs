@@ -8,6 +8,7 @@ on_both_backends!(
     executions_are_listed_in_pages,
     interactions_are_listed_in_pages_and_filtered_by_state,
     reflection_lists_every_served_service,
+    grpc_web_over_http1_reaches_the_same_services,
     health_reports_the_runner_service_serving,
     get_capabilities_serves_the_list_the_docs_table_is_rendered_from,
 );
@@ -250,4 +251,86 @@ async fn reflection_lists_every_served_service(backend: Backend) {
         ]
     );
     service.shutdown().await;
+}
+
+/// One gRPC-Web call over plain HTTP/1.1, as an HTTP proxy (Daytona's preview ingress)
+/// forwards it; returns the response head and body.
+fn grpc_web_call(address: std::net::SocketAddr, path: &str, tenant: &str, message: &[u8]) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/grpc-web+proto\r\n\
+         X-Grpc-Web: 1\r\nx-tenant-id: {tenant}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        frame.len()
+    )
+    .unwrap();
+    stream.write_all(&frame).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP response");
+    (
+        String::from_utf8_lossy(&response[..split]).into_owned(),
+        response[split + 4..].to_vec(),
+    )
+}
+
+async fn grpc_web_over_http1_reaches_the_same_services(backend: Backend) {
+    use prost::Message;
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let created = create_execution(&mut client, &service, "create-1").await;
+    let address = service.address;
+    let request = proto::GetExecutionRequest {
+        execution_id: created.execution_id.clone(),
+    }
+    .encode_to_vec();
+    let (head, body) = tokio::task::spawn_blocking(move || {
+        grpc_web_call(
+            address,
+            "/cursor_runner.v1.RunnerService/GetExecution",
+            TENANT,
+            &request,
+        )
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("content-type: application/grpc-web"),
+        "{head}"
+    );
+    let body = dechunk(&head, body);
+    assert_eq!(body[0], 0, "a data frame first");
+    let length = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
+    let response = proto::GetExecutionResponse::decode(&body[5..5 + length]).unwrap();
+    assert_eq!(response.execution.unwrap().execution_id, created.execution_id);
+    let trailers = &body[5 + length..];
+    assert_eq!(trailers[0], 0x80, "then the trailers frame");
+    assert!(String::from_utf8_lossy(&trailers[5..]).contains("grpc-status:0"));
+    service.shutdown().await;
+}
+
+/// The body of an HTTP/1.1 response, undoing chunked transfer encoding if used.
+fn dechunk(head: &str, body: Vec<u8>) -> Vec<u8> {
+    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        return body;
+    }
+    let mut out = Vec::new();
+    let mut rest = &body[..];
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
+        rest = &rest[line_end + 2 + size + 2..];
+    }
 }

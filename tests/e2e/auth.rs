@@ -14,6 +14,7 @@ on_both_backends!(
     the_tenant_comes_from_the_token_and_another_tenants_resources_are_not_found,
     tokens_rotate_without_a_restart,
     admin_calls_need_an_admin_token,
+    every_method_of_every_service_but_health_is_behind_authentication,
 );
 
 fn write_tokens(path: &Path, tokens: &[(&str, &str)]) {
@@ -211,5 +212,87 @@ async fn admin_calls_need_an_admin_token(backend: Backend) {
         .unwrap()
         .into_inner();
     assert!(!status.draining, "the refused drains changed nothing");
+    service.shutdown().await;
+}
+
+/// Every method the service serves, named by its gRPC path, from the embedded
+/// descriptors (a method added later is covered without touching this test).
+fn served_methods() -> Vec<String> {
+    use prost::Message;
+    let mut paths = Vec::new();
+    for set in [proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET] {
+        let set = prost_types::FileDescriptorSet::decode(set).unwrap();
+        for file in set.file {
+            for service in &file.service {
+                for method in &service.method {
+                    paths.push(format!("/{}.{}/{}", file.package(), service.name(), method.name()));
+                }
+            }
+        }
+    }
+    paths.push("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo".into());
+    paths
+}
+
+/// One call with an empty message: authentication decides before anything is decoded.
+async fn raw_call(service: &TestService, path: &str, token: Option<&str>) -> Result<(), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(service.channel().await);
+    grpc.ready().await.unwrap();
+    let mut request = tonic::Request::new(());
+    request.metadata_mut().insert("x-tenant-id", TENANT.parse().unwrap());
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    grpc.unary(request, path.parse().unwrap(), codec).await.map(drop)
+}
+
+async fn every_method_of_every_service_but_health_is_behind_authentication(backend: Backend) {
+    let (service, path, _dir) = authenticated(backend, &[("tenant-a", "tok-a")]).await;
+    let tokens = std::fs::read_to_string(&path).unwrap();
+    let mut with_admin: serde_json::Value = serde_json::from_str(&tokens).unwrap();
+    with_admin["tokens"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"tenant_id": "ops", "sha256": hex_digest("tok-admin"), "role": "admin"}));
+    std::fs::write(&path, with_admin.to_string()).unwrap();
+    let methods = served_methods();
+    assert!(methods.len() >= 24, "{methods:?}");
+    for method in &methods {
+        if method.starts_with("/grpc.health.v1.Health/") {
+            // Open for probes (Watch streams forever: Check stands for both).
+            if method.ends_with("/Check") {
+                raw_call(&service, method, None).await.expect("health needs no token");
+            }
+            continue;
+        }
+        for token in [None, Some("wrong-token")] {
+            let status = raw_call(&service, method, token).await.expect_err(method);
+            assert_eq!(status.code(), Code::Unauthenticated, "{method} with {token:?}");
+            assert_eq!(reason(&status), "UNAUTHENTICATED", "{method}");
+        }
+        if method.starts_with("/cursor_runner.v1.AdminService/") {
+            let status = raw_call(&service, method, Some("tok-a")).await.expect_err(method);
+            assert_eq!(status.code(), Code::PermissionDenied, "{method} with a tenant token");
+        } else {
+            let outcome = raw_call(&service, method, Some("tok-a")).await;
+            assert!(
+                outcome
+                    .as_ref()
+                    .err()
+                    .is_none_or(|s| !matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied)),
+                "{method} admits a valid tenant token: {outcome:?}"
+            );
+        }
+    }
+    raw_call(
+        &service,
+        "/cursor_runner.v1.AdminService/GetPoolStatus",
+        Some("tok-admin"),
+    )
+    .await
+    .expect("an admin token passes");
     service.shutdown().await;
 }

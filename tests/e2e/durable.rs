@@ -428,7 +428,10 @@ async fn the_same_answer_retried_concurrently_under_one_request_id_is_delivered_
         let mut client = service.client().await;
         let request = one_question_answer(&question, "one-id", "option-1");
         retries.push(tokio::spawn(async move {
-            client.answer_interaction(request).await.map(|r| r.into_inner().interaction.unwrap())
+            client
+                .answer_interaction(request)
+                .await
+                .map(|r| r.into_inner().interaction.unwrap())
         }));
     }
     for retry in retries {

@@ -24,6 +24,7 @@ mod processes;
 mod service_process;
 pub mod throughput;
 pub use processes::*;
+pub mod pki;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 
 /// The server every Postgres test uses unless `DATABASE_URL` names another.
@@ -340,7 +341,7 @@ impl TestService {
                 async {
                     let _ = stopped.await;
                 },
-                auth,
+                cursor_runner_api::ServeOptions { auth, tls: None },
             )
             .await
             .expect("server");

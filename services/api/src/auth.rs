@@ -3,10 +3,19 @@
 //! re-read when it changes, so tokens rotate without a restart.
 //!
 //! File format (JSON): `{"tokens": [{"tenant_id": "acme", "sha256": "<hex of sha256(token)>", "role": "tenant"}]}`
-//! — only digests are stored. `role` is `tenant` (default) or `admin`.
+//! — only digests are stored. `role` is `tenant` (default) or `admin`. An entry may name
+//! a client certificate instead of a token: `"client_cert_sha256": "<hex of sha256(DER)>"`
+//! (`openssl x509 -in client.pem -outform der | sha256sum`); a connection whose TLS
+//! handshake verified that certificate against `--tls-client-ca` is that caller.
+//!
+//! [`AuthLayer`] applies it in front of every service: health stays open for probes,
+//! `AdminService` needs the `admin` role, and everything else (the runner service and
+//! reflection) needs a valid token or certificate.
 
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use cursor_runner_executions::{EngineError, ErrorKind, Reason};
@@ -35,11 +44,22 @@ pub struct Caller {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Entry {
     tenant_id: String,
-    sha256: String,
+    #[serde(default)]
+    sha256: Option<String>,
+    #[serde(default)]
+    client_cert_sha256: Option<String>,
     #[serde(default)]
     role: Role,
+}
+
+/// What an entry recognizes its caller by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Credential {
+    Token([u8; 32]),
+    ClientCert([u8; 32]),
 }
 
 #[derive(Debug, Deserialize)]
@@ -57,7 +77,7 @@ fn stamp(metadata: &std::fs::Metadata) -> Stamp {
 
 struct Loaded {
     stamp: Stamp,
-    entries: Vec<([u8; 32], Caller)>,
+    entries: Vec<(Credential, Caller)>,
 }
 
 /// Token authentication backed by a file.
@@ -83,8 +103,9 @@ impl TokenAuth {
         })
     }
 
-    /// The caller a `authorization: Bearer <token>` value names.
-    pub fn authenticate(&self, header: Option<&str>) -> Result<Caller, Status> {
+    /// The caller a `authorization: Bearer <token>` value names, else the one whose
+    /// client certificate the connection's TLS handshake verified.
+    pub fn authenticate(&self, header: Option<&str>, client_cert_sha256: Option<&[u8; 32]>) -> Result<Caller, Status> {
         let refuse = |message: &str| {
             to_status(EngineError::new(
                 ErrorKind::Unauthenticated,
@@ -95,19 +116,30 @@ impl TokenAuth {
         let token = header
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| refuse("a bearer token is required"))?;
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            .filter(|t| !t.is_empty());
+        let presented = match (token, client_cert_sha256) {
+            (Some(token), _) => Credential::Token(Sha256::digest(token.as_bytes()).into()),
+            (None, Some(cert)) => Credential::ClientCert(*cert),
+            (None, None) => return Err(refuse("a bearer token or a client certificate is required")),
+        };
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         self.reload_if_changed(&mut loaded);
         // Compare against every entry without stopping early: timing says nothing.
         let mut found = None;
         for (known, caller) in &loaded.entries {
-            if constant_time_eq(known, &digest) {
+            let same = match (known, &presented) {
+                (Credential::Token(a), Credential::Token(b))
+                | (Credential::ClientCert(a), Credential::ClientCert(b)) => constant_time_eq(a, b),
+                _ => false,
+            };
+            if same {
                 found = Some(caller.clone());
             }
         }
-        found.ok_or_else(|| refuse("the bearer token is not valid"))
+        found.ok_or_else(|| match presented {
+            Credential::Token(_) => refuse("the bearer token is not valid"),
+            Credential::ClientCert(_) => refuse("the client certificate names no caller"),
+        })
     }
 
     fn reload_if_changed(&self, loaded: &mut Loaded) {
@@ -134,14 +166,25 @@ fn load(path: &PathBuf) -> Result<Loaded, TokensFileError> {
     let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
     let file: TokensFile = serde_json::from_str(&text).map_err(|e| error(e.to_string()))?;
     let mut entries = Vec::with_capacity(file.tokens.len());
+    let digest = |hex_text: &str| -> Result<[u8; 32], TokensFileError> {
+        let bytes = hex::decode(hex_text.trim()).map_err(|e| error(format!("a digest is not hex: {e}")))?;
+        bytes.try_into().map_err(|_| error("a digest is not 32 bytes".into()))
+    };
     for entry in file.tokens {
-        let bytes = hex::decode(entry.sha256.trim()).map_err(|e| error(format!("a sha256 is not hex: {e}")))?;
-        let digest: [u8; 32] = bytes.try_into().map_err(|_| error("a sha256 is not 32 bytes".into()))?;
+        let credential = match (&entry.sha256, &entry.client_cert_sha256) {
+            (Some(token), None) => Credential::Token(digest(token)?),
+            (None, Some(cert)) => Credential::ClientCert(digest(cert)?),
+            _ => {
+                return Err(error(
+                    "each entry names exactly one of sha256 and client_cert_sha256".into(),
+                ));
+            }
+        };
         if entry.tenant_id.trim().is_empty() {
             return Err(error("an entry has no tenant_id".into()));
         }
         entries.push((
-            digest,
+            credential,
             Caller {
                 tenant_id: entry.tenant_id,
                 role: entry.role,
@@ -152,6 +195,87 @@ fn load(path: &PathBuf) -> Result<Loaded, TokensFileError> {
         stamp: stamp(&metadata),
         entries,
     })
+}
+
+/// Path prefixes of the services, as the layer routes them.
+const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
+const ADMIN_PREFIX: &str = "/cursor_runner.v1.AdminService/";
+
+/// Authentication in front of every service (a tower layer on the HTTP requests, so
+/// nothing served can skip it). Without a tokens file every call passes and runner
+/// calls name their tenant in `x-tenant-id` (development, loopback only).
+#[derive(Clone, Default)]
+pub struct AuthLayer {
+    auth: Option<Arc<TokenAuth>>,
+}
+
+impl AuthLayer {
+    pub fn new(auth: Option<Arc<TokenAuth>>) -> Self {
+        Self { auth }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService {
+            inner,
+            auth: self.auth.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    auth: Option<Arc<TokenAuth>>,
+}
+
+/// Decides one request: `Ok` with the caller recorded in its extensions, or the refusal.
+fn admit<B>(auth: Option<&TokenAuth>, request: &mut http::Request<B>) -> Result<(), Status> {
+    let path = request.uri().path();
+    let Some(auth) = auth else { return Ok(()) };
+    if path.starts_with(HEALTH_PREFIX) {
+        return Ok(());
+    }
+    let admin_call = path.starts_with(ADMIN_PREFIX);
+    let header = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let certificate = request
+        .extensions()
+        .get::<crate::tls::ConnectionInfo>()
+        .and_then(|info| info.client_cert_sha256);
+    let caller = auth.authenticate(header, certificate.as_ref())?;
+    if admin_call {
+        crate::admin::require_admin(&caller)?;
+    }
+    request.extensions_mut().insert(caller);
+    Ok(())
+}
+
+impl<S, B> tower::Service<http::Request<B>> for AuthService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match admit(self.auth.as_deref(), &mut request) {
+            Ok(()) => Box::pin(self.inner.call(request)),
+            Err(refusal) => Box::pin(std::future::ready(Ok(refusal.into_http()))),
+        }
+    }
 }
 
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
@@ -178,7 +302,10 @@ mod tests {
     fn a_token_names_its_tenant_and_anything_else_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let auth = TokenAuth::from_file(file(dir.path(), &[("acme", "tok-a"), ("globex", "tok-b")])).unwrap();
-        assert_eq!(auth.authenticate(Some("Bearer tok-b")).unwrap().tenant_id, "globex");
+        assert_eq!(
+            auth.authenticate(Some("Bearer tok-b"), None).unwrap().tenant_id,
+            "globex"
+        );
         for header in [
             None,
             Some("Bearer "),
@@ -187,7 +314,7 @@ mod tests {
             Some("Basic tok-a"),
         ] {
             assert_eq!(
-                auth.authenticate(header).unwrap_err().code(),
+                auth.authenticate(header, None).unwrap_err().code(),
                 tonic::Code::Unauthenticated,
                 "{header:?}"
             );

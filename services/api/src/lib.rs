@@ -6,6 +6,7 @@ pub mod auth;
 mod convert;
 mod service;
 mod status;
+pub mod tls;
 
 pub mod pb {
     #![allow(clippy::all, clippy::pedantic)]
@@ -15,10 +16,11 @@ pub mod pb {
 }
 
 pub use admin::AdminApi;
-pub use auth::TokenAuth;
+pub use auth::{AuthLayer, TokenAuth};
 pub use convert::struct_to_json;
 pub use service::{RunnerApi, TENANT_METADATA};
 pub use status::{ERROR_DOMAIN, to_status};
+pub use tls::{TlsReloader, TlsSettings};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -102,23 +104,33 @@ async fn set_health(reporter: &tonic_health::server::HealthReporter, serving: bo
     set_readiness(reporter, serving).await;
 }
 
-/// Serves the runner, health and reflection services on `listener` until `shutdown`
-/// resolves.
+/// How the listener authenticates and encrypts.
+#[derive(Clone, Default)]
+pub struct ServeOptions {
+    /// Token (and client certificate) authentication; `None`: every call passes and runner
+    /// calls name their tenant in `x-tenant-id` (development, loopback only).
+    pub auth: Option<Arc<TokenAuth>>,
+    /// TLS on the listener; `None`: plaintext (the binary refuses that off loopback).
+    pub tls: Option<Arc<TlsReloader>>,
+}
+
+/// Serves the runner, admin, health and reflection services on `listener` until
+/// `shutdown` resolves, with no authentication and no TLS.
 pub async fn serve(
     engine: Arc<Engine>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    serve_with(engine, listener, shutdown, None).await
+    serve_with(engine, listener, shutdown, ServeOptions::default()).await
 }
 
-/// [`serve`] with token authentication: when `auth` is set, every runner call needs a
-/// valid bearer token and its tenant comes from the token (health stays open).
+/// [`serve`] with authentication and TLS as `options` say. gRPC and gRPC-Web (HTTP/1.1)
+/// are served on the same port.
 pub async fn serve_with(
     engine: Arc<Engine>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
-    auth: Option<Arc<TokenAuth>>,
+    options: ServeOptions,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&health_reporter, true).await;
@@ -129,32 +141,21 @@ pub async fn serve_with(
         .build_v1()
         .expect("the embedded descriptor sets are valid");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let admin_auth = auth.clone();
+    // gRPC-Web (HTTP/1.1, for HTTP proxies such as Daytona's preview ingress) is
+    // translated first, so authentication and the services see plain gRPC.
     let server = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .layer(tonic_web::GrpcWebLayer::new())
+        .layer(AuthLayer::new(options.auth))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(pb::runner_service_server::RunnerServiceServer::with_interceptor(
-            RunnerApi::new(engine.clone()),
-            move |mut request: tonic::Request<()>| {
-                if let Some(auth) = &auth {
-                    let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-                    let caller = auth.authenticate(header)?;
-                    request.extensions_mut().insert(caller);
-                }
-                Ok(request)
-            },
-        ))
-        .add_service(pb::admin_service_server::AdminServiceServer::with_interceptor(
-            AdminApi::new(engine.clone()),
-            move |request: tonic::Request<()>| {
-                if let Some(auth) = &admin_auth {
-                    let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-                    admin::require_admin(&auth.authenticate(header)?)?;
-                }
-                Ok(request)
-            },
-        ))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
+        .add_service(pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(
+            engine.clone(),
+        )))
+        .add_service(pb::admin_service_server::AdminServiceServer::new(AdminApi::new(
+            engine.clone(),
+        )))
+        .serve_with_incoming_shutdown(tls::incoming(listener, options.tls), async {
             let _ = stop_rx.await;
         });
     // Graceful shutdown waits for open calls: event tails are ended first, and a

@@ -59,6 +59,9 @@ struct HealthcheckArgs {
     /// Seconds to wait for the connection and the answer.
     #[arg(long, default_value_t = 5)]
     timeout_secs: u64,
+    /// Connect with TLS, trusting this CA (PEM); the address may also be `https://…`.
+    #[arg(long, env = "CURSOR_RUNNER_HEALTHCHECK_CA")]
+    ca: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -69,10 +72,25 @@ struct ServeArgs {
     /// Address of the Prometheus `/metrics` HTTP listener (OpenMetrics text); off when unset.
     #[arg(long, env = "CURSOR_RUNNER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
-    /// Bearer tokens per tenant (JSON with sha256 digests, re-read when it changes). Without
-    /// it callers are unauthenticated and name their tenant in `x-tenant-id`.
+    /// Bearer tokens (and client certificates) per tenant (JSON with sha256 digests, re-read
+    /// when it changes). Without it callers are unauthenticated and name their tenant in
+    /// `x-tenant-id`.
     #[arg(long, env = "CURSOR_RUNNER_TOKENS_FILE")]
     tokens_file: Option<PathBuf>,
+    /// The listener's TLS certificate chain (PEM), reloaded when it changes.
+    #[arg(long, env = "CURSOR_RUNNER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The listener's TLS private key (PEM), reloaded when it changes.
+    #[arg(long, env = "CURSOR_RUNNER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA (PEM) that client certificates are verified against; a verified certificate can
+    /// stand for a tenant (`client_cert_sha256` in the tokens file).
+    #[arg(long, env = "CURSOR_RUNNER_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve plaintext on a non-loopback address (behind a TLS-terminating proxy on a
+    /// private network). Without it, a non-loopback listener needs TLS.
+    #[arg(long, env = "CURSOR_RUNNER_ALLOW_PLAINTEXT")]
+    allow_plaintext: bool,
     /// `postgres://…` (production) or `sqlite:PATH` (single node). Default: SQLite in the state directory.
     #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
     database_url: Option<String>,
@@ -206,6 +224,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Refused before anything starts: unusable tokens or TLS files, plaintext off loopback.
+    let options = serve_options(&args)?;
     std::fs::create_dir_all(&args.state_dir).with_context(|| format!("creating {}", args.state_dir.display()))?;
     let state_dir = std::fs::canonicalize(&args.state_dir)?;
     let database_url = args
@@ -264,7 +284,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    tracing::info!(address = %listener.local_addr()?, store = store.backend(), "serving");
+    tracing::info!(
+        address = %listener.local_addr()?,
+        store = store.backend(),
+        tls = options.tls.is_some(),
+        authenticated = options.auth.is_some(),
+        "serving gRPC and gRPC-Web"
+    );
+    cursor_runner_api::serve_with(engine.clone(), listener, drain_on_signal(engine.clone()), options).await?;
+    tracing::info!("shutting down: stopping every agent");
+    engine.shutdown().await;
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.abort();
+    }
+    Ok(())
+}
+
+/// Authentication and TLS for the listener, refusing what would send tokens in the clear:
+/// plaintext off loopback needs `--allow-plaintext` (and gets a warning).
+fn serve_options(args: &ServeArgs) -> anyhow::Result<cursor_runner_api::ServeOptions> {
     let auth = match &args.tokens_file {
         Some(path) => Some(std::sync::Arc::new(cursor_runner_api::TokenAuth::from_file(path)?)),
         None => {
@@ -274,13 +312,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None
         }
     };
-    cursor_runner_api::serve_with(engine.clone(), listener, drain_on_signal(engine.clone()), auth).await?;
-    tracing::info!("shutting down: stopping every agent");
-    engine.shutdown().await;
-    if let Some(metrics_server) = metrics_server {
-        metrics_server.abort();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(cursor_runner_api::TlsReloader::new(
+            cursor_runner_api::TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            },
+        )?)),
+        _ => None,
+    };
+    if tls.is_none() && !args.listen.ip().is_loopback() {
+        anyhow::ensure!(
+            args.allow_plaintext,
+            "refusing to serve plaintext on {}: give --tls-cert and --tls-key, listen on loopback, \
+             or pass --allow-plaintext behind a TLS-terminating proxy on a private network",
+            args.listen
+        );
+        tracing::warn!(address = %args.listen, "serving PLAINTEXT on a non-loopback address (--allow-plaintext): tokens cross the network in the clear unless a proxy terminates TLS");
     }
-    Ok(())
+    Ok(cursor_runner_api::ServeOptions { auth, tls })
 }
 
 /// Prints the status and says whether it is SERVING.
@@ -290,16 +341,21 @@ async fn healthcheck(args: HealthcheckArgs) -> bool {
     use tonic_health::pb::health_client::HealthClient;
 
     let limit = std::time::Duration::from_secs(args.timeout_secs);
+    let scheme = if args.ca.is_some() { "https" } else { "http" };
     let uri = if args.addr.contains("://") {
         args.addr.clone()
     } else {
-        format!("http://{}", args.addr)
+        format!("{scheme}://{}", args.addr)
     };
     let check = async {
-        let channel = tonic::transport::Endpoint::from_shared(uri)?
-            .connect_timeout(limit)
-            .connect()
-            .await?;
+        let mut endpoint = tonic::transport::Endpoint::from_shared(uri)?.connect_timeout(limit);
+        if let Some(ca) = &args.ca {
+            let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+            endpoint = endpoint.tls_config(
+                tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+            )?;
+        }
+        let channel = endpoint.connect().await?;
         let response = HealthClient::new(channel)
             .check(HealthCheckRequest {
                 service: args.service.clone(),
