@@ -70,8 +70,15 @@ pub(crate) fn display_text(raw: &str, max_chars: usize) -> (String, bool) {
             let keep = max_chars.saturating_sub(1);
             let cut = clean.text.char_indices().nth(keep).map_or(clean.text.len(), |(i, _)| i);
             let mut text = clean.text[..cut].to_owned();
+            // A cut between `\r` and `\n` would leave a bare carriage return, the very
+            // thing sanitizing neutralizes: picture it like any other.
+            let bare_cr = text.ends_with('\r');
+            if bare_cr {
+                text.pop();
+                text.push('\u{240d}');
+            }
             text.push('…');
-            (text, clean.sanitized)
+            (text, clean.sanitized || bare_cr)
         }
     }
 }
@@ -125,5 +132,15 @@ mod tests {
         assert_eq!(display_text("abcd", 4), ("abcd".to_owned(), false));
         assert_eq!(display_text("abcde", 4), ("abc…".to_owned(), false));
         assert_eq!(display_text("\u{1b}bcde", 4), ("␛bc…".to_owned(), true));
+    }
+
+    #[test]
+    fn a_cut_between_cr_and_lf_leaves_no_bare_carriage_return() {
+        assert_eq!(display_text("ab\r\ncd", 4), ("ab␍…".to_owned(), true));
+        assert_eq!(
+            display_text("ab\r\n", 4),
+            ("ab\r\n".to_owned(), false),
+            "uncut CRLF stays"
+        );
     }
 }
