@@ -95,10 +95,15 @@ pub fn run(status_fd: Option<RawFd>, command: &[OsString]) -> ! {
 /// them: when it closes stdin the runner's next write fails (EPIPE) instead of filling
 /// a pipe nobody reads, and its stdout ends when the agent (and whatever it handed it
 /// to) closes it. Stderr stays: our own diagnostics go there.
-fn release_agent_pipes() -> io::Result<()> {
+fn release_agent_pipes(status_fd: Option<RawFd>) -> io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
-    nix::unistd::dup2_stdin(&null).map_err(io::Error::from)?;
-    nix::unistd::dup2_stdout(&null).map_err(io::Error::from)?;
+    if status_fd != Some(0) {
+        nix::unistd::dup2_stdin(&null).map_err(io::Error::from)?;
+    }
+    // Unless the status goes there (a direct run may point `--status-fd` at stdout).
+    if status_fd != Some(1) {
+        nix::unistd::dup2_stdout(&null).map_err(io::Error::from)?;
+    }
     Ok(())
 }
 
@@ -142,7 +147,7 @@ fn supervise(mut status: Option<&mut File>, command: &[OsString]) -> io::Result<
     let agent = Pid::from_raw(child.id() as i32);
     // We reap it ourselves with waitpid(-1); the std handle is not needed.
     drop(child);
-    release_agent_pipes()?;
+    release_agent_pipes(status.as_deref().map(AsRawFd::as_raw_fd))?;
     report(status.as_deref_mut(), &format!("pid {}", host_pid_of(agent)));
 
     loop {
