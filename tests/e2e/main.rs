@@ -34,6 +34,7 @@ mod drain;
 mod durable;
 mod idempotency;
 mod interactions;
+mod limits;
 mod mcp;
 mod metrics;
 mod orphans;

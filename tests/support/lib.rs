@@ -257,6 +257,8 @@ pub struct Options {
     pub drain_deadline: Duration,
     /// The runner-owned MCP servers executions may name.
     pub mcp_allowlist: McpAllowlist,
+    /// Per-tenant ceilings on execution limits.
+    pub tenant_limits: cursor_runner_executions::limits::TenantLimits,
 }
 
 impl Default for Options {
@@ -271,6 +273,7 @@ impl Default for Options {
             pool: PoolConfig::default(),
             drain_deadline: Duration::from_secs(30),
             mcp_allowlist: McpAllowlist::default(),
+            tenant_limits: Default::default(),
         }
     }
 }
@@ -325,6 +328,7 @@ impl TestService {
         config.pool = options.pool.clone();
         config.drain_deadline = options.drain_deadline;
         config.mcp_allowlist = options.mcp_allowlist.clone();
+        config.tenant_limits = options.tenant_limits.clone();
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

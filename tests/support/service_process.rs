@@ -91,6 +91,19 @@ impl ServiceProcess {
         }
     }
 
+    /// SIGTERM, waits for the exit, and returns everything the service wrote to stderr
+    /// (lines a `wait_for_stderr` already consumed are not repeated).
+    pub fn stop_and_collect_stderr(mut self) -> Vec<String> {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+        let mut lines = Vec::new();
+        // The reader thread ends at EOF, which follows the exit.
+        while let Ok(line) = self.stderr_lines.recv_timeout(WAIT) {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// SIGKILL, then reap.
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL");

@@ -214,6 +214,10 @@ pub enum TurnFailureReason {
     ReplacedByNewTurn,
     /// The service drained (rolling upgrade) and cancelled the turn at the drain deadline.
     ServiceDraining,
+    /// The turn ran past its wall-clock deadline and was cancelled.
+    DeadlineExceeded,
+    /// The execution's active-time budget ran out during the turn, which was cancelled.
+    BudgetExhausted,
 }
 
 impl TurnFailureReason {
@@ -227,6 +231,8 @@ impl TurnFailureReason {
             Self::CancelTimeout => "cancel_timeout",
             Self::ReplacedByNewTurn => "replaced_by_new_turn",
             Self::ServiceDraining => "service_draining",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::BudgetExhausted => "budget_exhausted",
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
 
+use cursor_runner_executions::attempts::{self, UsageTotal};
+use cursor_runner_executions::limits::ExecutionLimits;
 use cursor_runner_executions::prompt::PromptBlock;
 use cursor_runner_executions::session_config::{ConfigOption, OptionValue};
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
@@ -132,6 +134,7 @@ pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
 
 pub fn execution(r: ExecutionRecord) -> pb::Execution {
     let state = execution_state(&r.state);
+    let limits = limits_proto(&ExecutionLimits::of(&r));
     let exited = r.exit_code.is_some() || r.exit_signal.is_some();
     pb::Execution {
         execution_id: r.id,
@@ -168,6 +171,50 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
                 sessions_served: l.sessions_served,
             }),
         session_config: session_config(r.session_config.as_deref()),
+        limits: Some(limits),
+        active_time: Some(duration_proto(r.active_ms)),
+        credential_name: r.credential_name.unwrap_or_default(),
+    }
+}
+
+fn limits_proto(limits: &ExecutionLimits) -> pb::ExecutionLimits {
+    pb::ExecutionLimits {
+        turn_deadline: limits.turn_deadline.map(std_duration_proto),
+        max_turns: limits.max_turns.map(i64::from),
+        max_active_time: limits.max_active.map(std_duration_proto),
+    }
+}
+
+/// The request's limits; unset is unbounded. Out-of-range values are the engine's to refuse.
+pub fn limits(limits: Option<pb::ExecutionLimits>) -> Result<ExecutionLimits, tonic::Status> {
+    let Some(limits) = limits else {
+        return Ok(ExecutionLimits::default());
+    };
+    let max_turns = limits
+        .max_turns
+        .map(|n| {
+            u32::try_from(n).map_err(|_| {
+                crate::to_status(EngineError::invalid(
+                    Reason::InvalidArgument,
+                    "max_turns is out of range",
+                ))
+            })
+        })
+        .transpose()?;
+    Ok(ExecutionLimits {
+        turn_deadline: limits.turn_deadline.map(duration).transpose()?,
+        max_turns,
+        max_active: limits.max_active_time.map(duration).transpose()?,
+    })
+}
+
+pub fn usage_total(total: &UsageTotal, active_ms: i64) -> pb::UsageTotal {
+    pb::UsageTotal {
+        turns: total.turns as i64,
+        turns_without_usage: total.turns_without_usage as i64,
+        cost_amount: total.cost.as_ref().map(|c| c.amount),
+        cost_currency: total.cost.as_ref().map(|c| c.currency.clone()).unwrap_or_default(),
+        active_time: Some(duration_proto(active_ms)),
     }
 }
 
@@ -234,6 +281,7 @@ pub fn model_catalog(catalog: ModelCatalog) -> pb::ListModelsResponse {
 }
 
 pub fn turn(r: TurnRecord) -> pb::Turn {
+    let usage = attempts::turn_usage(&r);
     let state = match TurnState::parse(&r.state) {
         Some(TurnState::Running) => pb::TurnState::Running,
         Some(TurnState::Completed) => pb::TurnState::Completed,
@@ -254,6 +302,14 @@ pub fn turn(r: TurnRecord) -> pb::Turn {
         failure_message: r.failure_message.unwrap_or_default(),
         start_time: Some(timestamp(r.started_at_ms)),
         end_time: r.ended_at_ms.map(timestamp),
+        usage: usage.map(|u| pb::TurnUsage {
+            context_used_tokens: u.used,
+            context_size_tokens: u.size,
+            cost_amount: u.cost.as_ref().map(|c| c.amount),
+            cost_currency: u.cost.map(|c| c.currency).unwrap_or_default(),
+        }),
+        credential_name: r.credential_name.unwrap_or_default(),
+        session_config: session_config(r.session_config.as_deref()),
     }
 }
 

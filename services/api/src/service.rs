@@ -134,6 +134,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                     },
                     load_session_id: non_empty(body.load_session_id),
                     mcp_servers: body.mcp_servers,
+                    limits: convert::limits(body.limits)?,
                 },
             )
             .await
@@ -285,6 +286,34 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::AckEventsResponse { acked_sequence: acked }))
+    }
+
+    async fn list_turns(
+        &self,
+        request: Request<pb::ListTurnsRequest>,
+    ) -> Result<Response<pb::ListTurnsResponse>, Status> {
+        let tenant_id = tenant(&request)?;
+        let body = request.into_inner();
+        let execution = self
+            .engine
+            .get_execution(&tenant_id, &body.execution_id)
+            .await
+            .map_err(to_status)?;
+        let (page, next, total) = self
+            .engine
+            .list_turns(
+                &tenant_id,
+                &body.execution_id,
+                i64::from(body.page_size),
+                &body.page_token,
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ListTurnsResponse {
+            turns: page.into_iter().map(convert::turn).collect(),
+            next_page_token: next,
+            usage_total: Some(convert::usage_total(&total, execution.active_ms)),
+        }))
     }
 
     async fn list_interactions(

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::attempts;
 use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
@@ -29,6 +30,7 @@ use crate::interaction::{
     RequestRefused, cancelled_result,
 };
 use crate::lease::LeaseInfo;
+use crate::limits::ExecutionLimits;
 use crate::mcp::McpServer;
 use crate::pool::{Pool, SlotTicket, WarmProcess, exit_message};
 use crate::prompt::{Prompt, PromptCapabilities};
@@ -100,6 +102,9 @@ struct ActiveTurn {
     /// the drain deadline): a `cancelled` stop settles it `interrupted` with this reason.
     interrupted_by: Option<TurnFailureReason>,
     cancel_deadline: Option<Instant>,
+    /// When a bound before spend cancels the turn, and which (`deadline_exceeded`,
+    /// `budget_exhausted`); taken once it fires.
+    bound: Option<(Instant, TurnFailureReason)>,
 }
 
 struct PendingInteraction {
@@ -588,9 +593,16 @@ impl Actor {
                 .map(|p| p.handoff_at)
                 .min();
             let drain_due = self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline);
+            let bound_due = self
+                .turn
+                .as_ref()
+                .filter(|t| t.cancel_deadline.is_none())
+                .and_then(|t| t.bound)
+                .map(|(at, _)| at);
             let ending = tokio::select! {
                 Some(command) = commands.recv() => self.on_command(command).await,
                 () = sleep_until(drain_due) => self.on_drain_deadline().await,
+                () = sleep_until(bound_due) => self.on_turn_bound().await,
                 message = inbound.recv() => match message {
                                         Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
                     Some(Inbound::Notification { method, params }) if method == "session/update" => {
@@ -758,6 +770,21 @@ impl Actor {
         Ok(Ending::Continue)
     }
 
+    /// The running turn hit its deadline or the execution's active-time budget: it is
+    /// cancelled through the normal path and settles `interrupted` with that reason.
+    async fn on_turn_bound(&mut self) -> Result<Ending, EngineError> {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+            return Ok(Ending::Continue);
+        };
+        let Some((_, reason)) = turn.bound.take() else {
+            return Ok(Ending::Continue);
+        };
+        turn.interrupted_by = Some(reason);
+        let turn_id = turn.record.id.clone();
+        self.cancel_turn_with(&turn_id, reason.as_str()).await?;
+        Ok(Ending::Continue)
+    }
+
     /// Draining and no turn runs (or waits to): close now.
     async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
         if self.drain.is_none() || self.turn.is_some() || self.queued_start.is_some() {
@@ -805,6 +832,7 @@ impl Actor {
             )
             .with("turn_id", turn.record.id.clone()));
         }
+        let bound = ExecutionLimits::of(&self.record).next_turn(&self.record)?;
         let turn_number = self.record.turn_count + 1;
         let record = TurnRecord {
             id: uuid::Uuid::now_v7().to_string(),
@@ -818,6 +846,9 @@ impl Actor {
             failure_message: None,
             started_at_ms: now_ms(),
             ended_at_ms: None,
+            credential_name: self.record.credential_name.clone(),
+            session_config: self.record.session_config.clone(),
+            usage: None,
         };
         self.store.insert_turn(&record).await?;
         self.record.turn_count = turn_number;
@@ -842,6 +873,7 @@ impl Actor {
             prompt_request_id,
             interrupted_by: None,
             cancel_deadline: None,
+            bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
         });
         Ok(record)
     }
@@ -1386,6 +1418,8 @@ impl Actor {
                     Some(
                         match reason {
                             TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
+                            TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
+                            TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
                             _ => "replaced by a new turn (replace_active)",
                         }
                         .to_owned(),
@@ -1446,8 +1480,14 @@ impl Actor {
         turn.record.stop_reason = stop_reason.clone();
         turn.record.failure_reason = failure.map(|f| f.as_str().to_owned());
         turn.record.failure_message = message.clone();
-        turn.record.ended_at_ms = Some(now_ms());
+        let ended = now_ms();
+        turn.record.ended_at_ms = Some(ended);
+        turn.record.usage = attempts::usage_column(payloads.iter().find_map(|p| match p {
+            ActivityPayload::UsageReported(usage) => Some(usage),
+            _ => None,
+        }));
         self.store.settle_turn(&turn.record).await?;
+        self.record.active_ms += (ended - turn.record.started_at_ms).max(0);
         let settled = TurnSettled {
             turn_id: turn_id.clone(),
             stop_reason,

@@ -20,11 +20,13 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
+use crate::attempts::UsageTotal;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::SessionStart;
 use crate::interaction::{self, ApprovalPolicy, InteractionAnswer};
 use crate::lease::{LeaseInfo, micros};
+use crate::limits::{ExecutionLimits, TenantLimits};
 use crate::mcp::{McpAllowlist, McpServer};
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
@@ -77,6 +79,8 @@ pub struct EngineConfig {
     pub drain_deadline: Duration,
     /// The runner-owned MCP servers an execution may name.
     pub mcp_allowlist: McpAllowlist,
+    /// Per-tenant ceilings on every execution's limits.
+    pub tenant_limits: TenantLimits,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -106,6 +110,7 @@ impl EngineConfig {
             pool: PoolConfig::default(),
             drain_deadline: Duration::from_secs(30),
             mcp_allowlist: McpAllowlist::default(),
+            tenant_limits: TenantLimits::default(),
         }
     }
 }
@@ -137,6 +142,8 @@ pub struct CreateExecutionCommand {
     pub load_session_id: Option<String>,
     /// Runner-owned MCP servers (allowlist names) injected into `session/new`.
     pub mcp_servers: Vec<String>,
+    /// Bounds before spend, capped by the tenant's policy.
+    pub limits: ExecutionLimits,
 }
 
 /// What an admitted `CreateExecution` launches with.
@@ -149,6 +156,7 @@ struct Admitted {
     session: ConfigRequest,
     load_session_id: Option<String>,
     mcp_servers: Vec<McpServer>,
+    limits: ExecutionLimits,
 }
 
 /// A leased process's first steps for an execution.
@@ -340,6 +348,7 @@ impl Engine {
     fn admit(&self, command: CreateExecutionCommand) -> Result<Admitted, EngineError> {
         let workspace = validate_workspace(&command.workspace)?;
         command.session.validate()?;
+        command.limits.validate()?;
         let mcp_servers = self.config.mcp_allowlist.select(&command.mcp_servers)?;
         self.config.workspace_policy.check(&workspace).map_err(policy_refusal)?;
         let wait_limit = match command.interaction_wait_limit {
@@ -374,6 +383,7 @@ impl Engine {
             session: command.session,
             load_session_id: command.load_session_id,
             mcp_servers,
+            limits: command.limits,
         })
     }
 
@@ -391,7 +401,10 @@ impl Engine {
             mut session,
             load_session_id,
             mut mcp_servers,
+            limits,
         } = admitted;
+        let limits = limits.capped_by(self.config.tenant_limits.for_tenant(tenant_id));
+        let credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
         let workspace = workspace.display().to_string();
         let (start, home) = match load_session_id {
             None => (SessionStart::New, None),
@@ -434,7 +447,14 @@ impl Engine {
             interaction_wait_limit_ms: i64::try_from(wait_limit.as_millis()).unwrap_or(i64::MAX),
             lease: None,
             session_config: None,
+            credential_name,
+            turn_deadline_ms: None,
+            max_turns: None,
+            max_active_ms: None,
+            active_ms: 0,
         };
+        let mut record = record;
+        limits.store_in(&mut record);
         self.store.insert_execution(&record).await?;
         self.bind(
             record,
@@ -580,6 +600,8 @@ impl Engine {
         adopt_identity(&mut session, &identity)
             .map_err(|_| EngineError::internal("an empty request adopts any identity"))?;
         let mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
+        // The credential presented again is the one later turns are attributed to.
+        record.credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
         let home = record
             .lease
             .as_deref()
@@ -760,6 +782,43 @@ impl Engine {
         let page = self.store.list_executions(tenant_id, after, limit).await?;
         let next = next_token(&page, limit, |e| &e.id);
         Ok((page, next))
+    }
+
+    /// A page of the execution's turns (its attempts, each attributed), and the usage
+    /// summed over all of them — unknown where any turn's is unknown.
+    pub async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<TurnRecord>, String, UsageTotal), EngineError> {
+        self.get_execution(tenant_id, execution_id).await?;
+        let limit = page_limit(page_size)?;
+        let after = if page_token.is_empty() {
+            0
+        } else {
+            page_token.parse::<i64>().map_err(|_| {
+                EngineError::invalid(Reason::InvalidArgument, "page_token is not one this call returned")
+            })?
+        };
+        let page = self.store.list_turns(tenant_id, execution_id, after, limit).await?;
+        let next = if page.len() as i64 == limit {
+            page.last().map(|t| t.turn_number.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |t: &TurnRecord| t.turn_number);
+            let batch = self.store.list_turns(tenant_id, execution_id, after, 500).await?;
+            let done = batch.len() < 500;
+            all.extend(batch);
+            if done {
+                break;
+            }
+        }
+        Ok((page, next, UsageTotal::of(&all)))
     }
 
     pub async fn start_turn(

@@ -3,6 +3,7 @@
 //! calls [`Engine`]; it never decides anything itself.
 
 mod actor;
+pub mod attempts;
 pub mod capabilities;
 pub mod credential;
 mod engine;
@@ -11,6 +12,7 @@ mod events;
 mod handshake;
 pub mod interaction;
 pub mod lease;
+pub mod limits;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;

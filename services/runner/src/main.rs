@@ -134,6 +134,10 @@ struct ServeArgs {
     /// it cancels them; a second SIGTERM forces it at once.
     #[arg(long, env = "CURSOR_RUNNER_DRAIN_DEADLINE_SECS", default_value_t = 30)]
     drain_deadline_secs: u64,
+    /// Per-tenant ceilings on execution limits (JSON: `{"default": {...}, "tenants": {"acme":
+    /// {"turn_deadline_secs": 3600, "max_turns": 50, "max_active_secs": 36000}}}`).
+    #[arg(long, env = "CURSOR_RUNNER_TENANT_LIMITS")]
+    tenant_limits: Option<PathBuf>,
     /// Runner-owned MCP servers executions may name (JSON: `{"servers": [...]}` in ACP's
     /// `mcpServers` shape; stdio commands must be absolute paths). None by default.
     #[arg(long, env = "CURSOR_RUNNER_MCP_SERVERS")]
@@ -261,6 +265,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.pid_namespace = args.pid_namespace;
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
+    if let Some(path) = &args.tenant_limits {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        config.tenant_limits = cursor_runner_executions::limits::TenantLimits::parse(&text)?;
+    }
     if let Some(path) = &args.mcp_servers {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         config.mcp_allowlist = cursor_runner_executions::mcp::McpAllowlist::parse(&text)?;

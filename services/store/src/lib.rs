@@ -93,6 +93,14 @@ pub trait Store: Send + Sync + 'static {
     /// Settles a turn; only a `running` turn can be settled (compare-and-set).
     async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool>;
     async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>>;
+    /// An execution's turns in order, after turn number `after_number`.
+    async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TurnRecord>>;
 
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()>;
     /// Compare-and-set: writes `next` only if the row is still in `expected_state` and its

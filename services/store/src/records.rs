@@ -33,6 +33,14 @@ pub struct ExecutionRecord {
     pub lease: Option<String>,
     /// Mode, model and parameters in effect (JSON, the domain's `SessionConfig`).
     pub session_config: Option<String>,
+    /// The bound credential's name (`CURSOR_API_KEY`, `CURSOR_AUTH_TOKEN`); never its value.
+    pub credential_name: Option<String>,
+    /// Bounds before spend; `None`: unbounded.
+    pub turn_deadline_ms: Option<i64>,
+    pub max_turns: Option<i64>,
+    pub max_active_ms: Option<i64>,
+    /// Wall-clock time its settled turns ran, summed.
+    pub active_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -48,6 +56,11 @@ pub struct TurnRecord {
     pub failure_message: Option<String>,
     pub started_at_ms: i64,
     pub ended_at_ms: Option<i64>,
+    /// The attempt's attribution: the credential's name, the configuration in effect
+    /// (JSON) and the usage the agent reported (JSON; `None`: none, unknown).
+    pub credential_name: Option<String>,
+    pub session_config: Option<String>,
+    pub usage: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

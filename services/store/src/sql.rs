@@ -85,7 +85,8 @@ fn redact_url(url: &str) -> String {
     }
 }
 
-const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config";
+const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms";
+const TURN_COLUMNS: &str = "id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage";
 
 #[async_trait]
 impl Store for SqlStore {
@@ -167,8 +168,8 @@ impl Store for SqlStore {
     async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
-            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
         )
         .bind(&e.id)
         .bind(&e.tenant_id)
@@ -190,6 +191,11 @@ impl Store for SqlStore {
         .bind(e.interaction_wait_limit_ms)
         .bind(&e.lease)
         .bind(&e.session_config)
+        .bind(&e.credential_name)
+        .bind(e.turn_deadline_ms)
+        .bind(e.max_turns)
+        .bind(e.max_active_ms)
+        .bind(e.active_ms)
         .execute(pool)
         .await?
         .rows_affected()
@@ -201,8 +207,9 @@ impl Store for SqlStore {
         let n = on_pool!(self, |pool| {
             sqlx::query(
                 "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
-             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12 \
-             WHERE id = $13 AND generation = $14",
+             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
+             credential_name = $13, active_ms = $14 \
+             WHERE id = $15 AND generation = $16",
             )
             .bind(&e.state)
             .bind(&e.session_id)
@@ -216,6 +223,8 @@ impl Store for SqlStore {
             .bind(e.updated_at_ms)
             .bind(&e.lease)
             .bind(&e.session_config)
+            .bind(&e.credential_name)
+            .bind(e.active_ms)
             .bind(&e.id)
             .bind(e.generation)
             .execute(pool)
@@ -292,8 +301,8 @@ impl Store for SqlStore {
     async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
-            "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
         )
         .bind(&t.id)
         .bind(&t.execution_id)
@@ -306,6 +315,9 @@ impl Store for SqlStore {
         .bind(&t.failure_message)
         .bind(t.started_at_ms)
         .bind(t.ended_at_ms)
+        .bind(&t.credential_name)
+        .bind(&t.session_config)
+        .bind(&t.usage)
         .execute(pool)
         .await?
         .rows_affected()
@@ -316,14 +328,15 @@ impl Store for SqlStore {
     async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
         let n = on_pool!(self, |pool| {
             sqlx::query(
-            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5 \
-             WHERE id = $6 AND generation = $7 AND state = 'running'"
+            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
+             WHERE id = $7 AND generation = $8 AND state = 'running'"
         )
         .bind(&t.state)
         .bind(&t.stop_reason)
         .bind(&t.failure_reason)
         .bind(&t.failure_message)
         .bind(t.ended_at_ms)
+        .bind(&t.usage)
         .bind(&t.id)
         .bind(t.generation)
         .execute(pool)
@@ -334,16 +347,32 @@ impl Store for SqlStore {
     }
 
     async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
-        Ok(on_pool!(self, |pool| {
-            sqlx::query_as(
-            "SELECT id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms \
-             FROM turns WHERE tenant_id = $1 AND id = $2"
-        )
-        .bind(tenant_id)
-        .bind(id)
-        .fetch_optional(pool)
-        .await?
-        }))
+        let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE tenant_id = $1 AND id = $2");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TurnRecord>> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE tenant_id = $1 AND execution_id = $2 AND turn_number > $3 \
+             ORDER BY turn_number LIMIT $4"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(execution_id)
+            .bind(after_number)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
     }
 
     async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
