@@ -77,12 +77,132 @@ async fn another_tenants_execution_is_not_found(backend: Backend) {
         Code::NotFound,
         "EXECUTION_NOT_FOUND",
     );
+    let id = || execution.execution_id.clone();
+    let refusals: Vec<(&str, Result<(), tonic::Status>)> = vec![
+        (
+            "CloseExecution",
+            stranger
+                .close_execution(proto::CloseExecutionRequest {
+                    request_id: "x1".into(),
+                    execution_id: id(),
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "CancelTurn",
+            stranger
+                .cancel_turn(proto::CancelTurnRequest {
+                    request_id: "x2".into(),
+                    execution_id: id(),
+                    turn_id: "t".into(),
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "AckEvents",
+            stranger
+                .ack_events(proto::AckEventsRequest {
+                    execution_id: id(),
+                    through_sequence: 1,
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "ListModels",
+            stranger
+                .list_models(proto::ListModelsRequest { execution_id: id() })
+                .await
+                .map(drop),
+        ),
+        (
+            "SetModel",
+            stranger
+                .set_model(proto::SetModelRequest {
+                    request_id: "x3".into(),
+                    execution_id: id(),
+                    model: "gpt-x".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "SetMode",
+            stranger
+                .set_mode(proto::SetModeRequest {
+                    request_id: "x4".into(),
+                    execution_id: id(),
+                    mode: "ask".into(),
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "SetConfigOption",
+            stranger
+                .set_config_option(proto::SetConfigOptionRequest {
+                    request_id: "x5".into(),
+                    execution_id: id(),
+                    config_id: "mode".into(),
+                    value: "ask".into(),
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "RecoverExecution",
+            stranger
+                .recover_execution(proto::RecoverExecutionRequest {
+                    request_id: "x6".into(),
+                    execution_id: id(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        (
+            "ListTurns",
+            stranger
+                .list_turns(proto::ListTurnsRequest {
+                    execution_id: id(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+    ];
+    for (method, result) in refusals {
+        let status = result.expect_err(method);
+        assert_eq!(
+            (status.code(), reason(&status).as_str()),
+            (Code::NotFound, "EXECUTION_NOT_FOUND"),
+            "{method}: another tenant's execution does not exist for it"
+        );
+    }
     let listed = stranger
         .list_executions(proto::ListExecutionsRequest::default())
         .await
         .unwrap()
         .into_inner();
     assert!(listed.executions.is_empty());
+    let interactions = stranger
+        .list_interactions(proto::ListInteractionsRequest {
+            execution_id: id(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(interactions.interactions.is_empty());
+    let record = get_execution(&mut owner, &execution.execution_id).await;
+    assert_eq!(
+        record.state,
+        proto::ExecutionState::Ready as i32,
+        "nothing the stranger sent changed it"
+    );
     service.shutdown().await;
 }
 
