@@ -7,6 +7,7 @@ mod convert;
 mod service;
 mod status;
 pub mod tls;
+mod trace;
 
 pub mod pb {
     #![allow(clippy::all, clippy::pedantic)]
@@ -145,6 +146,7 @@ pub async fn serve_with(
     // translated first, so authentication and the services see plain gRPC.
     let server = tonic::transport::Server::builder()
         .accept_http1(true)
+        .layer(trace::TraceLayer)
         .layer(tonic_web::GrpcWebLayer::new())
         .layer(AuthLayer::new(options.auth))
         .add_service(health_service)

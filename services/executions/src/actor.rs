@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::attempts;
 use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending};
@@ -105,6 +106,9 @@ struct ActiveTurn {
     /// When a bound before spend cancels the turn, and which (`deadline_exceeded`,
     /// `budget_exhausted`); taken once it fires.
     bound: Option<(Instant, TurnFailureReason)>,
+    /// The turn's span, a child of the `StartTurn` call's (so of the caller's trace);
+    /// ends when the turn settles.
+    span: tracing::Span,
 }
 
 struct PendingInteraction {
@@ -169,7 +173,7 @@ pub(crate) struct Launch {
     pub warm: WarmProcess,
     pub lease: LeaseInfo,
     pub events: EventWriter,
-    pub commands: mpsc::Receiver<Command>,
+    pub commands: mpsc::Receiver<(Command, tracing::Span)>,
     /// The model, parameters and mode to apply before any prompt.
     pub session: ConfigRequest,
     pub start: SessionStart,
@@ -580,7 +584,7 @@ impl Actor {
 
     async fn run(
         mut self,
-        mut commands: mpsc::Receiver<Command>,
+        mut commands: mpsc::Receiver<(Command, tracing::Span)>,
         mut inbound: InboundStream,
         mut violations: Option<mpsc::UnboundedReceiver<Violation>>,
     ) {
@@ -599,16 +603,18 @@ impl Actor {
                 .filter(|t| t.cancel_deadline.is_none())
                 .and_then(|t| t.bound)
                 .map(|(at, _)| at);
+            // What the agent sends during a turn is handled inside the turn's span.
+            let turn_span = self.turn.as_ref().map_or_else(tracing::Span::none, |t| t.span.clone());
             let ending = tokio::select! {
-                Some(command) = commands.recv() => self.on_command(command).await,
+                Some((command, span)) = commands.recv() => self.on_command(command).instrument(span).await,
                 () = sleep_until(drain_due) => self.on_drain_deadline().await,
                 () = sleep_until(bound_due) => self.on_turn_bound().await,
                 message = inbound.recv() => match message {
-                                        Some(Inbound::Closed { .. }) | None => self.on_process_lost().await,
+                    Some(Inbound::Closed { .. }) | None => self.on_process_lost().instrument(turn_span.clone()).await,
                     Some(Inbound::Notification { method, params }) if method == "session/update" => {
-                        self.on_updates(params, &mut inbound).await
+                        self.on_updates(params, &mut inbound).instrument(turn_span.clone()).await
                     }
-                    Some(message) => self.on_inbound(message).await,
+                    Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
                 },
                                 () = sleep_until(deadline) => self.on_cancel_timeout().await,
                                 () = sleep_until(handoff) => self.on_handoff_due().await,
@@ -649,7 +655,7 @@ impl Actor {
             }
         }
         commands.close();
-        while let Some(command) = commands.recv().await {
+        while let Some((command, _)) = commands.recv().await {
             self.refuse(command);
         }
         self.release(inbound);
@@ -864,7 +870,21 @@ impl Actor {
                 })],
             )
             .await?;
-        let request = schema::PromptRequest::new(self.session_id.clone(), prompt.to_acp());
+        let span = tracing::info_span!(
+            "turn",
+            execution_id = %self.record.id,
+            generation = self.record.generation,
+            turn_id = %record.id,
+            turn_number,
+        );
+        let mut request = serde_json::to_value(schema::PromptRequest::new(self.session_id.clone(), prompt.to_acp()))
+            .map_err(|e| EngineError::internal(e.to_string()))?;
+        // ACP reserves `_meta.traceparent` for W3C trace context: the agent's turn can
+        // continue the caller's trace.
+        let trace_context = crate::tracing_context::w3c_fields(&span);
+        if !trace_context.is_empty() {
+            request["_meta"] = json!(trace_context);
+        }
         // The prompt's response comes back in wire order, after the updates before it.
         let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
         self.turn = Some(ActiveTurn {
@@ -874,6 +894,7 @@ impl Actor {
             interrupted_by: None,
             cancel_deadline: None,
             bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
+            span,
         });
         Ok(record)
     }
@@ -1205,7 +1226,8 @@ impl Actor {
         match denial {
             // The policy answers at once, without a human; the tool must not run.
             Some(outcome) => {
-                self.deliver(pending, outcome, None, "policy").await?;
+                let span = deliver_span(&pending, "policy");
+                self.deliver(pending, outcome, None, "policy").instrument(span).await?;
             }
             None => {
                 self.pending.insert(pending.record.id.clone(), pending);
@@ -1241,7 +1263,9 @@ impl Actor {
             .pending
             .remove(&record.id)
             .ok_or_else(|| EngineError::internal("pending entry vanished"))?;
+        let span = deliver_span(&pending, "human");
         self.deliver(pending, outcome, Some((request_id, answer.fingerprint())), "human")
+            .instrument(span)
             .await
     }
 
@@ -1801,6 +1825,18 @@ fn kind_name(kind: InteractionKind) -> &'static str {
 /// `CURSOR_RUNNER_FAILPOINT` announces itself on stderr and parks the calling thread
 /// for good, so a test can SIGKILL the service exactly there. Without the feature it
 /// compiles to nothing.
+/// The span of one answer's way to the agent.
+fn deliver_span(pending: &PendingInteraction, answered_by: &str) -> tracing::Span {
+    tracing::info_span!(
+        "interaction.deliver",
+        interaction_id = %pending.record.id,
+        kind = %pending.record.kind,
+        generation = pending.record.generation,
+        turn_id = %pending.record.turn_id,
+        answered_by,
+    )
+}
+
 fn failpoint(name: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("CURSOR_RUNNER_FAILPOINT").as_deref() == Ok(name) {

@@ -18,6 +18,7 @@ use crate::credential::CredentialBinding;
 use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefusal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
 use crate::attempts::UsageTotal;
@@ -195,7 +196,7 @@ pub enum StreamItem {
 }
 
 struct ExecutionHandle {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<(Command, tracing::Span)>,
     head: watch::Receiver<i64>,
 }
 
@@ -290,13 +291,18 @@ impl Engine {
         let first = !self.draining.send_replace(true);
         self.pool.drain();
         let until = tokio::time::Instant::now() + deadline;
-        let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+        let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
+            lock(&self.executions).values().map(|h| h.commands.clone()).collect();
         let engine = self.clone();
         tokio::spawn(async move {
             let mut replies = Vec::new();
             for commands in handles {
                 let (reply, rx) = oneshot::channel();
-                if commands.send(Command::Drain { deadline: until, reply }).await.is_ok() {
+                if commands
+                    .send((Command::Drain { deadline: until, reply }, tracing::Span::current()))
+                    .await
+                    .is_ok()
+                {
                     replies.push(rx);
                 }
             }
@@ -456,6 +462,13 @@ impl Engine {
         let mut record = record;
         limits.store_in(&mut record);
         self.store.insert_execution(&record).await?;
+        let span = tracing::info_span!(
+            "execution.start",
+            execution_id = %record.id,
+            generation = record.generation,
+            slot_id = tracing::field::Empty,
+            warm = tracing::field::Empty,
+        );
         self.bind(
             record,
             Binding {
@@ -466,6 +479,7 @@ impl Engine {
                 mcp_servers,
             },
         )
+        .instrument(span)
         .await
     }
 
@@ -641,6 +655,13 @@ impl Engine {
         record.failure_message = None;
         record.updated_at_ms = now_ms();
         self.store.update_execution(&record).await?;
+        let span = tracing::info_span!(
+            "execution.start",
+            execution_id = %record.id,
+            generation = record.generation,
+            slot_id = tracing::field::Empty,
+            warm = tracing::field::Empty,
+        );
         self.bind(
             record,
             Binding {
@@ -654,6 +675,7 @@ impl Engine {
                 mcp_servers,
             },
         )
+        .instrument(span)
         .await
     }
 
@@ -705,6 +727,9 @@ impl Engine {
             },
         };
         let leased = admitted.elapsed();
+        tracing::Span::current()
+            .record("slot_id", warm.ticket.slot_id.as_str())
+            .record("warm", is_warm);
         self.metrics.lease_took(is_warm, leased);
         let lease = LeaseInfo {
             slot_id: warm.ticket.slot_id.clone(),
@@ -1190,10 +1215,15 @@ impl Engine {
     pub async fn shutdown(&self) {
         self.end_streams();
         self.pool.drain();
-        let handles: Vec<mpsc::Sender<Command>> = lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+        let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
+            lock(&self.executions).values().map(|h| h.commands.clone()).collect();
         for commands in handles {
             let (reply, rx) = oneshot::channel();
-            if commands.send(Command::Close { reply }).await.is_ok() {
+            if commands
+                .send((Command::Close { reply }, tracing::Span::current()))
+                .await
+                .is_ok()
+            {
                 let _ = rx.await;
             }
         }
@@ -1217,7 +1247,11 @@ impl Engine {
         };
         let commands = commands.ok_or_else(not_ready)?;
         let (reply, rx) = oneshot::channel();
-        commands.send(make(reply)).await.map_err(|_| not_ready())?;
+        // The caller's span goes along: the actor works on the command inside it.
+        commands
+            .send((make(reply), tracing::Span::current()))
+            .await
+            .map_err(|_| not_ready())?;
         rx.await.map_err(|_| not_ready())?
     }
 
@@ -1260,7 +1294,7 @@ impl Engine {
                     let store = self.store.clone();
                     let digest = meta.request_digest.clone();
                     let owner_key = key.clone();
-                    tokio::spawn(async move {
+                    tokio::spawn(tracing::Instrument::in_current_span(async move {
                         let result = match store.claim_idempotency(&owner_key, &digest).await {
                             Err(e) => Err(e.into()),
                             Ok(IdempotencyClaim::Completed(stored)) => {
@@ -1288,7 +1322,7 @@ impl Engine {
                             }
                         };
                         tx.send_replace(Some(result));
-                    });
+                    }));
                     None
                 }
             }

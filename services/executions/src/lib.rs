@@ -19,6 +19,7 @@ pub mod pool;
 pub mod prompt;
 pub mod session_config;
 pub mod state;
+mod tracing_context;
 
 pub use actor::{ModelCatalog, ModelEntry};
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};

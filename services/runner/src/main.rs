@@ -4,6 +4,7 @@ mod demo;
 mod distribution;
 mod doctor;
 mod metrics_http;
+mod telemetry;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +22,15 @@ use cursor_runner_supervisor::{AgentCommand, PinnedDistribution};
     about = "Runs Cursor's coding agent for a control plane over gRPC"
 )]
 struct Cli {
+    /// Log lines as text or JSON (one object per line), on stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "CURSOR_RUNNER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -192,14 +202,10 @@ fn main() -> anyhow::Result<()> {
         cursor_runner_supervisor::agent_init::main(std::env::args_os().skip(2));
     }
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CURSOR_RUNNER_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        // Dropped at the end of the command: spans still batched are flushed.
+        let _telemetry = telemetry::init(cli.log_format)?;
         match cli.command {
             Command::Serve(args) => serve(*args).await,
             Command::Migrate { database_url } => {
