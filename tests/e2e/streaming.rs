@@ -13,6 +13,7 @@ on_both_backends!(
     a_cursor_beyond_the_head_is_out_of_range,
     acks_are_cumulative_and_refuse_regressions_and_the_future,
     persist_before_expose_every_streamed_event_and_interaction_is_already_committed,
+    acknowledged_events_past_retention_are_pruned_and_a_cursor_below_them_is_out_of_range,
 );
 
 async fn settled_execution(service: &TestService, client: &mut Client) -> (String, Vec<proto::ActivityEvent>) {
@@ -223,4 +224,86 @@ async fn the_throughput_benchmark_runs_at_smoke_size() {
     let report = cursor_runner_e2e::throughput::measure(Backend::Sqlite, 200).await;
     assert_eq!(report.updates, 200);
     assert!(report.events_streamed > 200, "every chunk became an event");
+}
+
+async fn acknowledged_events_past_retention_are_pruned_and_a_cursor_below_them_is_out_of_range(backend: Backend) {
+    let options = Options {
+        retention: Some(cursor_runner_executions::retention::Retention {
+            keep: Duration::ZERO,
+            sweep_every: Duration::from_millis(50),
+        }),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "two_turns.json", options).await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn(&mut client, &service).await;
+    let first_turn = events.until_turn_settles().await;
+    let head = first_turn.last().unwrap().sequence;
+    let acked = head - 2;
+    client
+        .ack_events(proto::AckEventsRequest {
+            execution_id: execution.execution_id.clone(),
+            through_sequence: acked,
+        })
+        .await
+        .unwrap();
+    let store = service.store.clone();
+    let id = execution.execution_id.clone();
+    let mut oldest = 0;
+    for _ in 0..200 {
+        oldest = store.oldest_sequence(&id).await.unwrap().unwrap();
+        if oldest > 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        oldest,
+        acked + 1,
+        "pruned exactly through the acknowledgement, no further"
+    );
+
+    let refused = Subscriber::open(&mut client, &execution.execution_id, 0)
+        .await
+        .map(drop);
+    let status = refused.expect_err("a cursor below the oldest kept event");
+    assert_eq!(status.code(), Code::OutOfRange);
+    assert_eq!(reason(&status), "EVENTS_PRUNED");
+    let details = tonic_types::StatusExt::get_error_details(&status);
+    assert_eq!(
+        details.error_info().unwrap().metadata["oldest_sequence"],
+        oldest.to_string(),
+        "the refusal names the oldest available sequence"
+    );
+    let mut resumed = Subscriber::open(&mut client, &execution.execution_id, oldest - 1)
+        .await
+        .unwrap();
+    assert_eq!(resumed.next_event().await.sequence, oldest);
+
+    // Everything acknowledged, the newest included: the newest is kept, and the next
+    // turn's events number on from it.
+    client
+        .ack_events(proto::AckEventsRequest {
+            execution_id: execution.execution_id.clone(),
+            through_sequence: head,
+        })
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if store.oldest_sequence(&id).await.unwrap() == Some(head) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        store.oldest_sequence(&id).await.unwrap(),
+        Some(head),
+        "the newest event is kept"
+    );
+    start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap();
+    let second = events.until_turn_settles().await;
+    assert_eq!(second[0].sequence, head + 1, "sequences keep counting up");
+    service.shutdown().await;
 }

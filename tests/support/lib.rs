@@ -259,6 +259,8 @@ pub struct Options {
     pub mcp_allowlist: McpAllowlist,
     /// Per-tenant ceilings on execution limits.
     pub tenant_limits: cursor_runner_executions::limits::TenantLimits,
+    /// Pruning of acknowledged events.
+    pub retention: Option<cursor_runner_executions::retention::Retention>,
 }
 
 impl Default for Options {
@@ -274,6 +276,7 @@ impl Default for Options {
             drain_deadline: Duration::from_secs(30),
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: Default::default(),
+            retention: None,
         }
     }
 }
@@ -329,6 +332,7 @@ impl TestService {
         config.drain_deadline = options.drain_deadline;
         config.mcp_allowlist = options.mcp_allowlist.clone();
         config.tenant_limits = options.tenant_limits.clone();
+        config.retention = options.retention;
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -32,6 +32,7 @@ use crate::mcp::{McpAllowlist, McpServer};
 use crate::metrics::Metrics;
 use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
 use crate::prompt::Prompt;
+use crate::retention::{self, Retention};
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 
@@ -82,6 +83,8 @@ pub struct EngineConfig {
     pub mcp_allowlist: McpAllowlist,
     /// Per-tenant ceilings on every execution's limits.
     pub tenant_limits: TenantLimits,
+    /// Pruning of acknowledged events past a period; `None` keeps every event.
+    pub retention: Option<Retention>,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -112,6 +115,7 @@ impl EngineConfig {
             drain_deadline: Duration::from_secs(30),
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: TenantLimits::default(),
+            retention: None,
         }
     }
 }
@@ -215,6 +219,8 @@ pub struct Engine {
     drained: watch::Sender<bool>,
     metrics: Arc<Metrics>,
     pool: Pool,
+    /// The retention sweep, stopped at shutdown.
+    retention: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -240,8 +246,16 @@ impl Engine {
             drained: watch::Sender::new(false),
             metrics,
             pool,
+            retention: Mutex::new(None),
         });
         engine.recover_after_restart().await?;
+        if let Some(retention) = engine.config.retention {
+            *lock(&engine.retention) = Some(retention::start(
+                engine.store.clone(),
+                retention,
+                engine.metrics.clone(),
+            ));
+        }
         Ok(engine)
     }
 
@@ -1095,6 +1109,11 @@ impl Engine {
             )
             .with("head_sequence", head.to_string()));
         }
+        if let Some(oldest) = self.store.oldest_sequence(&record.id).await?
+            && after_sequence < oldest - 1
+        {
+            return Err(events_pruned(after_sequence, oldest));
+        }
         let executions = self.executions.clone();
         let live_head = move |id: &str| lock(&executions).get(id).map(|h| h.head.clone());
         // Not live here: its head does not move, unless a recovery gives it a writer.
@@ -1118,6 +1137,13 @@ impl Engine {
                     }
                 };
                 let full = page.len() as i64 == REPLAY_PAGE;
+                // Pruned while this stream replayed: say so rather than skip a gap.
+                if let Some(first) = page.first()
+                    && first.sequence != cursor + 1
+                {
+                    let _ = tx.send(Err(events_pruned(cursor, first.sequence))).await;
+                    return;
+                }
                 for event in page {
                     cursor = event.sequence;
                     if tx.send(Ok(StreamItem::Event(event))).await.is_err() {
@@ -1213,6 +1239,9 @@ impl Engine {
     /// Closes every live execution and stops the pool (service shutdown): no agent
     /// outlives the service.
     pub async fn shutdown(&self) {
+        if let Some(sweep) = lock(&self.retention).take() {
+            sweep.abort();
+        }
         self.end_streams();
         self.pool.drain();
         let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
@@ -1471,6 +1500,19 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
         "permission" => InteractionKind::Permission,
         _ => InteractionKind::Question,
     }
+}
+
+/// A cursor below the oldest event still kept (the rest was acknowledged and pruned).
+fn events_pruned(after_sequence: i64, oldest: i64) -> EngineError {
+    EngineError::new(
+        ErrorKind::OutOfRange,
+        Reason::EventsPruned,
+        format!(
+            "events after {after_sequence} up to {} were acknowledged and pruned; the oldest kept is {oldest}",
+            oldest - 1
+        ),
+    )
+    .with("oldest_sequence", oldest.to_string())
 }
 
 pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {

@@ -95,6 +95,7 @@ reasons! {
     ServiceShuttingDown => "SERVICE_SHUTTING_DOWN": "The service is shutting down; open streams end with this and the sequence to resume after.",
     StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
     Draining => "DRAINING": "The service is draining (`Drain` or SIGTERM): it takes no new executions or turns; retry on another replica.",
+    EventsPruned => "EVENTS_PRUNED": "`after_sequence` is below the oldest event still kept: the events after it were acknowledged and pruned past the retention period. Metadata `oldest_sequence`; resume from `oldest_sequence - 1`.",
     BudgetExhausted => "BUDGET_EXHAUSTED": "The execution's limits allow no further turn: its `max_turns` are used, or its `max_active_time` is spent (limits come from `CreateExecution`, capped by the tenant's policy). Nothing was sent to the agent.",
     PoolExhausted => "POOL_EXHAUSTED": "No agent process is available within the pool's limits (per profile, per node); `RetryInfo` says when to retry, or ask for a `lease_wait`.",
     ProfileQuarantined => "PROFILE_QUARANTINED": "The profile's agents failed past the restart intensity; new executions fail fast until the window passes or an operator clears it. Metadata `cause` is the agent's own reason (e.g. `AUTH_REQUIRED`).",

@@ -17,6 +17,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod pool;
 pub mod prompt;
+pub mod retention;
 pub mod session_config;
 pub mod state;
 mod tracing_context;

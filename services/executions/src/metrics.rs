@@ -90,6 +90,7 @@ pub struct Metrics {
     pool_quarantines: Counter,
     lease_duration: Family<LeaseKindLabel, Histogram>,
     fenced_writes: Family<WhatLabel, Counter>,
+    events_pruned: Counter,
 }
 
 impl Default for Metrics {
@@ -208,7 +209,14 @@ impl Metrics {
             "Writes refused because they carried a superseded generation or fence, by what (event, execution, answer; etag: an answer echoing a superseded or unknown etag)",
             fenced_writes.clone(),
         );
+        let events_pruned = Counter::default();
+        registry.register(
+            "events_pruned",
+            "Acknowledged events past the retention period deleted from the outbox",
+            events_pruned.clone(),
+        );
         Self {
+            events_pruned,
             registry,
             turns_started,
             turns_settled,
@@ -310,6 +318,10 @@ impl Metrics {
         if let Some(state) = to {
             self.pool_slots.get_or_create(&StateLabel { state }).inc();
         }
+    }
+
+    pub(crate) fn events_pruned(&self, count: u64) {
+        self.events_pruned.inc_by(count);
     }
 
     /// `count` writes of `what` refused by a fence.

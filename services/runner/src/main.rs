@@ -144,6 +144,13 @@ struct ServeArgs {
     /// it cancels them; a second SIGTERM forces it at once.
     #[arg(long, env = "CURSOR_RUNNER_DRAIN_DEADLINE_SECS", default_value_t = 30)]
     drain_deadline_secs: u64,
+    /// Acknowledged events older than this are pruned from the outbox (never one the
+    /// control plane has not acknowledged, never an execution's newest); 0 keeps every event.
+    #[arg(long, env = "CURSOR_RUNNER_EVENT_RETENTION_SECS", default_value_t = 7 * 24 * 3600)]
+    event_retention_secs: u64,
+    /// How often the retention sweep runs.
+    #[arg(long, env = "CURSOR_RUNNER_RETENTION_SWEEP_SECS", default_value_t = 300)]
+    retention_sweep_secs: u64,
     /// Per-tenant ceilings on execution limits (JSON: `{"default": {...}, "tenants": {"acme":
     /// {"turn_deadline_secs": 3600, "max_turns": 50, "max_active_secs": 36000}}}`).
     #[arg(long, env = "CURSOR_RUNNER_TENANT_LIMITS")]
@@ -271,6 +278,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.pid_namespace = args.pid_namespace;
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
+    config.retention = (args.event_retention_secs > 0).then(|| cursor_runner_executions::retention::Retention {
+        keep: std::time::Duration::from_secs(args.event_retention_secs),
+        sweep_every: std::time::Duration::from_secs(args.retention_sweep_secs.max(1)),
+    });
     if let Some(path) = &args.tenant_limits {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         config.tenant_limits = cursor_runner_executions::limits::TenantLimits::parse(&text)?;

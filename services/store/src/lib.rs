@@ -116,6 +116,20 @@ pub trait Store: Send + Sync + 'static {
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
     async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
+    /// The oldest event still kept (`None`: the execution has none).
+    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>>;
+    /// Deletes at most `limit` of the oldest events with a sequence ≤ `through` emitted
+    /// before `emitted_before_ms`; the number deleted.
+    async fn prune_events(
+        &self,
+        execution_id: &str,
+        through: i64,
+        emitted_before_ms: i64,
+        limit: i64,
+    ) -> StoreResult<u64>;
+    /// (execution id, acked sequence) of executions the control plane acknowledged
+    /// anything of, by id, after `after_id`.
+    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>>;
     /// Records a cumulative acknowledgement.
     async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()>;
 }

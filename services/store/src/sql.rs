@@ -523,6 +523,47 @@ impl Store for SqlStore {
         Ok(head.unwrap_or(0))
     }
 
+    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>> {
+        let (oldest,): (Option<i64>,) = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT MIN(sequence) FROM events WHERE execution_id = $1"
+        )
+        .bind(execution_id)
+        .fetch_one(pool)
+        .await?);
+        Ok(oldest)
+    }
+
+    async fn prune_events(
+        &self,
+        execution_id: &str,
+        through: i64,
+        emitted_before_ms: i64,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        Ok(on_pool!(self, |pool| sqlx::query(
+            "DELETE FROM events WHERE execution_id = $1 AND sequence IN \
+             (SELECT sequence FROM events WHERE execution_id = $1 AND sequence <= $2 AND emitted_at_ms < $3 \
+              ORDER BY sequence LIMIT $4)"
+        )
+        .bind(execution_id)
+        .bind(through)
+        .bind(emitted_before_ms)
+        .bind(limit)
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
+    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT id, acked_sequence FROM executions WHERE acked_sequence > 0 AND id > $1 ORDER BY id LIMIT $2"
+        )
+        .bind(after_id.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?))
+    }
+
     async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
         let n = on_pool!(self, |pool| {
             sqlx::query(
