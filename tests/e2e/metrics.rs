@@ -12,30 +12,6 @@ on_both_backends!(
     health_is_not_serving_once_draining_begins,
 );
 
-/// Waits until health reports `expected` for the runner service.
-async fn health_becomes(health: &mut HealthClient<tonic::transport::Channel>, expected: ServingStatus) {
-    // The store is pinged every HEALTH_PROBE_INTERVAL, each ping bounded by HEALTH_PROBE_TIMEOUT.
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let now = health
-            .check(HealthCheckRequest {
-                service: cursor_runner_api::RUNNER_SERVICE_NAME.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status();
-        if now == expected {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still {now:?}, expected {expected:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 /// PostgreSQL only: cutting off a SQLite file is not a thing a pool notices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_is_not_serving_while_the_store_is_unreachable_and_recovers_while_liveness_holds() {
@@ -122,6 +98,11 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
     let asked = events.events_until("runtime_request.created").await;
     let request = payload(asked.last().unwrap());
     let interaction_id = request["interactionId"].as_str().unwrap().to_owned();
+    let forged = client
+        .answer_interaction(one_question_answer(&request, "answer-0", "option-99"))
+        .await
+        .unwrap_err();
+    let forged_reason = reason(&forged);
     client
         .answer_interaction(proto::AnswerInteractionRequest {
             request_id: "answer-1".into(),
@@ -156,6 +137,32 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
     );
     exact("cursor_runner_answers_delivered_total{answered_by=\"human\"}", 1.0);
     exact("cursor_runner_process_starts_total", 0.0);
+    exact(
+        &format!("cursor_runner_requests_refused_total{{reason=\"{forged_reason}\"}}"),
+        1.0,
+    );
+    exact("cursor_runner_turn_duration_seconds_count{state=\"completed\"}", 1.0);
+    exact(
+        "cursor_runner_interaction_wait_seconds_count{kind=\"question\",state=\"delivered\"}",
+        1.0,
+    );
+    exact("cursor_runner_answer_delivery_seconds_count", 1.0);
+    assert!(
+        delta(
+            &before,
+            &after,
+            "cursor_runner_store_operation_duration_seconds_count{operation=\"append_events\"}"
+        ) >= 1.0,
+        "store latency is measured per operation\n{after_text}"
+    );
+    assert_eq!(
+        after["cursor_runner_agent_start_seconds_count{phase=\"spawn\"}"], 1.0,
+        "{after_text}"
+    );
+    assert_eq!(
+        after[&format!("cursor_runner_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"))],
+        1.0
+    );
     assert_eq!(
         family_sum(&after, "cursor_runner_events_appended_total")
             - family_sum(&before, "cursor_runner_events_appended_total"),

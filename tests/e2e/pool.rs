@@ -267,7 +267,11 @@ async fn an_agent_failing_at_start_quarantines_its_profile_which_then_fails_fast
     assert_eq!(profile.quarantine_reason, "AUTH_REQUIRED");
     assert_eq!(profile.restarts_in_window, 3);
     assert!(service.metrics().contains("cursor_runner_pool_quarantines_total 1"));
-    // An operator clears it: the next execution launches again.
+    // Its only profile quarantined, the service is not ready (it still answers calls).
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(service.channel().await);
+    health_becomes(&mut health, ServingStatus::NotServing).await;
+    // An operator clears it: ready again, and the next execution launches again.
     service
         .admin(None)
         .await
@@ -276,6 +280,7 @@ async fn an_agent_failing_at_start_quarantines_its_profile_which_then_fails_fast
         })
         .await
         .unwrap();
+    health_becomes(&mut health, ServingStatus::Serving).await;
     let status = client
         .create_execution(credential_request(&service, "create-4", None))
         .await

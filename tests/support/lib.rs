@@ -710,3 +710,30 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Waits until health reports `expected` for the runner service.
+pub async fn health_becomes(
+    health: &mut tonic_health::pb::health_client::HealthClient<Channel>,
+    expected: tonic_health::pb::health_check_response::ServingStatus,
+) {
+    // The store is pinged every HEALTH_PROBE_INTERVAL, each ping bounded by HEALTH_PROBE_TIMEOUT.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let now = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: cursor_runner_api::RUNNER_SERVICE_NAME.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status();
+        if now == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {now:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -4,6 +4,7 @@
 mod admin;
 pub mod auth;
 mod convert;
+mod refusals;
 mod service;
 mod status;
 pub mod tls;
@@ -46,7 +47,8 @@ type RunnerServer = pb::runner_service_server::RunnerServiceServer<RunnerApi>;
 /// Keeps the runner service's health (and the server's overall `""` status) truthful:
 /// NOT_SERVING once draining has begun or while the store does not answer a ping.
 /// Health as probes read it. `cursor_runner.v1.RunnerService` is readiness: SERVING
-/// while the store answers and the service is not draining. `""` (the server as a
+/// while the store answers, a pinned distribution still verifies, not every pool
+/// profile is quarantined, and the service is not draining. `""` (the server as a
 /// whole) is liveness: NOT_SERVING only once draining or shutdown began, so a store
 /// outage takes the service out of rotation without getting it restarted — a restart
 /// would kill every running agent and fix nothing.
@@ -55,11 +57,9 @@ async fn report_health(engine: Arc<Engine>, reporter: tonic_health::server::Heal
     let (mut alive, mut ready) = (true, true);
     let mut probe = tokio::time::interval(HEALTH_PROBE_INTERVAL);
     loop {
-        let store_answers = tokio::time::timeout(HEALTH_PROBE_TIMEOUT, engine.store_reachable())
-            .await
-            .unwrap_or(false);
+        let problem = engine.readiness_problem(HEALTH_PROBE_TIMEOUT).await;
         let now_alive = !*draining.borrow_and_update();
-        let now_ready = now_alive && store_answers && !*draining.borrow();
+        let now_ready = now_alive && problem.is_none() && !*draining.borrow();
         if now_alive != alive {
             alive = now_alive;
             set_liveness(&reporter, alive).await;
@@ -70,7 +70,11 @@ async fn report_health(engine: Arc<Engine>, reporter: tonic_health::server::Heal
             if ready {
                 tracing::info!("health: SERVING");
             } else {
-                tracing::warn!(draining = *draining.borrow(), store_answers, "health: NOT_SERVING");
+                tracing::warn!(
+                    draining = *draining.borrow(),
+                    problem = problem.as_deref().unwrap_or(""),
+                    "health: NOT_SERVING"
+                );
             }
         }
         tokio::select! {
@@ -148,6 +152,7 @@ pub async fn serve_with(
         .accept_http1(true)
         .layer(trace::TraceLayer)
         .layer(tonic_web::GrpcWebLayer::new())
+        .layer(refusals::RefusalLayer::new(engine.metrics().clone()))
         .layer(AuthLayer::new(options.auth))
         .add_service(health_service)
         .add_service(reflection)

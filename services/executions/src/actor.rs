@@ -1279,6 +1279,7 @@ impl Actor {
         answer: Option<(&str, String)>,
         answered_by: &str,
     ) -> Result<InteractionRecord, EngineError> {
+        let arrived = Instant::now();
         let mut answered = pending.record.clone();
         answered.state = InteractionState::Answered.as_str().into();
         answered.outcome = Some(outcome.to_string());
@@ -1302,6 +1303,9 @@ impl Actor {
         }
         failpoint("answer_recorded_before_pipe_write");
         let written = pending.request.respond(Ok(outcome.clone())).await;
+        if let (Ok(_), Some(metrics)) = (&written, self.events.metrics()) {
+            metrics.answer_delivered_after(arrived.elapsed());
+        }
         if written.is_ok() {
             failpoint("answer_written_before_delivered");
         }
@@ -1331,6 +1335,7 @@ impl Actor {
                 })],
             )
             .await?;
+        self.observe_wait(&settled);
         Ok(settled)
     }
 
@@ -1422,7 +1427,17 @@ impl Actor {
         } else {
             ActivityPayload::RuntimeRequestExpired(ended)
         };
-        self.events.emit(Some(&record.turn_id), vec![payload]).await
+        self.events.emit(Some(&record.turn_id), vec![payload]).await?;
+        self.observe_wait(record);
+        Ok(())
+    }
+
+    /// How long an interaction that just ended had been pending.
+    fn observe_wait(&self, record: &InteractionRecord) {
+        if let (Some(metrics), Some(state)) = (self.events.metrics(), InteractionState::parse(&record.state)) {
+            let waited = Duration::from_millis((now_ms() - record.created_at_ms).max(0) as u64);
+            metrics.interaction_waited(kind_of(&record.kind), state.as_str(), waited);
+        }
     }
 
     async fn on_prompt_result(
@@ -1511,7 +1526,11 @@ impl Actor {
             _ => None,
         }));
         self.store.settle_turn(&turn.record).await?;
-        self.record.active_ms += (ended - turn.record.started_at_ms).max(0);
+        let ran = (ended - turn.record.started_at_ms).max(0);
+        self.record.active_ms += ran;
+        if let Some(metrics) = self.events.metrics() {
+            metrics.turn_settled_after(state.as_str(), Duration::from_millis(ran as u64));
+        }
         let settled = TurnSettled {
             turn_id: turn_id.clone(),
             stop_reason,

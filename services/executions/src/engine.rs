@@ -200,9 +200,13 @@ pub enum StreamItem {
 }
 
 struct ExecutionHandle {
+    tenant_id: String,
     commands: mpsc::Sender<(Command, tracing::Span)>,
     head: watch::Receiver<i64>,
 }
+
+/// How often the outbox lag (head − acknowledged) of every live execution is sampled.
+pub const OUTBOX_LAG_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
 
 type InFlight = watch::Receiver<Option<Result<Value, EngineError>>>;
 
@@ -219,8 +223,8 @@ pub struct Engine {
     drained: watch::Sender<bool>,
     metrics: Arc<Metrics>,
     pool: Pool,
-    /// The retention sweep, stopped at shutdown.
-    retention: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Background tasks (retention sweep, lag sampler), stopped at shutdown.
+    background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -246,16 +250,19 @@ impl Engine {
             drained: watch::Sender::new(false),
             metrics,
             pool,
-            retention: Mutex::new(None),
+            background: Mutex::new(Vec::new()),
         });
+        engine.store.observe_with(engine.metrics.clone());
         engine.recover_after_restart().await?;
+        let mut background = vec![tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine)))];
         if let Some(retention) = engine.config.retention {
-            *lock(&engine.retention) = Some(retention::start(
+            background.push(retention::start(
                 engine.store.clone(),
                 retention,
                 engine.metrics.clone(),
             ));
         }
+        *lock(&engine.background) = background;
         Ok(engine)
     }
 
@@ -335,6 +342,41 @@ impl Engine {
     /// A cheap round trip to the store, for health.
     pub async fn store_reachable(&self) -> bool {
         self.store.get_execution("", "").await.is_ok()
+    }
+
+    /// Why the service cannot serve new work right now, if it cannot: the store does
+    /// not answer (within `timeout`), the pinned distribution no longer verifies (quick
+    /// check), or every known pool profile is quarantined. Draining is reported apart.
+    pub async fn readiness_problem(&self, timeout: Duration) -> Option<String> {
+        if !tokio::time::timeout(timeout, self.store_reachable())
+            .await
+            .unwrap_or(false)
+        {
+            return Some("the store does not answer".into());
+        }
+        if let Some(pinned) = self.config.agent_command.distribution.clone() {
+            let verified = tokio::task::spawn_blocking(move || {
+                cursor_runner_supervisor::distribution::verify(
+                    &pinned.closure_dir,
+                    &pinned.pin,
+                    cursor_runner_supervisor::distribution::VerifyMode::Quick,
+                )
+                .map(drop)
+                .map_err(|e| e.to_string())
+            })
+            .await;
+            match verified {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Some(format!("the pinned distribution does not verify: {e}")),
+                Err(e) => return Some(format!("verifying the distribution failed: {e}")),
+            }
+        }
+        let pool = self.pool.status();
+        let quarantined = |p: &crate::pool::ProfileStatus| p.quarantine_remaining.is_some_and(|left| !left.is_zero());
+        if !pool.profiles.is_empty() && pool.profiles.iter().all(quarantined) {
+            return Some("every pool profile is quarantined".into());
+        }
+        None
     }
 
     pub async fn create_execution(
@@ -763,6 +805,7 @@ impl Engine {
             executions.insert(
                 record.id.clone(),
                 ExecutionHandle {
+                    tenant_id: record.tenant_id.clone(),
                     commands: commands_tx,
                     head: events.subscribe(),
                 },
@@ -1239,8 +1282,8 @@ impl Engine {
     /// Closes every live execution and stops the pool (service shutdown): no agent
     /// outlives the service.
     pub async fn shutdown(&self) {
-        if let Some(sweep) = lock(&self.retention).take() {
-            sweep.abort();
+        for task in lock(&self.background).drain(..) {
+            task.abort();
         }
         self.end_streams();
         self.pool.drain();
@@ -1499,6 +1542,26 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
         "plan" => InteractionKind::Plan,
         "permission" => InteractionKind::Permission,
         _ => InteractionKind::Question,
+    }
+}
+
+/// Samples head − acknowledged for every live execution, every
+/// [`OUTBOX_LAG_SAMPLE_INTERVAL`], until the engine is gone.
+async fn sample_outbox_lag(engine: std::sync::Weak<Engine>) {
+    let mut every = tokio::time::interval(OUTBOX_LAG_SAMPLE_INTERVAL);
+    loop {
+        every.tick().await;
+        let Some(engine) = engine.upgrade() else { return };
+        let live: Vec<(String, String, i64)> = lock(&engine.executions)
+            .iter()
+            .filter(|(_, handle)| !handle.commands.is_closed())
+            .map(|(id, handle)| (id.clone(), handle.tenant_id.clone(), *handle.head.borrow()))
+            .collect();
+        for (id, tenant_id, head) in live {
+            if let Ok(Some(record)) = engine.store.get_execution(&tenant_id, &id).await {
+                engine.metrics.outbox_lag(head - record.acked_sequence);
+            }
+        }
     }
 }
 

@@ -65,6 +65,10 @@ impl EventWriter {
         }
     }
 
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.head.subscribe()
     }

@@ -65,6 +65,53 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// `spawn` (the process started) or `initialize` (its ACP handshake).
+    pub phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    pub version: &'static str,
+}
+
+/// Turn durations, seconds: from a quick answer to hours of work.
+const TURN_BUCKETS: [f64; 12] = [
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0,
+];
+/// How long an interaction waited for a human, seconds.
+const WAIT_BUCKETS: [f64; 11] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0,
+];
+/// Short internal latencies (store operations, pipe writes), seconds.
+const FAST_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0,
+];
+/// Events between an execution's head and the control plane's acknowledgement.
+const LAG_BUCKETS: [f64; 10] = [0.0, 1.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0, 100000.0];
+
+fn turn_histogram() -> Histogram {
+    Histogram::new(TURN_BUCKETS.iter().copied())
+}
+
+fn lease_histogram() -> Histogram {
+    Histogram::new(LEASE_BUCKETS.iter().copied())
+}
+
+fn wait_histogram() -> Histogram {
+    Histogram::new(WAIT_BUCKETS.iter().copied())
+}
+
+fn fast_histogram() -> Histogram {
+    Histogram::new(FAST_BUCKETS.iter().copied())
+}
+
 /// Lease latency buckets, seconds: a warm lease takes milliseconds, a cold one (a Node
 /// runtime starting) up to tens of seconds.
 const LEASE_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
@@ -91,6 +138,14 @@ pub struct Metrics {
     lease_duration: Family<LeaseKindLabel, Histogram>,
     fenced_writes: Family<WhatLabel, Counter>,
     events_pruned: Counter,
+    turn_duration: Family<StateLabel, Histogram>,
+    agent_start: Family<PhaseLabel, Histogram>,
+    interaction_wait: Family<KindStateLabels, Histogram>,
+    answer_delivery: Histogram,
+    outbox_lag: Histogram,
+    requests_refused: Family<ReasonLabel, Counter>,
+    store_duration: Family<OperationLabel, Histogram>,
+    store_errors: Family<OperationLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -209,6 +264,61 @@ impl Metrics {
             "Writes refused because they carried a superseded generation or fence, by what (event, execution, answer; etag: an answer echoing a superseded or unknown etag)",
             fenced_writes.clone(),
         );
+        let turn_duration = Family::<StateLabel, Histogram>::new_with_constructor(turn_histogram);
+        registry.register(
+            "turn_duration_seconds",
+            "Wall-clock time from a turn's start to its settlement, by terminal state",
+            turn_duration.clone(),
+        );
+        let agent_start = Family::<PhaseLabel, Histogram>::new_with_constructor(lease_histogram);
+        registry.register(
+            "agent_start_seconds",
+            "Starting an agent process, by phase: spawn (the process exists) and initialize (ACP handshake)",
+            agent_start.clone(),
+        );
+        let interaction_wait = Family::<KindStateLabels, Histogram>::new_with_constructor(wait_histogram);
+        registry.register(
+            "interaction_wait_seconds",
+            "How long an interaction was pending before it ended, by kind and terminal state",
+            interaction_wait.clone(),
+        );
+        let answer_delivery = Histogram::new(FAST_BUCKETS.iter().copied());
+        registry.register(
+            "answer_delivery_seconds",
+            "From an answer's arrival at the execution to its flushed write on the agent's stdin",
+            answer_delivery.clone(),
+        );
+        let outbox_lag = Histogram::new(LAG_BUCKETS.iter().copied());
+        registry.register(
+            "outbox_lag_events",
+            "Events between each live execution's head and the control plane's acknowledgement, sampled periodically",
+            outbox_lag.clone(),
+        );
+        let requests_refused = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "requests_refused",
+            "Calls refused with a typed reason (oversize and invalid input, forged or stale answers, fences, authentication, policy), by reason",
+            requests_refused.clone(),
+        );
+        let store_duration = Family::<OperationLabel, Histogram>::new_with_constructor(fast_histogram);
+        registry.register(
+            "store_operation_duration_seconds",
+            "Store operations, by the store method",
+            store_duration.clone(),
+        );
+        let store_errors = Family::<OperationLabel, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store operations that failed, by the store method",
+            store_errors.clone(),
+        );
+        let build_info = Family::<VersionLabel, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register("build_info", "The running build (always 1)", build_info);
         let events_pruned = Counter::default();
         registry.register(
             "events_pruned",
@@ -217,6 +327,14 @@ impl Metrics {
         );
         Self {
             events_pruned,
+            turn_duration,
+            agent_start,
+            interaction_wait,
+            answer_delivery,
+            outbox_lag,
+            requests_refused,
+            store_duration,
+            store_errors,
             registry,
             turns_started,
             turns_settled,
@@ -320,6 +438,47 @@ impl Metrics {
         }
     }
 
+    pub(crate) fn turn_settled_after(&self, state: &'static str, took: std::time::Duration) {
+        self.turn_duration
+            .get_or_create(&StateLabel { state })
+            .observe(took.as_secs_f64());
+    }
+
+    fn agent_started(&self, spawn: std::time::Duration, initialize: std::time::Duration) {
+        self.agent_start
+            .get_or_create(&PhaseLabel { phase: "spawn" })
+            .observe(spawn.as_secs_f64());
+        self.agent_start
+            .get_or_create(&PhaseLabel { phase: "initialize" })
+            .observe(initialize.as_secs_f64());
+    }
+
+    pub(crate) fn interaction_waited(&self, kind: InteractionKind, state: &'static str, took: std::time::Duration) {
+        self.interaction_wait
+            .get_or_create(&KindStateLabels {
+                kind: kind_label(kind),
+                state,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn answer_delivered_after(&self, took: std::time::Duration) {
+        self.answer_delivery.observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn outbox_lag(&self, events: i64) {
+        self.outbox_lag.observe(events.max(0) as f64);
+    }
+
+    /// A call refused with `reason` (counted once, at the edge that refused it).
+    pub fn request_refused(&self, reason: Reason) {
+        self.requests_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
     pub(crate) fn events_pruned(&self, count: u64) {
         self.events_pruned.inc_by(count);
     }
@@ -341,9 +500,14 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    pub(crate) fn pool_process_started(&self, ready: bool) {
-        let outcome = if ready { "ready" } else { "failed" };
+    /// A process the pool started: its (spawn, initialize) times when it became ready,
+    /// `None` when it failed.
+    pub(crate) fn pool_process_started(&self, ready: Option<(std::time::Duration, std::time::Duration)>) {
+        let outcome = if ready.is_some() { "ready" } else { "failed" };
         self.pool_process_starts.get_or_create(&OutcomeLabel { outcome }).inc();
+        if let Some((spawn, initialize)) = ready {
+            self.agent_started(spawn, initialize);
+        }
     }
 
     pub(crate) fn pool_failure(&self, reason: Reason) {
@@ -397,6 +561,16 @@ fn kind_label(kind: InteractionKind) -> &'static str {
         InteractionKind::Question => "question",
         InteractionKind::Plan => "plan",
         InteractionKind::Permission => "permission",
+    }
+}
+
+impl cursor_runner_store::StoreObserver for Metrics {
+    fn observed(&self, operation: &'static str, took: std::time::Duration, ok: bool) {
+        let label = OperationLabel { operation };
+        self.store_duration.get_or_create(&label).observe(took.as_secs_f64());
+        if !ok {
+            self.store_errors.get_or_create(&label).inc();
+        }
     }
 }
 

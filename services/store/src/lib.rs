@@ -9,6 +9,8 @@ mod sql;
 pub use records::*;
 pub use sql::SqlStore;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,12 @@ impl From<sqlx::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Told about each store operation (for latency and error metrics).
+pub trait StoreObserver: Send + Sync {
+    /// `operation` is the `Store` method's name: a small closed set.
+    fn observed(&self, operation: &'static str, took: std::time::Duration, ok: bool);
+}
+
 /// What a claim on an idempotency key found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IdempotencyClaim {
@@ -55,6 +63,10 @@ pub enum IdempotencyClaim {
 pub trait Store: Send + Sync + 'static {
     /// `postgres` or `sqlite`.
     fn backend(&self) -> &'static str;
+
+    /// Reports every later operation (its method name, duration and success) to
+    /// `observer`; the first observer set stays.
+    fn observe_with(&self, observer: Arc<dyn StoreObserver>);
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;

@@ -5,6 +5,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{PgPool, QueryBuilder, SqlitePool};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::*;
 
@@ -21,17 +22,46 @@ enum Pool {
 
 /// Runs the same expression against whichever pool this store has; the expression is
 /// compiled once per backend.
+/// Runs `$body` on whichever pool this store has, timing it for the observer under the
+/// name of the method it is in (a `Store` method: a small closed set).
 macro_rules! on_pool {
-    ($self:ident, |$pool:ident| $body:expr) => {
-        match &$self.pool {
-            Pool::Postgres($pool) => $body,
-            Pool::Sqlite($pool) => $body,
+    ($self:ident, |$pool:ident| $body:expr) => {{
+        fn here() {}
+        let started = std::time::Instant::now();
+        let outcome: StoreResult<_> = async {
+            Ok(match &$self.pool {
+                Pool::Postgres($pool) => $body,
+                Pool::Sqlite($pool) => $body,
+            })
         }
-    };
+        .await;
+        $self.observe(
+            operation_name(std::any::type_name_of_val(&here)),
+            started.elapsed(),
+            outcome.is_ok(),
+        );
+        outcome?
+    }};
+}
+
+/// `…::SqlStore>::insert_execution::{{closure}}::here` → `insert_execution`.
+fn operation_name(path: &'static str) -> &'static str {
+    path.rsplit("::")
+        .find(|segment| *segment != "here" && !segment.starts_with('{'))
+        .unwrap_or("unknown")
 }
 
 pub struct SqlStore {
     pool: Pool,
+    observer: std::sync::OnceLock<Arc<dyn StoreObserver>>,
+}
+
+impl SqlStore {
+    fn observe(&self, operation: &'static str, took: std::time::Duration, ok: bool) {
+        if let Some(observer) = self.observer.get() {
+            observer.observed(operation, took, ok);
+        }
+    }
 }
 
 impl SqlStore {
@@ -61,7 +91,10 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(redact_url(url)));
         };
-        let store = Self { pool };
+        let store = Self {
+            pool,
+            observer: std::sync::OnceLock::new(),
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -90,6 +123,10 @@ const TURN_COLUMNS: &str = "id, execution_id, tenant_id, generation, turn_number
 
 #[async_trait]
 impl Store for SqlStore {
+    fn observe_with(&self, observer: Arc<dyn StoreObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
     fn backend(&self) -> &'static str {
         match self.pool {
             Pool::Postgres(_) => "postgres",
@@ -597,7 +634,20 @@ impl Store for SqlStore {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{operation_name, redact_url};
+
+    #[test]
+    fn an_operation_is_named_by_its_store_method() {
+        fn here() {}
+        assert_eq!(
+            operation_name(std::any::type_name_of_val(&here)),
+            "an_operation_is_named_by_its_store_method"
+        );
+        assert_eq!(
+            operation_name("cursor_runner_store::sql::<impl Store for SqlStore>::insert_turn::{{closure}}::here"),
+            "insert_turn"
+        );
+    }
 
     #[test]
     fn passwords_never_reach_error_messages() {

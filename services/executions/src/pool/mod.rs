@@ -547,7 +547,8 @@ impl ColdStart {
             });
         };
         let started = slot::start_process(&pool.launch, &ticket.slot_id, ticket.home.clone(), credential).await;
-        pool.metrics.pool_process_started(started.is_ok());
+        pool.metrics
+            .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
         let mut state = pool.lock();
         match started {
             Ok(started) => {
@@ -826,7 +827,8 @@ async fn warm_up(pool: Weak<PoolInner>, ticket: SlotTicket, credential: Option<B
     };
     let started = slot::start_process(&launch, &ticket.slot_id, ticket.home.clone(), credential).await;
     let Some(pool) = pool.upgrade() else { return };
-    pool.metrics.pool_process_started(started.is_ok());
+    pool.metrics
+        .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
     let mut started = match started {
         Ok(started) => started,
         Err(failure) => {

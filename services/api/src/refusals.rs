@@ -1,0 +1,73 @@
+//! Counts every refused call by its `ErrorInfo` reason, at the one place every response
+//! passes — authentication refusals, translation errors and the engine's alike — so
+//! `cursor_runner_requests_refused_total{reason}` cannot miss a path. Reasons come from
+//! the closed catalog; an unknown one is counted as `INTERNAL`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cursor_runner_executions::{Metrics, Reason};
+use tonic_types::StatusExt;
+
+#[derive(Clone)]
+pub struct RefusalLayer {
+    metrics: Arc<Metrics>,
+}
+
+impl RefusalLayer {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for RefusalLayer {
+    type Service = RefusalService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RefusalService {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RefusalService<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for RefusalService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let metrics = self.metrics.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            // A refusal is a trailers-only response: its status is in the headers.
+            if let Some(status) = tonic::Status::from_header_map(response.headers())
+                && status.code() != tonic::Code::Ok
+            {
+                let reason = status
+                    .get_error_details()
+                    .error_info()
+                    .and_then(|info| Reason::parse(&info.reason))
+                    .unwrap_or(Reason::Internal);
+                metrics.request_refused(reason);
+            }
+            Ok(response)
+        })
+    }
+}
