@@ -29,11 +29,27 @@ async fn get_capabilities_serves_the_list_the_docs_table_is_rendered_from(backen
     assert_eq!(served.len(), list.len());
     for (capability, entry) in served.iter().zip(&list) {
         assert_eq!(capability.name, entry["row"].as_str().unwrap());
-        let availability = entry["availability"].as_str().unwrap();
+        let (availability, detail) = (
+            entry["availability"].as_str().unwrap(),
+            entry["detail"].as_str().unwrap(),
+        );
         assert!(
-            table.contains(&format!("| {} | {availability} |", capability.name)),
+            table.contains(&format!(
+                "| {} | {availability} | {detail} | unverified |",
+                capability.name
+            )),
             "{}",
             capability.name
+        );
+        let served_detail = match detail {
+            "summary" => proto::CapabilityDetailLevel::Summary,
+            _ => proto::CapabilityDetailLevel::Structured,
+        };
+        assert_eq!(capability.detail_level, served_detail as i32, "{}", capability.name);
+        assert_ne!(
+            capability.availability,
+            proto::CapabilityAvailability::Partial as i32,
+            "partial is available with summary detail"
         );
         assert_eq!(
             capability.qualification,
@@ -41,8 +57,29 @@ async fn get_capabilities_serves_the_list_the_docs_table_is_rendered_from(backen
             "implemented is not qualified"
         );
     }
-    let steering = served.iter().find(|c| c.name == "True active-turn steering").unwrap();
-    assert_eq!(steering.availability, proto::CapabilityAvailability::Unsupported as i32);
+    for unsupported in [
+        "True active-turn steering",
+        "Fork/resume methods",
+        "Usage/cost",
+        "Subagent questions",
+        "Typed action_required errors",
+        "Audio and embedded-context prompts",
+    ] {
+        let capability = served
+            .iter()
+            .find(|c| c.name == unsupported)
+            .unwrap_or_else(|| panic!("{unsupported}"));
+        assert_eq!(
+            capability.availability,
+            proto::CapabilityAvailability::Unsupported as i32,
+            "{unsupported}"
+        );
+    }
+    let protection = served
+        .iter()
+        .find(|c| c.name == "Continuous workspace protection")
+        .unwrap();
+    assert!(protection.reason.contains("narrows but does not close"));
     service.shutdown().await;
 }
 

@@ -83,8 +83,16 @@ fn every_seed_row_is_covered_by_a_fixture_a_test_a_named_absence_or_an_owner() {
     }
     for entry in &entries {
         let (table, row) = (entry["table"].as_str().unwrap(), entry["row"].as_str().unwrap());
-        let rows = if table == "matrix" { &matrix } else { &audit };
-        assert!(rows.iter().any(|r| r == row), "`{row}` is not a seed {table} row");
+        match table {
+            "matrix" => assert!(matrix.iter().any(|r| r == row), "`{row}` is not a seed matrix row"),
+            "field_audit" => assert!(audit.iter().any(|r| r == row), "`{row}` is not a seed field-audit row"),
+            // The runner's own rows: what the issues require said that the seed has no row for.
+            "runner" => assert!(
+                matches!(entry["status"].as_str(), Some("test" | "absent")),
+                "`{row}`: a runner row is proven by a test or is an upstream absence"
+            ),
+            other => panic!("`{row}`: unknown table {other}"),
+        }
         match entry["status"].as_str().unwrap() {
             "fixture" => {
                 let name = entry["evidence"].as_str().unwrap();
@@ -103,17 +111,34 @@ fn every_seed_row_is_covered_by_a_fixture_a_test_a_named_absence_or_an_owner() {
                 test_exists(entry["evidence"].as_str().unwrap()),
                 "`{row}`: no such test"
             ),
-            "absent" => assert!(NAMED_ABSENCES.contains(&row), "`{row}` is not a named absence"),
+            "absent" => assert!(
+                table == "runner" || NAMED_ABSENCES.contains(&row),
+                "`{row}` is not a named absence"
+            ),
             "pending" => assert!(
                 entry["owner"].as_str().is_some_and(|o| o.starts_with("issue ")),
                 "`{row}` needs an owner"
             ),
             other => panic!("`{row}`: unknown status {other}"),
         }
+        // PRP's words: availability, and a detail level (a partial capability is
+        // `available` with `summary` detail and a reason); implemented is not qualified.
         let availability = entry["availability"].as_str().unwrap();
         assert!(
-            ["available", "partial", "unsupported", "policy_disabled"].contains(&availability),
-            "`{row}`"
+            ["available", "unsupported", "policy_disabled"].contains(&availability),
+            "`{row}`: availability {availability}"
+        );
+        assert!(
+            matches!(entry["detail"].as_str(), Some("summary" | "structured")),
+            "`{row}`: detail"
+        );
+        assert!(
+            matches!(entry["qualification"].as_str(), Some("unverified" | "verified_here")),
+            "`{row}`: qualification"
+        );
+        assert!(
+            !entry["reason"].as_str().unwrap_or_default().is_empty(),
+            "`{row}`: a reason"
         );
     }
 }
@@ -126,9 +151,13 @@ fn render(entries: &[Value]) -> String {
          how it is proven here: a fixture transcript, an end-to-end test, a named absence, or the issue that owns it. \
          Nothing here is qualified against a real, authenticated Cursor: \"proven\" means against the scripted fake agent.\n",
     );
-    for (table, title) in [("matrix", "Capability matrix"), ("field_audit", "Field audit")] {
+    for (table, title) in [
+        ("matrix", "Capability matrix"),
+        ("field_audit", "Field audit"),
+        ("runner", "The runner's own rows"),
+    ] {
         out.push_str(&format!(
-            "\n## {title}\n\n| row | availability | proven by | notes |\n|---|---|---|---|\n"
+            "\n## {title}\n\n| row | availability | detail | qualification | proven by | notes |\n|---|---|---|---|---|---|\n"
         ));
         for e in entries.iter().filter(|e| e["table"] == table) {
             let proof = match e["status"].as_str().unwrap_or_default() {
@@ -139,13 +168,16 @@ fn render(entries: &[Value]) -> String {
                     e["field"].as_str().unwrap_or_default()
                 ),
                 "test" => format!("test `{}`", e["evidence"].as_str().unwrap_or_default()),
+                "absent" if e["table"] == "runner" => "absent upstream".to_owned(),
                 "absent" => "named absence".to_owned(),
                 _ => format!("pending ({})", e["owner"].as_str().unwrap_or_default()),
             };
             out.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} |\n",
                 e["row"].as_str().unwrap_or_default(),
                 e["availability"].as_str().unwrap_or_default(),
+                e["detail"].as_str().unwrap_or_default(),
+                e["qualification"].as_str().unwrap_or_default(),
                 proof,
                 e["reason"].as_str().unwrap_or_default()
             ));

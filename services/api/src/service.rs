@@ -372,12 +372,19 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             .map(|entry| pb::Capability {
                 availability: match entry.availability.as_str() {
                     "available" => pb::CapabilityAvailability::Available,
-                    "partial" => pb::CapabilityAvailability::Partial,
                     "unsupported" => pb::CapabilityAvailability::Unsupported,
                     "policy_disabled" => pb::CapabilityAvailability::PolicyDisabled,
                     _ => pb::CapabilityAvailability::Unspecified,
                 } as i32,
-                qualification: pb::CapabilityQualification::Unverified as i32,
+                detail_level: match entry.detail.as_str() {
+                    "summary" => pb::CapabilityDetailLevel::Summary,
+                    "structured" => pb::CapabilityDetailLevel::Structured,
+                    _ => pb::CapabilityDetailLevel::Unspecified,
+                } as i32,
+                qualification: match entry.qualification.as_str() {
+                    "verified_here" => pb::CapabilityQualification::VerifiedHere,
+                    _ => pb::CapabilityQualification::Unverified,
+                } as i32,
                 evidence: entry.evidence_text(),
                 name: entry.row,
                 table: entry.table,

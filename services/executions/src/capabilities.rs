@@ -16,8 +16,13 @@ pub struct CapabilityEntry {
     pub evidence: Option<String>,
     #[serde(default)]
     pub owner: Option<String>,
-    /// `available`, `partial`, `unsupported` or `policy_disabled`.
+    /// PRP's `availability`: `available`, `unsupported` or `policy_disabled`.
     pub availability: String,
+    /// PRP's `detailLevel`: `structured`, or `summary` (a partial capability is
+    /// `available` with `summary` detail and a reason).
+    pub detail: String,
+    /// `unverified` or `verified_here`: implemented is not qualified.
+    pub qualification: String,
     pub reason: String,
 }
 
@@ -28,6 +33,7 @@ impl CapabilityEntry {
         match self.status.as_str() {
             "fixture" => format!("transcript {evidence}"),
             "test" => format!("test {evidence}"),
+            "absent" if self.table == "runner" => "absent upstream".to_owned(),
             "absent" => "named absence".to_owned(),
             _ => format!("pending ({})", self.owner.clone().unwrap_or_default()),
         }
