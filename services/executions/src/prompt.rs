@@ -166,21 +166,23 @@ impl Prompt {
     }
 
     /// Refuses content the agent did not advertise.
+    /// Refuses content the agent did not advertise — and audio and embedded context
+    /// always: this runner does not forward them (Cursor advertises neither), and a block
+    /// silently dropped would be a lie about what the agent saw.
     pub fn check_supported(&self, capabilities: PromptCapabilities) -> Result<(), EngineError> {
         for block in &self.blocks {
-            let (kind, supported) = match block {
-                PromptBlock::Image { .. } => ("image", capabilities.image),
-                PromptBlock::Audio { .. } => ("audio", capabilities.audio),
-                PromptBlock::EmbeddedResource { .. } => ("embedded_context", capabilities.embedded_context),
+            let (kind, advertised, forwarded) = match block {
+                PromptBlock::Image { .. } => ("image", capabilities.image, true),
+                PromptBlock::Audio { .. } => ("audio", capabilities.audio, false),
+                PromptBlock::EmbeddedResource { .. } => ("embedded_context", capabilities.embedded_context, false),
                 PromptBlock::Text(_) | PromptBlock::ResourceLink { .. } => continue,
             };
-            if !supported {
-                return Err(EngineError::precondition(
-                    Reason::PromptContentUnsupported,
-                    format!("the agent does not accept {kind} in prompts"),
-                )
-                .with("content", kind));
-            }
+            let refusal = match (advertised, forwarded) {
+                (true, true) => continue,
+                (false, _) => format!("the agent does not accept {kind} in prompts"),
+                (true, false) => format!("this runner does not forward {kind} in prompts"),
+            };
+            return Err(EngineError::precondition(Reason::PromptContentUnsupported, refusal).with("content", kind));
         }
         Ok(())
     }
@@ -196,7 +198,8 @@ impl Prompt {
             .sum()
     }
 
-    /// The ACP content blocks (`check_supported` passed, so no audio or embedded ones).
+    /// The ACP content blocks (`check_supported` passed, so there are no audio or
+    /// embedded ones to leave out).
     pub fn to_acp(&self) -> Vec<schema::ContentBlock> {
         self.blocks
             .iter()
@@ -316,9 +319,17 @@ mod tests {
                 "embedded_context",
             ),
         ] {
-            let refused = with(block).check_supported(cursor).unwrap_err();
+            let refused = with(block.clone()).check_supported(cursor).unwrap_err();
             assert_eq!(refused.reason, Reason::PromptContentUnsupported);
             assert!(refused.metadata.contains(&("content".into(), kind.into())));
+            // Advertised or not: this runner does not forward them, so it never pretends to.
+            let everything = PromptCapabilities {
+                image: true,
+                audio: true,
+                embedded_context: true,
+            };
+            let refused = with(block).check_supported(everything).unwrap_err();
+            assert!(refused.message.contains("does not forward"), "{}", refused.message);
         }
         let no_images = PromptCapabilities::default();
         assert!(with(image(PNG, "image/png")).check_supported(no_images).is_err());
