@@ -256,11 +256,20 @@ fn admit<B>(auth: Option<&TokenAuth>, request: &mut http::Request<B>) -> Result<
     Ok(())
 }
 
+/// Request body read (and dropped) before a refusal is sent. A client still writing its
+/// request when the connection closes sees a broken pipe instead of the refusal (Node's
+/// gRPC-Web over HTTP/1.1 does), so a small body is consumed first; a larger one is not
+/// worth reading for a caller who is not let in.
+pub const MAX_REFUSED_BODY_BYTES: usize = 64 * 1024;
+
 impl<S, B> tower::Service<http::Request<B>> for AuthService<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
@@ -273,7 +282,13 @@ where
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         match admit(self.auth.as_deref(), &mut request) {
             Ok(()) => Box::pin(self.inner.call(request)),
-            Err(refusal) => Box::pin(std::future::ready(Ok(refusal.into_http()))),
+            Err(refusal) => Box::pin(async move {
+                use http_body_util::BodyExt;
+                let _ = http_body_util::Limited::new(request.into_body(), MAX_REFUSED_BODY_BYTES)
+                    .collect()
+                    .await;
+                Ok(refusal.into_http())
+            }),
         }
     }
 }

@@ -72,6 +72,10 @@ struct HealthcheckArgs {
     /// Connect with TLS, trusting this CA (PEM); the address may also be `https://…`.
     #[arg(long, env = "CURSOR_RUNNER_HEALTHCHECK_CA")]
     ca: Option<PathBuf>,
+    /// The name the server's certificate must carry, when it is not the address's host
+    /// (a probe dials 127.0.0.1; the certificate names the Service).
+    #[arg(long, env = "CURSOR_RUNNER_HEALTHCHECK_TLS_DOMAIN", requires = "ca")]
+    tls_domain: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -376,9 +380,12 @@ async fn healthcheck(args: HealthcheckArgs) -> bool {
         let mut endpoint = tonic::transport::Endpoint::from_shared(uri)?.connect_timeout(limit);
         if let Some(ca) = &args.ca {
             let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
-            endpoint = endpoint.tls_config(
-                tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)),
-            )?;
+            let mut tls =
+                tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            if let Some(domain) = &args.tls_domain {
+                tls = tls.domain_name(domain.clone());
+            }
+            endpoint = endpoint.tls_config(tls)?;
         }
         let channel = endpoint.connect().await?;
         let response = HealthClient::new(channel)

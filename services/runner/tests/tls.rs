@@ -107,6 +107,20 @@ async fn a_client_that_trusts_the_ca_connects_and_one_that_does_not_fails_the_ha
 
     let probe = healthcheck(&service, Some(&ca_file));
     assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stderr));
+    // As a Kubernetes exec probe runs it: dialling 127.0.0.1, checking the certificate's name.
+    let probe = Command::new(env!("CARGO_BIN_EXE_cursor-runner"))
+        .args([
+            "healthcheck",
+            "--addr",
+            &service.address.to_string(),
+            "--tls-domain",
+            "localhost",
+            "--ca",
+        ])
+        .arg(&ca_file)
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stderr));
     assert!(!healthcheck(&service, None).status.success());
     service.stop();
     database.drop_database().await;
