@@ -145,8 +145,25 @@ expected = {
     "readinessProbe": "cursor_runner.v1.RunnerService",
     "livenessProbe": "",
 }
+# Kubernetes gRPC probes cannot speak TLS: with TLS on, the probes are exec probes running
+# `cursor-runner healthcheck --service <name>`, which reads the CA and name from the
+# ConfigMap (CURSOR_RUNNER_HEALTHCHECK_CA / _TLS_DOMAIN); without it, gRPC probes.
+tls_on = "CURSOR_RUNNER_TLS_CERT" in config
+if tls_on and "CURSOR_RUNNER_HEALTHCHECK_CA" not in config:
+    fail("TLS is on but CURSOR_RUNNER_HEALTHCHECK_CA is not set: the exec probes could not verify it")
 for probe, service_name in expected.items():
-    grpc = container.get(probe, {}).get("grpc")
+    probe_spec = container.get(probe, {})
+    if tls_on:
+        command = probe_spec.get("exec", {}).get("command")
+        if not command or command[:2] != ["cursor-runner", "healthcheck"]:
+            fail(f"{probe}: with TLS on, an exec probe running `cursor-runner healthcheck`")
+            continue
+        if service_name is not None and (
+            "--service" not in command or command[command.index("--service") + 1] != service_name
+        ):
+            fail(f"{probe}: --service {service_name!r} expected in {command}")
+        continue
+    grpc = probe_spec.get("grpc")
     if grpc is None:
         fail(f"{probe}: not a gRPC probe")
         continue

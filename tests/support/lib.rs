@@ -25,6 +25,7 @@ mod service_process;
 pub mod throughput;
 pub use processes::*;
 pub mod pki;
+pub mod typescript;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 
 /// The server every Postgres test uses unless `DATABASE_URL` names another.

@@ -1,0 +1,52 @@
+//! The TypeScript client (`deploy/clients/typescript`), installed on first use so the
+//! README's one test command works on a fresh machine: `npm ci` from the committed
+//! lockfile, once, under a file lock (tests run as parallel processes).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::workspace_root;
+
+/// Packages the client's scripts need at run time.
+const NEEDED: [&str; 4] = ["@grpc/grpc-js", "@connectrpc/connect-node", "tsx", "typescript"];
+
+pub fn client_dir() -> PathBuf {
+    workspace_root().join("deploy/clients/typescript")
+}
+
+fn installed(dir: &Path) -> bool {
+    NEEDED
+        .iter()
+        .all(|package| dir.join("node_modules").join(package).is_dir())
+}
+
+/// The client's directory, with `node` present and its dependencies installed (by
+/// `npm ci --ignore-scripts` when they are missing). Fails with what to do otherwise.
+pub fn installed_client() -> PathBuf {
+    let dir = client_dir();
+    let node = Command::new("node").arg("--version").output();
+    assert!(
+        node.as_ref().is_ok_and(|o| o.status.success()),
+        "`node` (v20 or newer) and npm are required to run the TypeScript client: {node:?}"
+    );
+    if installed(&dir) {
+        return dir;
+    }
+    let lock_file = std::fs::File::create(std::env::temp_dir().join("cursor-runner-typescript-client.lock"))
+        .expect("the install lock file");
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("the install lock");
+    if !installed(&dir) {
+        let status = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .status()
+            .expect("npm");
+        assert!(
+            status.success() && installed(&dir),
+            "installing the TypeScript client failed: run `npm ci --prefix deploy/clients/typescript`"
+        );
+    }
+    dir
+}
