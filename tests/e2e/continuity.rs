@@ -13,6 +13,7 @@ on_both_backends!(
     loading_refuses_another_identity_an_unknown_session_and_one_still_open,
     a_session_whose_history_the_agent_lacks_is_session_not_found,
     list_sessions_shows_only_the_tenants_own_sessions,
+    a_recovery_applies_the_recorded_model_again_and_checks_its_echo,
 );
 
 const REPLAYED_TEXT: &str = "Replayed history: never streamed again.";
@@ -277,5 +278,54 @@ async fn list_sessions_shows_only_the_tenants_own_sessions(backend: Backend) {
         .into_inner()
         .sessions;
     assert!(theirs.is_empty(), "another tenant sees none of them");
+    service.shutdown().await;
+}
+
+async fn a_recovery_applies_the_recorded_model_again_and_checks_its_echo(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let execution = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: service.workspace.display().to_string(),
+            model: "gpt-x".into(),
+            model_parameters: [("effort".to_owned(), "high".to_owned())].into(),
+            mode: "plan".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let applied_before = methods_received(&service, "session/set_config_option").len();
+    let pid = nix::unistd::Pid::from_raw(execution.pid.unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
+    let recovered = recover(&mut client, &execution.execution_id, "recover-1")
+        .await
+        .unwrap();
+    let config = recovered.session_config.unwrap();
+    assert_eq!(
+        (
+            config.model.as_str(),
+            config.mode.as_str(),
+            config.model_parameters["effort"].as_str()
+        ),
+        ("gpt-x", "plan", "high")
+    );
+    assert!(config.verified, "echo-checked again on the new process");
+    let applied: Vec<Value> = methods_received(&service, "session/set_config_option")
+        .into_iter()
+        .skip(applied_before)
+        .collect();
+    let ids: Vec<&str> = applied
+        .iter()
+        .map(|m| m["params"]["configId"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"model") && ids.contains(&"effort") && ids.contains(&"mode"),
+        "the recorded configuration was applied to the new process: {ids:?}"
+    );
     service.shutdown().await;
 }

@@ -16,6 +16,9 @@ on_both_backends!(
     model_mode_and_options_change_between_turns_echo_checked_and_never_mid_turn,
     list_models_returns_every_model_with_its_parameters,
     an_older_build_gets_the_model_through_set_model_and_is_recorded_unverified,
+    an_agent_that_never_answers_initialize_is_unresponsive_and_stopped,
+    an_agent_exiting_at_start_is_refused_with_its_exit_status_and_the_end_of_its_stderr,
+    a_parameter_or_mode_echoed_differently_fails_admission_naming_the_option,
 );
 
 fn request(
@@ -321,5 +324,99 @@ async fn an_older_build_gets_the_model_through_set_model_and_is_recorded_unverif
         .await
         .unwrap_err();
     assert_eq!(reason(&refused), "MODEL_UNAVAILABLE");
+    service.shutdown().await;
+}
+
+async fn an_agent_that_never_answers_initialize_is_unresponsive_and_stopped(backend: Backend) {
+    let options = Options {
+        handshake_timeout: std::time::Duration::from_millis(300),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "initialize_never.json", options).await;
+    let mut client = service.client().await;
+    let refused = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: service.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await;
+    assert_refused(refused, tonic::Code::Unavailable, "AGENT_UNRESPONSIVE");
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .executions;
+    let failed = &listed[0];
+    assert_eq!(failed.state, proto::ExecutionState::Failed as i32);
+    assert!(
+        failed.exit_status.is_some(),
+        "the silent agent was stopped and reaped: {failed:?}"
+    );
+    service.shutdown().await;
+}
+
+async fn an_agent_exiting_at_start_is_refused_with_its_exit_status_and_the_end_of_its_stderr(backend: Backend) {
+    let service = TestService::start(backend, "crash_on_start_noisy.json").await;
+    let mut client = service.client().await;
+    let refused = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: service.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refused), "AGENT_EXITED");
+    let message = refused.message();
+    assert!(message.contains("exit code 3"), "{message}");
+    let tail = message.split_once("stderr tail: ").expect("the stderr tail").1;
+    // The fake logs one line after its scripted stderr: the tail is the end of both.
+    let (scripted, logged) = tail
+        .trim()
+        .rsplit_once("fake-cursor: ")
+        .expect("the fake's own line last");
+    assert!(logged.contains("exiting with 3 on start"), "{logged}");
+    assert!(
+        "0123456789".repeat(700).ends_with(scripted) && scripted.len() < 7000,
+        "only the end of what the agent wrote"
+    );
+    assert!(
+        !tail.is_empty() && tail.len() <= cursor_runner_supervisor::STDERR_TAIL_BYTES,
+        "bounded: {} bytes",
+        tail.len()
+    );
+    service.shutdown().await;
+}
+
+async fn a_parameter_or_mode_echoed_differently_fails_admission_naming_the_option(backend: Backend) {
+    let service = TestService::start(backend, "config_echo_parameter_mismatch.json").await;
+    let mut client = service.client().await;
+    let mut by_mode = request(&service, "create-2", "", &[]);
+    by_mode.mode = "plan".into();
+    for (request, option, asked, echoed) in [
+        (
+            request(&service, "create-1", "gpt-x", &[("effort", "high")]),
+            "effort",
+            "high",
+            "low",
+        ),
+        (by_mode, "mode", "plan", "agent"),
+    ] {
+        let refused = client.create_execution(request).await.unwrap_err();
+        assert_eq!(reason(&refused), "MODEL_UNAVAILABLE");
+        let details = tonic_types::StatusExt::get_error_details(&refused);
+        let metadata = &details.error_info().unwrap().metadata;
+        assert_eq!(
+            (
+                metadata["config_id"].as_str(),
+                metadata["requested"].as_str(),
+                metadata["echoed"].as_str()
+            ),
+            (option, asked, echoed)
+        );
+    }
+    assert_eq!(prompts(&service), 0, "nothing was prompted");
     service.shutdown().await;
 }

@@ -256,6 +256,8 @@ pub struct Options {
     pub tokens_file: Option<PathBuf>,
     pub pool: PoolConfig,
     pub drain_deadline: Duration,
+    /// Bound on `initialize` and `session/new`.
+    pub handshake_timeout: Duration,
     /// The runner-owned MCP servers executions may name.
     pub mcp_allowlist: McpAllowlist,
     /// Per-tenant ceilings on execution limits.
@@ -275,6 +277,7 @@ impl Default for Options {
             pid_namespace: true,
             pool: PoolConfig::default(),
             drain_deadline: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(60),
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: Default::default(),
             retention: None,
@@ -331,6 +334,7 @@ impl TestService {
         config.pid_namespace = options.pid_namespace;
         config.pool = options.pool.clone();
         config.drain_deadline = options.drain_deadline;
+        config.handshake_timeout = options.handshake_timeout;
         config.mcp_allowlist = options.mcp_allowlist.clone();
         config.tenant_limits = options.tenant_limits.clone();
         config.retention = options.retention;

@@ -1630,3 +1630,52 @@ fn next_token<T>(page: &[T], limit: i64, id: impl Fn(&T) -> &String) -> String {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn recorded() -> SessionConfig {
+        SessionConfig {
+            model: Some("gpt-x".into()),
+            parameters: BTreeMap::from([("effort".into(), "high".into()), ("fast".into(), "false".into())]),
+            mode: Some("plan".into()),
+            ..SessionConfig::default()
+        }
+    }
+
+    fn asked(model: Option<&str>, parameters: &[(&str, &str)], mode: Option<&str>) -> ConfigRequest {
+        ConfigRequest {
+            model: model.map(str::to_owned),
+            parameters: parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            mode: mode.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_load_adopts_what_is_empty_and_refuses_what_differs_naming_the_field() {
+        let cases: [(ConfigRequest, Result<(), &str>); 7] = [
+            (asked(None, &[], None), Ok(())),
+            (asked(Some("gpt-x"), &[], Some("plan")), Ok(())),
+            (asked(Some("gpt-x"), &[("effort", "high")], None), Ok(())),
+            (asked(Some("claude-y"), &[], None), Err("model")),
+            (
+                asked(Some("gpt-x"), &[("effort", "low")], None),
+                Err("model_parameters"),
+            ),
+            (asked(Some("gpt-x"), &[("depth", "9")], None), Err("model_parameters")),
+            (asked(None, &[], Some("ask")), Err("mode")),
+        ];
+        for (mut request, expected) in cases {
+            let outcome = adopt_identity(&mut request, &recorded());
+            assert_eq!(outcome, expected, "{request:?}");
+            if outcome.is_ok() {
+                assert_eq!(request.model.as_deref(), Some("gpt-x"));
+                assert_eq!(request.parameters, recorded().parameters, "every recorded parameter");
+                assert_eq!(request.mode.as_deref(), Some("plan"));
+            }
+        }
+    }
+}

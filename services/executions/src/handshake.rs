@@ -186,3 +186,51 @@ pub(crate) async fn timed(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_documented_error_shapes_mean_the_session_is_unknown() {
+        let error = |code: i64, data: Option<Value>| RpcError {
+            code,
+            message: "whatever the text says".into(),
+            data,
+        };
+        let cases = [
+            (error(cursor_runner_acp::RESOURCE_NOT_FOUND, None), true),
+            (
+                error(
+                    cursor_runner_acp::INVALID_PARAMS,
+                    Some(json!({"message": "Session \"s1\" not found"})),
+                ),
+                true,
+            ),
+            (
+                error(
+                    cursor_runner_acp::INVALID_PARAMS,
+                    Some(json!({"message": "cwd must be absolute"})),
+                ),
+                false,
+            ),
+            (error(cursor_runner_acp::INVALID_PARAMS, None), false),
+            (
+                error(cursor_runner_acp::AUTH_REQUIRED, Some(json!({"message": "not found"}))),
+                false,
+            ),
+            (
+                RpcError {
+                    code: cursor_runner_acp::INTERNAL_ERROR,
+                    message: "session not found".into(),
+                    data: None,
+                },
+                false,
+            ),
+        ];
+        for (error, unknown) in cases {
+            assert_eq!(is_session_not_found(&error), unknown, "{error:?}");
+        }
+    }
+}

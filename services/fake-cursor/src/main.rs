@@ -97,6 +97,10 @@ fn main() {
         return;
     }
     if let Some(code) = sc.startup_exit_code {
+        if let Some(text) = &sc.startup_stderr {
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
         log(&format!("exiting with {code} on start, as scripted"));
         std::process::exit(code);
     }

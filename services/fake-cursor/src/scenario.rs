@@ -23,6 +23,8 @@ pub struct Scenario {
     pub initialize_error: Option<Value>,
     /// Exit with this code at start-up, before reading anything (a crash on start).
     pub startup_exit_code: Option<i32>,
+    /// Written to stderr before a `startup_exit_code` exit.
+    pub startup_stderr: Option<String>,
     /// How long `session/new` takes (the agent's own session set-up time).
     pub session_new_delay_ms: u64,
     pub session_new_error: Option<Value>,
@@ -67,6 +69,8 @@ struct RawScenario {
     initialize_error: Option<Value>,
     #[serde(default)]
     startup_exit_code: Option<i32>,
+    #[serde(default)]
+    startup_stderr: Option<String>,
     #[serde(default)]
     session_new_delay_ms: u64,
     #[serde(default)]
@@ -221,6 +225,7 @@ impl Scenario {
             initialize_delay_ms: raw.initialize_delay_ms,
             initialize_error: raw.initialize_error.filter(|v| !v.is_null()),
             startup_exit_code: raw.startup_exit_code,
+            startup_stderr: raw.startup_stderr,
             session_new_delay_ms: raw.session_new_delay_ms,
             session_new_error: raw.session_new_error.filter(|v| !v.is_null()),
             config_echo_override: raw.config_echo_override,
