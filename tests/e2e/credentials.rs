@@ -8,6 +8,7 @@ use tonic::Code;
 on_both_backends!(
     a_bound_credential_reaches_the_agent_under_its_name_and_nowhere_else,
     each_bad_credential_binding_is_refused_before_launch_with_its_reason,
+    a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_marker,
 );
 
 const CANARY: &str = "sk-canary-4242-do-not-leak";
@@ -119,5 +120,35 @@ async fn each_bad_credential_binding_is_refused_before_launch_with_its_reason(ba
         );
     }
     assert!(service.agent_received().is_empty(), "nothing was launched");
+    service.shutdown().await;
+}
+
+async fn a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_marker(backend: Backend) {
+    let service = TestService::start(backend, "echo_credential.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let all = events.until_turn_settles().await;
+    let text: Vec<String> = all.iter().map(|e| payload(e).to_string()).collect();
+    assert!(
+        text.iter().all(|t| !t.contains(CANARY)),
+        "the credential never reaches the stream"
+    );
+    let marked: Vec<&proto::ActivityEvent> = all
+        .iter()
+        .filter(|e| payload(e).to_string().contains("[redacted:CURSOR_API_KEY]"))
+        .collect();
+    let types: Vec<&str> = marked.iter().map(|e| e.event_type.as_str()).collect();
+    assert!(types.contains(&"item.delta"), "{types:?}");
+    assert!(types.iter().any(|t| t.starts_with("tool.execution.")), "{types:?}");
+    assert!(
+        marked.iter().all(|e| payload(e)["redactions"].as_u64() >= Some(1)),
+        "each says how many"
+    );
+    let stored = service
+        .store
+        .read_events(&execution.execution_id, 0, 1000)
+        .await
+        .unwrap();
+    assert!(stored.iter().all(|e| !e.payload.contains(CANARY)), "nor the outbox");
     service.shutdown().await;
 }

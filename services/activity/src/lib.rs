@@ -8,6 +8,7 @@ mod children;
 mod event;
 mod normalizer;
 mod paths;
+mod redact;
 mod sanitize;
 #[cfg(test)]
 mod test_rng;
@@ -22,4 +23,5 @@ pub use bounds::{
 pub use children::{ChildRef, Suppression};
 pub use event::*;
 pub use normalizer::{TurnNormalizer, USAGE_UNAVAILABLE_REASON};
+pub use redact::{MIN_REDACTED_SECRET_CHARS, Redactor};
 pub use sanitize::{SanitizedText, sanitize_display};

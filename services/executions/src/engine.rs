@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cursor_runner_activity::Redactor;
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
@@ -168,6 +169,8 @@ struct Admitted {
 struct Binding {
     /// When the pool reservation began: the lease is timed from here.
     admitted: Instant,
+    /// The secrets handed to the agent, kept out of its events.
+    redactor: Redactor,
     reservation: Reservation,
     session: ConfigRequest,
     start: SessionStart,
@@ -483,6 +486,7 @@ impl Engine {
                 )
             }
         };
+        let redactor = redactor_for(credential.as_ref(), &mcp_servers);
         // Refusals (draining, quarantined, exhausted) happen here, before anything exists.
         let admitted = Instant::now();
         let reservation = self.pool.reserve(tenant_id, credential, lease_wait, home).await?;
@@ -529,6 +533,7 @@ impl Engine {
             record,
             Binding {
                 admitted,
+                redactor,
                 reservation,
                 session,
                 start,
@@ -685,6 +690,7 @@ impl Engine {
                 )
                 .with("session_id", session_id.clone())
             })?;
+        let redactor = redactor_for(credential.as_ref(), &mcp_servers);
         let admitted = Instant::now();
         let reservation = self
             .pool
@@ -722,6 +728,7 @@ impl Engine {
             record,
             Binding {
                 admitted,
+                redactor,
                 reservation,
                 session,
                 start: SessionStart::Load {
@@ -744,6 +751,7 @@ impl Engine {
     ) -> Result<ExecutionRecord, EngineError> {
         let Binding {
             admitted,
+            redactor,
             reservation,
             session,
             start,
@@ -751,7 +759,8 @@ impl Engine {
         } = binding;
         let head = self.store.head_sequence(&record.id).await?;
         let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, head)
-            .with_metrics(self.metrics.clone());
+            .with_metrics(self.metrics.clone())
+            .with_redactor(redactor);
         let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
         let (warm, is_warm) = match reservation {
             Reservation::Warm(warm) => (*warm, true),
@@ -1543,6 +1552,17 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
         "permission" => InteractionKind::Permission,
         _ => InteractionKind::Question,
     }
+}
+
+/// What an execution's events must never carry: the bound credential and the values of
+/// its MCP servers' headers and environment.
+fn redactor_for(credential: Option<&BoundCredential>, mcp_servers: &[McpServer]) -> Redactor {
+    Redactor::new(
+        credential
+            .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned()))
+            .into_iter()
+            .chain(mcp_servers.iter().flat_map(McpServer::secret_values)),
+    )
 }
 
 /// Samples head − acknowledged for every live execution, every

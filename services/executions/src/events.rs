@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cursor_runner_activity::{ActivityPayload, SCHEMA_VERSION};
+use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
 use cursor_runner_store::{EventRecord, Store, StoreError, now_ms};
 use tokio::sync::watch;
 
@@ -20,6 +20,8 @@ pub struct EventWriter {
     metrics: Option<Arc<Metrics>>,
     /// An append was refused: the execution's generation moved on.
     fenced: bool,
+    /// The secrets this execution's agent was handed, kept out of every event.
+    redactor: Redactor,
 }
 
 impl EventWriter {
@@ -33,7 +35,14 @@ impl EventWriter {
             head: tx,
             metrics: None,
             fenced: false,
+            redactor: Redactor::default(),
         }
+    }
+
+    /// Replaces the secrets `redactor` knows wherever they come back in an event.
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Counts every committed event in `metrics`.
@@ -83,7 +92,14 @@ impl EventWriter {
             .iter()
             .enumerate()
             .map(|(i, payload)| {
-                let (event_type, body) = payload.into_parts();
+                let (event_type, mut body) = payload.into_parts();
+                // Said, not hidden: the marker names what was redacted, the count how often.
+                let redactions = self.redactor.redact_json(&mut body);
+                if redactions > 0
+                    && let Some(object) = body.as_object_mut()
+                {
+                    object.insert("redactions".into(), redactions.into());
+                }
                 EventRecord {
                     execution_id: self.execution_id.clone(),
                     sequence: self.next_sequence + i as i64,

@@ -66,6 +66,19 @@ impl McpServer {
         }
     }
 
+    /// Header and environment values, labelled `mcp:<server>:<name>`: secrets the
+    /// runner hands the agent, kept out of every event.
+    pub fn secret_values(&self) -> Vec<(String, String)> {
+        let (name, pairs) = match self {
+            Self::Remote { name, headers, .. } => (name, headers),
+            Self::Stdio { name, env, .. } => (name, env),
+        };
+        pairs
+            .iter()
+            .map(|pair| (format!("mcp:{name}:{}", pair.name), pair.value.clone()))
+            .collect()
+    }
+
     /// Whether the agent's `mcpCapabilities` (from `initialize`) allow this transport;
     /// every ACP agent takes stdio.
     pub fn supported_by(&self, initialized: &Value) -> bool {

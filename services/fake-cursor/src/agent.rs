@@ -593,6 +593,20 @@ impl Agent {
                 inherit_stdio,
             } => self.spawn_sleeper(setsid, ignore_sigterm, inherit_stdio),
             Step::EnvReport { file } => self.env_report(file.as_deref()),
+            Step::EchoEnv { name } => {
+                let value = std::env::var(&name).unwrap_or_default();
+                let session = UpdateSession::Default;
+                self.send_update(
+                    &session,
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": format!("my {name} is {value}")}}),
+                );
+                self.send_update(
+                    &session,
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "echo-1", "title": format!("curl -H 'x-key: {value}'"),
+                           "kind": "execute", "status": "completed", "rawInput": {"command": format!("echo {value}")},
+                           "rawOutput": {"output": value, "exitCode": 0}}),
+                );
+            }
         }
         Flow::Continue
     }

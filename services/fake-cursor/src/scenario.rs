@@ -166,6 +166,11 @@ pub enum Step {
     EnvReport {
         file: Option<String>,
     },
+    /// Says the value of an environment variable back: in a message chunk and in a tool
+    /// call's raw input and output (an agent echoing a credential it was given).
+    EchoEnv {
+        name: String,
+    },
 }
 
 /// The keys that select a step kind; exactly one must be present.
@@ -188,6 +193,7 @@ const PRIMARY_KEYS: &[&str] = &[
     "flood",
     "spawn_sleeper",
     "env_report",
+    "echo_env",
 ];
 
 impl Scenario {
@@ -472,6 +478,15 @@ fn parse_step(v: &Value) -> Result<Step> {
                     require_true(val, key)?;
                     Step::EnvReport { file: None }
                 }
+            }
+        }
+        "echo_env" => {
+            allow_keys(obj, key, &[])?;
+            Step::EchoEnv {
+                name: val
+                    .as_str()
+                    .ok_or_else(|| anyhow!("echo_env must be a variable name"))?
+                    .to_owned(),
             }
         }
         other => unreachable!("unhandled primary key {other}"),

@@ -1,0 +1,138 @@
+//! Secrets out of the stream: values the runner itself handed the agent (the bound
+//! credential, MCP header and environment values) are replaced wherever they come back
+//! in what the agent says — text, tool input and output, diffs, notices — by a marker
+//! that says what was redacted, never silently.
+
+use serde_json::Value;
+
+/// Secret values shorter than this are not searched for: they would match ordinary text.
+pub const MIN_REDACTED_SECRET_CHARS: usize = 8;
+
+/// The secrets of one execution, each with the label its marker shows.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    /// (value, marker), longest value first so one secret containing another wins.
+    secrets: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let labels: Vec<&str> = self.secrets.iter().map(|(_, marker)| marker.as_str()).collect();
+        f.debug_struct("Redactor").field("markers", &labels).finish()
+    }
+}
+
+impl Redactor {
+    /// `(label, value)` pairs; values under [`MIN_REDACTED_SECRET_CHARS`] are left out.
+    pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut secrets: Vec<(String, String)> = secrets
+            .into_iter()
+            .filter(|(_, value)| value.chars().count() >= MIN_REDACTED_SECRET_CHARS)
+            .map(|(label, value)| (value, format!("[redacted:{label}]")))
+            .collect();
+        secrets.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        secrets.dedup_by(|a, b| a.0 == b.0);
+        Self { secrets }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    /// `text` with every secret replaced by its marker, and how many were.
+    pub fn redact_text(&self, text: &str) -> (String, usize) {
+        let mut out = text.to_owned();
+        let mut count = 0;
+        for (value, marker) in &self.secrets {
+            let found = out.matches(value.as_str()).count();
+            if found > 0 {
+                count += found;
+                out = out.replace(value.as_str(), marker);
+            }
+        }
+        (out, count)
+    }
+
+    /// Redacts every string (and object key) in `value`; how many secrets were replaced.
+    pub fn redact_json(&self, value: &mut Value) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        match value {
+            Value::String(text) => {
+                let (redacted, count) = self.redact_text(text);
+                if count > 0 {
+                    *text = redacted;
+                }
+                count
+            }
+            Value::Array(items) => items.iter_mut().map(|item| self.redact_json(item)).sum(),
+            Value::Object(map) => {
+                let mut count = 0;
+                let keys: Vec<String> = map.keys().cloned().collect();
+                for key in keys {
+                    let (new_key, in_key) = self.redact_text(&key);
+                    let mut inner = map.remove(&key).unwrap_or(Value::Null);
+                    count += in_key + self.redact_json(&mut inner);
+                    map.insert(new_key, inner);
+                }
+                count
+            }
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const KEY: &str = "sk-live-0123456789abcdef";
+
+    fn redactor() -> Redactor {
+        Redactor::new([
+            ("CURSOR_API_KEY".to_owned(), KEY.to_owned()),
+            ("mcp:search:authorization".to_owned(), format!("Bearer {KEY}")),
+            ("too-short".to_owned(), "abc".to_owned()),
+        ])
+    }
+
+    #[test]
+    fn every_occurrence_anywhere_is_replaced_by_a_marker_that_says_so() {
+        let mut payload = json!({
+            "text": format!("the key is {KEY}, again {KEY}"),
+            "rawInput": {"headers": [format!("Bearer {KEY}")], KEY: 1},
+            "n": 3,
+        });
+        let count = redactor().redact_json(&mut payload);
+        let text = payload.to_string();
+        assert!(!text.contains(KEY), "{text}");
+        assert_eq!(count, 4);
+        assert_eq!(
+            payload["text"],
+            "the key is [redacted:CURSOR_API_KEY], again [redacted:CURSOR_API_KEY]"
+        );
+        assert_eq!(
+            payload["rawInput"]["headers"][0], "[redacted:mcp:search:authorization]",
+            "the longer secret wins"
+        );
+        assert_eq!(payload["n"], 3);
+    }
+
+    #[test]
+    fn short_values_are_not_searched_for_and_nothing_else_changes() {
+        let mut payload = json!({"text": "abc abcdef"});
+        assert_eq!(redactor().redact_json(&mut payload), 0);
+        assert_eq!(payload["text"], "abc abcdef");
+        assert!(!format!("{:?}", redactor()).contains(KEY), "Debug shows labels only");
+    }
+
+    #[test]
+    fn a_secret_exactly_at_the_length_bound_is_redacted() {
+        let at = "x".repeat(MIN_REDACTED_SECRET_CHARS);
+        let under = "y".repeat(MIN_REDACTED_SECRET_CHARS - 1);
+        let r = Redactor::new([("a".to_owned(), at.clone()), ("b".to_owned(), under.clone())]);
+        assert_eq!(r.redact_text(&format!("{at} {under}")).1, 1);
+    }
+}
