@@ -30,7 +30,7 @@ impl Redactor {
             .filter(|(_, value)| value.chars().count() >= MIN_REDACTED_SECRET_CHARS)
             .map(|(label, value)| (value, format!("[redacted:{label}]")))
             .collect();
-        secrets.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        secrets.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
         secrets.dedup_by(|a, b| a.0 == b.0);
         Self { secrets }
     }
