@@ -25,6 +25,7 @@ macro_rules! on_both_backends {
 }
 
 mod api_surface;
+mod audit;
 mod auth;
 mod children;
 mod continuity;

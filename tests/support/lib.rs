@@ -264,6 +264,8 @@ pub struct Options {
     pub tenant_limits: cursor_runner_executions::limits::TenantLimits,
     /// Pruning of acknowledged events.
     pub retention: Option<cursor_runner_executions::retention::Retention>,
+    /// Capture every execution's raw wire traffic here.
+    pub wire_capture_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -281,6 +283,7 @@ impl Default for Options {
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: Default::default(),
             retention: None,
+            wire_capture_dir: None,
         }
     }
 }
@@ -338,6 +341,7 @@ impl TestService {
         config.mcp_allowlist = options.mcp_allowlist.clone();
         config.tenant_limits = options.tenant_limits.clone();
         config.retention = options.retention;
+        config.wire_capture_dir = options.wire_capture_dir.clone();
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -123,6 +123,28 @@ struct Shared {
     out: mpsc::Sender<Outgoing>,
     pending: PendingTable,
     next_id: AtomicI64,
+    tap: Tap,
+}
+
+/// Which way a line went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    FromAgent,
+    ToAgent,
+}
+
+/// Sees every line exactly as it crossed the pipe (a wire capture); set at any time.
+pub trait WireTap: Send + Sync {
+    fn line(&self, direction: Direction, line: &[u8]);
+}
+
+type Tap = Arc<Mutex<Option<Arc<dyn WireTap>>>>;
+
+fn tap_line(tap: &Tap, direction: Direction, line: &[u8]) {
+    let current = tap.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(tap) = current {
+        tap.line(direction, line);
+    }
 }
 
 /// The client half of a connection. Cheap to clone.
@@ -140,12 +162,14 @@ impl AcpConnection {
     {
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
+        let tap: Tap = Arc::new(Mutex::new(None));
         let shared = Arc::new(Shared {
             out: out_tx,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(1),
+            tap: tap.clone(),
         });
-        tokio::spawn(write_loop(stdin, out_rx));
+        tokio::spawn(write_loop(stdin, out_rx, tap));
         tokio::spawn(read_loop(FrameReader::new(stdout), shared.clone(), in_tx));
         (Self { shared }, in_rx)
     }
@@ -190,6 +214,11 @@ impl AcpConnection {
         send_flushed(&self.shared.out, line).await
     }
 
+    /// Shows every later line, both ways, to `tap`.
+    pub fn set_tap(&self, tap: Arc<dyn WireTap>) {
+        *self.shared.tap.lock().unwrap_or_else(|p| p.into_inner()) = Some(tap);
+    }
+
     /// Closes the agent's stdin after everything queued before it is written.
     pub async fn close_stdin(&self) {
         let _ = self.shared.out.send(Outgoing::CloseStdin).await;
@@ -226,7 +255,7 @@ async fn send_flushed(out: &mpsc::Sender<Outgoing>, line: Vec<u8>) -> Result<(),
     rx.await.map_err(|_| AcpError::Closed)?
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outgoing>) {
+async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outgoing>, tap: Tap) {
     let mut stdin = Some(stdin);
     while let Some(message) = rx.recv().await {
         match message {
@@ -239,6 +268,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outg
                 let result = match stdin.as_mut() {
                     None => Err(AcpError::Closed),
                     Some(w) => {
+                        tap_line(&tap, Direction::ToAgent, &line);
                         line.push(b'\n');
                         match write_line(w, &line).await {
                             Ok(()) => Ok(()),
@@ -275,6 +305,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 break false;
             }
         };
+        if let ReadFrame::Line(line) = &frame {
+            tap_line(&shared.tap, Direction::FromAgent, line);
+        }
         let message = match frame {
             ReadFrame::Eof { partial } => break partial.is_some(),
             ReadFrame::Oversized { bytes } => Inbound::Oversized { bytes },

@@ -13,7 +13,7 @@ mod message;
 
 pub use agent_client_protocol_schema::ProtocolVersion;
 pub use agent_client_protocol_schema::v1 as schema;
-pub use connection::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream};
+pub use connection::{AcpConnection, AcpError, AgentRequest, Direction, Inbound, InboundStream, WireTap};
 pub use framing::{FrameReader, MAX_FRAME_BYTES, ReadFrame};
 pub use message::{Classified, RequestId, RpcError, classify};
 

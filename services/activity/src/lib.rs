@@ -6,6 +6,7 @@ mod bounds;
 mod checklist;
 mod children;
 mod event;
+mod field_audit;
 mod normalizer;
 mod paths;
 mod redact;
@@ -22,6 +23,7 @@ pub use bounds::{
 };
 pub use children::{ChildRef, Suppression};
 pub use event::*;
+pub use field_audit::unconsumed_fields;
 pub use normalizer::{TurnNormalizer, USAGE_UNAVAILABLE_REASON};
 pub use redact::{MIN_REDACTED_SECRET_CHARS, Redactor};
 pub use sanitize::{SanitizedText, sanitize_display};

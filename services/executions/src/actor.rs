@@ -1043,6 +1043,11 @@ impl Actor {
     /// normalizer decides whose it is: the root session, a child it knows (spawned from
     /// its parent in this turn), or nobody's (suppressed with a notice).
     fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
+        if let (Some(metrics), Some((kind, fields))) = (self.events.metrics(), unconsumed_fields(&params["update"])) {
+            for field in fields {
+                metrics.unconsumed_field(kind, field);
+            }
+        }
         match self.turn.as_mut() {
             Some(turn) => turn.normalizer.on_session_update(params),
             None => self.session_normalizer.on_session_update(params),

@@ -36,6 +36,7 @@ use crate::prompt::Prompt;
 use crate::retention::{self, Retention};
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
+use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 
 pub type ExecutionView = ExecutionRecord;
 
@@ -86,6 +87,8 @@ pub struct EngineConfig {
     pub tenant_limits: TenantLimits,
     /// Pruning of acknowledged events past a period; `None` keeps every event.
     pub retention: Option<Retention>,
+    /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
+    pub wire_capture_dir: Option<PathBuf>,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -117,6 +120,7 @@ impl EngineConfig {
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: TenantLimits::default(),
             retention: None,
+            wire_capture_dir: None,
         }
     }
 }
@@ -760,7 +764,7 @@ impl Engine {
         let head = self.store.head_sequence(&record.id).await?;
         let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, head)
             .with_metrics(self.metrics.clone())
-            .with_redactor(redactor);
+            .with_redactor(redactor.clone());
         let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
         let (warm, is_warm) = match reservation {
             Reservation::Warm(warm) => (*warm, true),
@@ -791,6 +795,12 @@ impl Engine {
                 }
             },
         };
+        if let Some(dir) = &self.config.wire_capture_dir {
+            match WireCapture::create(dir, &record.id, redactor, MAX_WIRE_CAPTURE_BYTES) {
+                Ok(capture) => warm.connection.set_tap(Arc::new(capture)),
+                Err(e) => tracing::warn!(execution_id = %record.id, error = %e, "cannot open the wire capture"),
+            }
+        }
         let leased = admitted.elapsed();
         tracing::Span::current()
             .record("slot_id", warm.ticket.slot_id.as_str())

@@ -21,6 +21,7 @@ pub mod retention;
 pub mod session_config;
 pub mod state;
 mod tracing_context;
+pub mod wire_capture;
 
 pub use actor::{ModelCatalog, ModelEntry};
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};

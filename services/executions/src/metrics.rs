@@ -66,6 +66,20 @@ pub struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpdateFieldLabels {
+    /// A known `sessionUpdate` kind (a closed set).
+    pub update_kind: &'static str,
+    /// The field's name, reduced to `[A-Za-z0-9_]`, at most 64 characters; past
+    /// [`MAX_UNCONSUMED_FIELD_SERIES`] distinct ones, `other`.
+    pub field: String,
+}
+
+/// Distinct named (update kind, field) series `cursor_runner_unconsumed_fields_total` may
+/// grow to (field names come from the agent, so the label set is bounded here); past it,
+/// one `other` series per update kind.
+pub const MAX_UNCONSUMED_FIELD_SERIES: usize = 128;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: &'static str,
 }
@@ -146,6 +160,9 @@ pub struct Metrics {
     requests_refused: Family<ReasonLabel, Counter>,
     store_duration: Family<OperationLabel, Histogram>,
     store_errors: Family<OperationLabel, Counter>,
+    unconsumed_fields: Family<UpdateFieldLabels, Counter>,
+    /// The (kind, field) series of `unconsumed_fields` so far: bounded, the rest is `other`.
+    unconsumed_series: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
 }
 
 impl Default for Metrics {
@@ -312,6 +329,12 @@ impl Metrics {
             "Store operations that failed, by the store method",
             store_errors.clone(),
         );
+        let unconsumed_fields = Family::<UpdateFieldLabels, Counter>::default();
+        registry.register(
+            "unconsumed_fields",
+            "Top-level fields of session/update kinds the normalizer does not read (a new Cursor build's extras), by kind and field",
+            unconsumed_fields.clone(),
+        );
         let build_info = Family::<VersionLabel, Gauge>::default();
         build_info
             .get_or_create(&VersionLabel {
@@ -326,6 +349,8 @@ impl Metrics {
             events_pruned.clone(),
         );
         Self {
+            unconsumed_fields,
+            unconsumed_series: std::sync::Mutex::new(std::collections::HashSet::new()),
             events_pruned,
             turn_duration,
             agent_start,
@@ -479,6 +504,29 @@ impl Metrics {
             .inc();
     }
 
+    /// A field of a `update_kind` update that the normalizer did not read.
+    pub(crate) fn unconsumed_field(&self, update_kind: &'static str, field: &str) {
+        let mut name: String = field
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(64)
+            .collect();
+        let mut series = self.unconsumed_series.lock().unwrap_or_else(|p| p.into_inner());
+        if !series.contains(&(update_kind, name.clone())) {
+            if series.len() >= MAX_UNCONSUMED_FIELD_SERIES || name.is_empty() {
+                name = "other".into();
+            }
+            series.insert((update_kind, name.clone()));
+        }
+        drop(series);
+        self.unconsumed_fields
+            .get_or_create(&UpdateFieldLabels {
+                update_kind,
+                field: name,
+            })
+            .inc();
+    }
+
     pub(crate) fn events_pruned(&self, count: u64) {
         self.events_pruned.inc_by(count);
     }
@@ -577,6 +625,24 @@ impl cursor_runner_store::StoreObserver for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unconsumed_field_series_stay_bounded_and_names_are_reduced() {
+        let metrics = Metrics::new();
+        for n in 0..(MAX_UNCONSUMED_FIELD_SERIES + 50) {
+            metrics.unconsumed_field("tool_call", &format!("field{n}"));
+        }
+        metrics.unconsumed_field("plan", "bad\u{1b}]0;name\n");
+        let scrape = metrics.encode();
+        let series = scrape
+            .lines()
+            .filter(|l| l.starts_with("cursor_runner_unconsumed_fields_total{"))
+            .count();
+        // The named series, plus one `other` per update kind that overflowed (two here).
+        assert_eq!(series, MAX_UNCONSUMED_FIELD_SERIES + 2, "{series} series");
+        assert!(scrape.contains("field=\"other\""));
+        assert!(!scrape.contains('\u{1b}'));
+    }
 
     #[test]
     fn families_are_the_event_type_without_its_last_segment() {

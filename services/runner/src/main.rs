@@ -155,6 +155,11 @@ struct ServeArgs {
     /// How often the retention sweep runs.
     #[arg(long, env = "CURSOR_RUNNER_RETENTION_SWEEP_SECS", default_value_t = 300)]
     retention_sweep_secs: u64,
+    /// Capture each execution's raw wire traffic (both directions, secrets redacted, at
+    /// most 8 MiB each) as `<DIR>/<execution id>.ndjson`, to turn a real build's traffic
+    /// into fixture transcripts. Off by default.
+    #[arg(long, env = "CURSOR_RUNNER_WIRE_CAPTURE_DIR")]
+    wire_capture_dir: Option<PathBuf>,
     /// Per-tenant ceilings on execution limits (JSON: `{"default": {...}, "tenants": {"acme":
     /// {"turn_deadline_secs": 3600, "max_turns": 50, "max_active_secs": 36000}}}`).
     #[arg(long, env = "CURSOR_RUNNER_TENANT_LIMITS")]
@@ -286,6 +291,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         keep: std::time::Duration::from_secs(args.event_retention_secs),
         sweep_every: std::time::Duration::from_secs(args.retention_sweep_secs.max(1)),
     });
+    config.wire_capture_dir = args.wire_capture_dir.clone();
     if let Some(path) = &args.tenant_limits {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         config.tenant_limits = cursor_runner_executions::limits::TenantLimits::parse(&text)?;
