@@ -24,6 +24,7 @@ mod processes;
 mod service_process;
 pub mod throughput;
 pub use processes::*;
+pub mod agent_users;
 pub mod pki;
 pub mod typescript;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
@@ -266,6 +267,8 @@ pub struct Options {
     pub retention: Option<cursor_runner_executions::retention::Retention>,
     /// Capture every execution's raw wire traffic here.
     pub wire_capture_dir: Option<PathBuf>,
+    /// Run agents under their own provisioned uids (when the tests run as root).
+    pub agent_uid_separation: bool,
 }
 
 impl Default for Options {
@@ -284,6 +287,7 @@ impl Default for Options {
             tenant_limits: Default::default(),
             retention: None,
             wire_capture_dir: None,
+            agent_uid_separation: true,
         }
     }
 }
@@ -319,6 +323,16 @@ impl TestService {
         let workspace = state.path().join("workspace");
         std::fs::create_dir_all(&workspace).unwrap();
         let record = state.path().join("agent-stdin.ndjson");
+        let users = if options.agent_uid_separation {
+            agent_users::agent_users()
+        } else {
+            None
+        };
+        if users.is_some() {
+            agent_users::traversable(state.path());
+            agent_users::shared_with_agents(&workspace);
+            agent_users::appendable_by_agents(&record);
+        }
         let command = options.agent_command.clone().unwrap_or_else(|| {
             AgentCommand::parse(&format!(
                 "{} --scenario {} --record {}",
@@ -342,6 +356,7 @@ impl TestService {
         config.tenant_limits = options.tenant_limits.clone();
         config.retention = options.retention;
         config.wire_capture_dir = options.wire_capture_dir.clone();
+        config.agent_users = users;
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -161,6 +161,12 @@ impl ServiceDirs {
         let workspace = root.path().join("workspace");
         std::fs::create_dir_all(&workspace).expect("workspace");
         let record = root.path().join("agent-stdin.ndjson");
+        // As root, `serve` runs agents under their own uids: provisioned, and let in.
+        if crate::agent_users::agent_users().is_some() {
+            crate::agent_users::traversable(root.path());
+            crate::agent_users::shared_with_agents(&workspace);
+            crate::agent_users::appendable_by_agents(&record);
+        }
         Self {
             root,
             workspace,

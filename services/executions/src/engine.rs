@@ -37,6 +37,7 @@ use crate::retention::{self, Retention};
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
+use cursor_runner_supervisor::agent_users::AgentUsers;
 
 pub type ExecutionView = ExecutionRecord;
 
@@ -89,6 +90,9 @@ pub struct EngineConfig {
     pub retention: Option<Retention>,
     /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
     pub wire_capture_dir: Option<PathBuf>,
+    /// The unprivileged accounts agents run as, one per process; `None`: agents run as
+    /// the service's own uid (only when it cannot switch uids).
+    pub agent_users: Option<AgentUsers>,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -121,6 +125,7 @@ impl EngineConfig {
             tenant_limits: TenantLimits::default(),
             retention: None,
             wire_capture_dir: None,
+            agent_users: None,
         }
     }
 }

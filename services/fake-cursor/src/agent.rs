@@ -593,6 +593,7 @@ impl Agent {
                 inherit_stdio,
             } => self.spawn_sleeper(setsid, ignore_sigterm, inherit_stdio),
             Step::EnvReport { file } => self.env_report(file.as_deref()),
+            Step::AccessReport { file, read, write_into } => self.access_report(&file, &read, &write_into),
             Step::EchoEnv { name } => {
                 let value = std::env::var(&name).unwrap_or_default();
                 let session = UpdateSession::Default;
@@ -706,6 +707,82 @@ impl Agent {
             result["configOptions"] = self.config.config_options();
         }
         result
+    }
+
+    /// A path of an access report: relative ones are the session cwd's; `@closure` is the
+    /// directory of the `…/index.js` this process was started with (a pinned closure).
+    fn probe_path(&self, path: &str) -> std::path::PathBuf {
+        if path == "@closure" {
+            let index = std::env::args().find(|a| a.ends_with("/index.js")).unwrap_or_default();
+            return std::path::Path::new(&index)
+                .parent()
+                .map(Into::into)
+                .unwrap_or_default();
+        }
+        match &self.session_cwd {
+            Some(cwd) if !path.starts_with('/') => cwd.join(path),
+            _ => path.into(),
+        }
+    }
+
+    fn access_report(&mut self, file: &str, read: &[String], write_into: &[String]) {
+        let outcome = |result: io::Result<()>| match result {
+            Ok(()) => "allowed".to_owned(),
+            Err(e) => format!("denied: {:?}", e.kind()),
+        };
+        let reads: Map<String, Value> = read
+            .iter()
+            .map(|path| {
+                (
+                    path.clone(),
+                    json!(outcome(File::open(self.probe_path(path)).map(drop))),
+                )
+            })
+            .collect();
+        let writes: Map<String, Value> = write_into
+            .iter()
+            .map(|dir| {
+                let probe = self.probe_path(dir).join(format!(".probe-{}", std::process::id()));
+                let result = File::create(&probe).map(drop);
+                let _ = std::fs::remove_file(&probe);
+                (dir.clone(), json!(outcome(result)))
+            })
+            .collect();
+        // Our pid as this /proc numbers it (in a PID namespace, `process::id` is the
+        // namespace's number, /proc the host's).
+        let me = std::fs::read_link("/proc/self")
+            .ok()
+            .and_then(|p| p.to_str()?.parse::<u32>().ok())
+            .unwrap_or_else(std::process::id);
+        let others: Map<String, Value> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| *pid != me)
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("fake-cursor"))
+            })
+            .map(|pid| {
+                let result = std::fs::read(format!("/proc/{pid}/environ")).map(drop);
+                (pid.to_string(), json!(outcome(result)))
+            })
+            .collect();
+        let report = json!({
+            "uid": nix::unistd::getuid().as_raw(),
+            "gid": nix::unistd::getgid().as_raw(),
+            "read": reads,
+            "write_into": writes,
+            "other_agents_environ": others,
+        });
+        let path = match &self.session_cwd {
+            Some(cwd) => cwd.join(file),
+            None => file.into(),
+        };
+        if let Err(e) = std::fs::write(&path, report.to_string()) {
+            log(&format!("cannot write the access report to {}: {e}", path.display()));
+        }
     }
 
     fn env_report(&mut self, file: Option<&str>) {

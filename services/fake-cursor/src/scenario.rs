@@ -166,6 +166,14 @@ pub enum Step {
     EnvReport {
         file: Option<String>,
     },
+    /// Plays a hostile agent: tries to read `read` paths, to create a file in each of
+    /// `write_into`, and to read every other fake agent's `/proc/<pid>/environ`; writes
+    /// what happened (and its uid/gid) as JSON to `file` (relative to the session cwd).
+    AccessReport {
+        file: String,
+        read: Vec<String>,
+        write_into: Vec<String>,
+    },
     /// Says the value of an environment variable back: in a message chunk and in a tool
     /// call's raw input and output (an agent echoing a credential it was given).
     EchoEnv {
@@ -194,6 +202,7 @@ const PRIMARY_KEYS: &[&str] = &[
     "spawn_sleeper",
     "env_report",
     "echo_env",
+    "access_report",
 ];
 
 impl Scenario {
@@ -478,6 +487,36 @@ fn parse_step(v: &Value) -> Result<Step> {
                     require_true(val, key)?;
                     Step::EnvReport { file: None }
                 }
+            }
+        }
+        "access_report" => {
+            allow_keys(obj, key, &[])?;
+            let inner = val
+                .as_object()
+                .ok_or_else(|| anyhow!("access_report must be an object {{file, read, write_into}}"))?;
+            allow_keys(inner, "", &["file", "read", "write_into"])?;
+            let strings = |name: &str| -> Result<Vec<String>> {
+                match inner.get(name) {
+                    None => Ok(Vec::new()),
+                    Some(Value::Array(items)) => items
+                        .iter()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_owned)
+                                .ok_or_else(|| anyhow!("{name} holds strings"))
+                        })
+                        .collect(),
+                    Some(_) => bail!("{name} must be an array of paths"),
+                }
+            };
+            Step::AccessReport {
+                file: inner
+                    .get("file")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| anyhow!("access_report.file is required"))?
+                    .to_owned(),
+                read: strings("read")?,
+                write_into: strings("write_into")?,
             }
         }
         "echo_env" => {

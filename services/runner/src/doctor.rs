@@ -103,14 +103,17 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
         detail: enterprise.display().to_string(),
     });
     let root = nix::unistd::geteuid().is_root();
+    let users = cursor_runner_supervisor::agent_users::AgentUsers::discover().count();
     checks.push(Check {
         name: "agent uid separation",
-        ok: false,
-        required: false,
-        detail: format!(
-            "not built yet: agents run as the service's uid{}",
-            if root { " (root)" } else { "" }
-        ),
+        ok: root && users > 0,
+        // As root the service refuses to run agents as root: provisioned users are required.
+        required: root,
+        detail: match (root, users) {
+            (true, 0) => "no agent users: run `cursor-runner setup-agent-users --count N`".into(),
+            (true, n) => format!("{n} agent users (cursor-agent-*), one uid per agent process"),
+            (false, _) => "unavailable: not root, so agents run as the service's own uid".into(),
+        },
     });
     if let Some(url) = &args.database_url {
         let store = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, cursor_runner_store::connect(url)).await;
@@ -180,6 +183,7 @@ async fn probe(command: AgentCommand) -> anyhow::Result<Value> {
     let workspace = scratch.path().join("workspace");
     std::fs::create_dir_all(&workspace)?;
     let spec = LaunchSpec {
+        identity: None,
         command: command.clone(),
         private_home: scratch.path().join("home"),
         credential: None,

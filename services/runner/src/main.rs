@@ -56,6 +56,16 @@ enum Command {
     /// Ask a running service's `grpc.health.v1` whether it serves: exit 0 when
     /// SERVING, 1 otherwise (draining, store unreachable, nothing listening). For probes.
     Healthcheck(HealthcheckArgs),
+    /// Provision the unprivileged accounts agents run as (`cursor-agent-0` … in group
+    /// `cursor-agents`); idempotent. Needs root. Run once per host or image.
+    SetupAgentUsers {
+        /// How many: at least the pool's `--pool-max-processes`.
+        #[arg(long, default_value_t = 64)]
+        count: u32,
+        /// The first uid (and the group's gid).
+        #[arg(long, default_value_t = cursor_runner_supervisor::agent_users::DEFAULT_FIRST_AGENT_UID)]
+        first_uid: u32,
+    },
 }
 
 #[derive(clap::Args)]
@@ -164,6 +174,12 @@ struct ServeArgs {
     /// {"turn_deadline_secs": 3600, "max_turns": 50, "max_active_secs": 36000}}}`).
     #[arg(long, env = "CURSOR_RUNNER_TENANT_LIMITS")]
     tenant_limits: Option<PathBuf>,
+    /// Run each agent under its own provisioned unprivileged uid (`setup-agent-users`).
+    /// On whenever the service runs as root, which then refuses to start without agent
+    /// users; `false` runs agents as root (development only, and said loudly).
+    #[arg(long, env = "CURSOR_RUNNER_AGENT_UID_SEPARATION", default_value_t = true, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    agent_uid_separation: bool,
     /// Runner-owned MCP servers executions may name (JSON: `{"servers": [...]}` in ACP's
     /// `mcpServers` shape; stdio commands must be absolute paths). None by default.
     #[arg(long, env = "CURSOR_RUNNER_MCP_SERVERS")]
@@ -238,6 +254,11 @@ fn main() -> anyhow::Result<()> {
                     std::process::exit(1)
                 }
             }
+            Command::SetupAgentUsers { count, first_uid } => {
+                cursor_runner_supervisor::agent_users::AgentUsers::provision(count, first_uid)?;
+                println!("{count} agent users from uid {first_uid}");
+                Ok(())
+            }
             Command::Doctor(args) => {
                 if doctor::run(args).await? {
                     Ok(())
@@ -254,12 +275,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let options = serve_options(&args)?;
     std::fs::create_dir_all(&args.state_dir).with_context(|| format!("creating {}", args.state_dir.display()))?;
     let state_dir = std::fs::canonicalize(&args.state_dir)?;
+    let agent_users = agent_users(&args, &state_dir)?;
     let database_url = args
         .database_url
         .unwrap_or_else(|| format!("sqlite:{}", state_dir.join("cursor-runner.db").display()));
     let store = cursor_runner_store::connect(&database_url)
         .await
         .context("opening the store")?;
+    owner_only_sqlite_files(&database_url)?;
     let agent_command = match (&args.agent_command, &args.distribution_manifest, &args.distribution_dir) {
         (Some(command), _, _) => AgentCommand::parse(command)?,
         (None, Some(manifest), Some(dir)) => {
@@ -292,6 +315,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sweep_every: std::time::Duration::from_secs(args.retention_sweep_secs.max(1)),
     });
     config.wire_capture_dir = args.wire_capture_dir.clone();
+    config.agent_users = agent_users;
     if let Some(path) = &args.tenant_limits {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         config.tenant_limits = cursor_runner_executions::limits::TenantLimits::parse(&text)?;
@@ -331,6 +355,60 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     engine.shutdown().await;
     if let Some(metrics_server) = metrics_server {
         metrics_server.abort();
+    }
+    Ok(())
+}
+
+/// The accounts agents run as. As root (and unless turned off) they are required: the
+/// state directory then lets agents through to their homes and lists nothing, and the
+/// service makes itself non-dumpable (no agent may read its memory or environment).
+fn agent_users(
+    args: &ServeArgs,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<Option<cursor_runner_supervisor::agent_users::AgentUsers>> {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        tracing::warn!("not root: agents run as the service's own uid (no uid separation)");
+        return Ok(None);
+    }
+    if !args.agent_uid_separation {
+        tracing::warn!("--agent-uid-separation false: agents run as ROOT; development only");
+        return Ok(None);
+    }
+    let users = cursor_runner_supervisor::agent_users::AgentUsers::discover();
+    anyhow::ensure!(
+        users.count() > 0,
+        "running as root with no agent users: run `cursor-runner setup-agent-users --count N` first \
+         (or --agent-uid-separation false, development only)"
+    );
+    if users.count() < args.pool.pool_max_processes {
+        tracing::warn!(
+            users = users.count(),
+            max_processes = args.pool.pool_max_processes,
+            "fewer agent users than --pool-max-processes: launches past them fail"
+        );
+    }
+    std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o711))?;
+    nix::sys::prctl::set_dumpable(false)?;
+    tracing::info!(
+        users = users.count(),
+        "agents run under their own uids; the service is non-dumpable"
+    );
+    Ok(Some(users))
+}
+
+/// An embedded database's files are the service's alone (agents share the host).
+fn owner_only_sqlite_files(database_url: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(path) = database_url.strip_prefix("sqlite:").filter(|p| !p.starts_with(':')) else {
+        return Ok(());
+    };
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let file = format!("{path}{suffix}");
+        if std::path::Path::new(&file).exists() {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("restricting {file}"))?;
+        }
     }
     Ok(())
 }

@@ -37,6 +37,7 @@ fn launch(
     let path = state.join("agent.sh");
     std::fs::write(&path, script).unwrap();
     let spec = LaunchSpec {
+        identity: None,
         command: AgentCommand::parse(&format!("/bin/sh {}", path.display())).unwrap(),
         private_home: state.join("home"),
         credential: None,

@@ -317,7 +317,10 @@ fn a_pinned_distribution_is_materialized_verified_and_never_replaced() {
     assert!(String::from_utf8_lossy(&again.stdout).contains("verified"));
     assert_eq!(tree(&root), layout);
 
-    // The laid-out binary accepts the laid-out distribution, as `serve` would use it.
+    // The laid-out binary accepts the laid-out distribution, as `serve` would use it, with
+    // isolation active (agent users provisioned, as the image's build does): never
+    // silently degraded.
+    cursor_runner_e2e::agent_users::agent_users();
     let doctor = laid_out(&root)
         .arg("doctor")
         .env("CURSOR_RUNNER_DISTRIBUTION_MANIFEST", &installed)
@@ -330,6 +333,13 @@ fn a_pinned_distribution_is_materialized_verified_and_never_replaced() {
             .lines()
             .any(|line| line.starts_with("ok") && line.contains("distribution")),
         "{}",
+        String::from_utf8_lossy(&doctor.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&doctor.stdout)
+            .lines()
+            .any(|line| line.starts_with("ok") && line.contains("agent uid separation")),
+        "isolation is active: {}",
         String::from_utf8_lossy(&doctor.stdout)
     );
 

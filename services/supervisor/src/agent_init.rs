@@ -47,7 +47,9 @@ const CANNOT_START: i32 = 127;
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
     let mut args = args.into_iter();
     let mut status_fd = None;
+    let (mut uid, mut gid) = (None, None);
     let mut command = Vec::new();
+    let number = |value: Option<OsString>| value.and_then(|v| v.to_str()?.parse::<u32>().ok());
     while let Some(arg) = args.next() {
         match arg.to_str() {
             Some("--status-fd") => {
@@ -56,6 +58,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
                     usage();
                 }
             }
+            Some("--uid") => uid = Some(number(args.next()).unwrap_or_else(|| usage())),
+            Some("--gid") => gid = Some(number(args.next()).unwrap_or_else(|| usage())),
             Some("--") => {
                 command.extend(args.by_ref());
                 break;
@@ -63,24 +67,25 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
             _ => usage(),
         }
     }
-    if command.is_empty() {
+    if command.is_empty() || uid.is_some() != gid.is_some() {
         usage();
     }
-    run(status_fd, &command)
+    run(status_fd, uid.zip(gid), &command)
 }
 
 fn usage() -> ! {
-    eprintln!("usage: cursor-runner agent-init [--status-fd N] -- <program> [args…]");
+    eprintln!("usage: cursor-runner agent-init [--status-fd N] [--uid U --gid G] -- <program> [args…]");
     std::process::exit(2)
 }
 
 /// Runs the init and exits with the agent's status. `status_fd` is inherited from the
 /// launcher; `command` is the agent's program and arguments.
-pub fn run(status_fd: Option<RawFd>, command: &[OsString]) -> ! {
+/// Runs the agent (as `identity`, uid and gid, when given) and exits with its status.
+pub fn run(status_fd: Option<RawFd>, identity: Option<(u32, u32)>, command: &[OsString]) -> ! {
     // SAFETY: the launcher passed this descriptor to us for exactly this use; nothing
     // else in this process owns it.
     let mut status = status_fd.map(|fd| unsafe { File::from_raw_fd(fd) });
-    let code = match supervise(status.as_mut(), command) {
+    let code = match supervise(status.as_mut(), identity, command) {
         Ok(code) => code,
         Err(e) => {
             report(status.as_mut(), &format!("error {e}"));
@@ -107,7 +112,7 @@ fn release_agent_pipes(status_fd: Option<RawFd>) -> io::Result<()> {
     Ok(())
 }
 
-fn supervise(mut status: Option<&mut File>, command: &[OsString]) -> io::Result<i32> {
+fn supervise(mut status: Option<&mut File>, identity: Option<(u32, u32)>, command: &[OsString]) -> io::Result<i32> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| io::Error::other("no agent command given"))?;
@@ -129,6 +134,9 @@ fn supervise(mut status: Option<&mut File>, command: &[OsString]) -> io::Result<
 
     let mut command = std::process::Command::new(program);
     command.args(args).process_group(0);
+    if let Some((uid, gid)) = identity {
+        command.uid(uid).gid(gid);
+    }
     // The agent must not inherit our blocked signals (std resets SIGPIPE, not the mask).
     // SAFETY: sigprocmask is async-signal-safe; the set is a stack value.
     unsafe {

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::agent_users::{AgentIdentity, give_to};
 use crate::distribution::{PlatformPin, VerifyMode, verify};
 
 /// The only `PATH` an agent sees.
@@ -141,6 +142,9 @@ pub struct LaunchSpec {
     pub private_home: PathBuf,
     /// At most one credential; nothing else of the kind ever enters.
     pub credential: Option<BoundCredential>,
+    /// The unprivileged account the agent runs as (`None`: the service's own, when the
+    /// service cannot switch uids).
+    pub identity: Option<AgentIdentity>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,7 +187,18 @@ impl LaunchSpec {
 
     pub(crate) fn prepare(&self) -> Result<(), LaunchError> {
         self.command.verify_before_launch()?;
-        create_private_dir(&self.private_home)
+        create_private_dir(&self.private_home)?;
+        // The home is the agent's own (0700): a kept home may have been another uid's.
+        // Its parent must let the agent through to it, and list nothing.
+        if let Some(identity) = self.identity {
+            let home_error = |e: std::io::Error| LaunchError::PrivateHome(e.to_string());
+            if let Some(parent) = self.private_home.parent() {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711)).map_err(home_error)?;
+            }
+            give_to(&self.private_home, identity).map_err(home_error)?;
+        }
+        Ok(())
     }
 }
 
@@ -211,6 +226,7 @@ mod tests {
     #[test]
     fn the_environment_names_no_credential() {
         let spec = LaunchSpec {
+            identity: None,
             command: AgentCommand::parse("x").unwrap(),
             private_home: "/tmp/h".into(),
             credential: None,
@@ -222,6 +238,7 @@ mod tests {
     #[test]
     fn a_bound_credential_enters_under_its_name_only() {
         let spec = LaunchSpec {
+            identity: None,
             command: AgentCommand::parse("x").unwrap(),
             private_home: "/tmp/h".into(),
             credential: Some(BoundCredential {

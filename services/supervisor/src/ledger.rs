@@ -83,7 +83,13 @@ impl Ledger {
     pub fn record(&mut self, entry: LedgerEntry) -> io::Result<()> {
         let mut line = serde_json::to_string(&entry).map_err(io::Error::other)?;
         line.push('\n');
-        let mut file = std::fs::OpenOptions::new().append(true).create(true).open(&self.path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        // The service's alone: agents share the host.
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&self.path)?;
         // One write per line: a concurrent reader never sees half an entry.
         file.write_all(line.as_bytes())?;
         self.live.push(entry);

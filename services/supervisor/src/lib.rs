@@ -5,6 +5,7 @@
 //! outlives its execution or the service.
 
 pub mod agent_init;
+pub mod agent_users;
 mod guardian;
 mod launch;
 pub mod ledger;

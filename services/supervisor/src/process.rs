@@ -80,6 +80,7 @@ impl AgentProcess {
             .map_err(|_| LaunchError::Spawn("agents are launched from inside a tokio runtime".into()))?;
         let (program, args) = (spec.command.program.clone(), spec.command.args.clone());
         let (working_dir, environment) = (spec.private_home.clone(), spec.environment());
+        let identity = spec.identity;
         let isolation = isolation.clone();
         let spawned = Spawner::global()
             .run(move |spawner| {
@@ -102,6 +103,12 @@ impl AgentProcess {
                         let mut command = Command::new(&program);
                         command.args(&args);
                         base(&mut command);
+                        // setgid, setgroups([]) and setuid happen before `pre_exec`, so the
+                        // parent-death signal is armed under the agent's own uid (a uid
+                        // change would clear it).
+                        if let Some(identity) = identity {
+                            command.uid(identity.uid).gid(identity.gid);
+                        }
                         // SAFETY: `arm` makes async-signal-safe system calls only.
                         unsafe { command.pre_exec(move || guard.arm()) };
                         command.spawn().map(|child| (child, None))
@@ -110,13 +117,17 @@ impl AgentProcess {
                         let (status_read, status_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
                         let status_fd = status_write.as_raw_fd();
                         let mut command = Command::new(&init);
-                        command
-                            .arg("agent-init")
-                            .arg("--status-fd")
-                            .arg(status_fd.to_string())
-                            .arg("--")
-                            .arg(&program)
-                            .args(&args);
+                        command.arg("agent-init").arg("--status-fd").arg(status_fd.to_string());
+                        // The init stays root (PID 1 of the namespace, out of the agent's
+                        // reach); it drops to the agent's uid for the agent alone.
+                        if let Some(identity) = identity {
+                            command
+                                .arg("--uid")
+                                .arg(identity.uid.to_string())
+                                .arg("--gid")
+                                .arg(identity.gid.to_string());
+                        }
+                        command.arg("--").arg(&program).args(&args);
                         base(&mut command);
                         // SAFETY: async-signal-safe system calls only.
                         unsafe { command.pre_exec(move || arm_init(guard, status_fd)) };

@@ -324,6 +324,22 @@ fn a_changed_executable_bit_is_refused() {
 }
 
 #[test]
+fn a_closure_file_an_agent_could_own_is_refused() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "changing a file's owner needs root: run the suite as root (CI does)"
+    );
+    let fixture = Fixture::new();
+    let (_, pin, closure) = fixture.installed();
+    // Read-only bits mean nothing to an owner, who may chmod the file back.
+    std::os::unix::fs::lchown(closure.join("index.js"), Some(61_000), None).unwrap();
+    match distribution::verify(&closure, &pin, VerifyMode::Quick) {
+        Err(VerifyError::ForeignOwner { path, uid }) => assert_eq!((path.as_str(), uid), ("index.js", 61_000)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_link_or_special_file_in_the_closure_is_refused() {
     let fixture = Fixture::new();
     let (_, pin, closure) = fixture.installed();
@@ -741,6 +757,11 @@ fn every_refusal_has_a_distinct_reason() {
         }
         .reason(),
         VerifyError::Symlink { path: "".into() }.reason(),
+        VerifyError::ForeignOwner {
+            path: "".into(),
+            uid: 1,
+        }
+        .reason(),
     ];
     let unique: std::collections::HashSet<&str> = reasons.iter().copied().collect();
     assert_eq!(unique.len(), reasons.len(), "{reasons:?}");

@@ -91,6 +91,7 @@ fn a_dead_recorded_process_is_skipped() {
 
 fn spec(home: PathBuf, command: &str) -> LaunchSpec {
     LaunchSpec {
+        identity: None,
         command: AgentCommand::parse(command).unwrap(),
         private_home: home,
         credential: None,

@@ -34,6 +34,7 @@ use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::metrics::Metrics;
 use crate::state::{ProfileHealth, SlotState};
+use cursor_runner_supervisor::agent_users::{AgentLease, AgentUsers};
 use intensity::FailureWindow;
 use profile::{Fingerprinter, ProfileKey};
 use slot::{Handoff, IdleEnd, IdleProcess, IdleRules};
@@ -132,6 +133,9 @@ pub(crate) struct SlotTicket {
     pub profile_id: String,
     pub home: PathBuf,
     keep_home: bool,
+    /// The agent account this slot's process runs as, given back (and swept) when the
+    /// slot ends; `None` when the service does not separate uids.
+    pub identity: Option<AgentLease>,
 }
 
 impl SlotTicket {
@@ -546,7 +550,7 @@ impl ColdStart {
                 process: None,
             });
         };
-        let started = slot::start_process(&pool.launch, &ticket.slot_id, ticket.home.clone(), credential).await;
+        let started = slot::start_process(&pool.launch, &ticket, credential).await;
         pool.metrics
             .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
         let mut state = pool.lock();
@@ -655,6 +659,7 @@ impl PoolInner {
             profile_id,
             home,
             keep_home: false,
+            identity: self.launch.agent_users.as_ref().and_then(AgentUsers::take),
         }
     }
 
@@ -825,7 +830,7 @@ async fn warm_up(pool: Weak<PoolInner>, ticket: SlotTicket, credential: Option<B
     let Some(launch) = pool.upgrade().map(|p| p.launch.clone()) else {
         return;
     };
-    let started = slot::start_process(&launch, &ticket.slot_id, ticket.home.clone(), credential).await;
+    let started = slot::start_process(&launch, &ticket, credential).await;
     let Some(pool) = pool.upgrade() else { return };
     pool.metrics
         .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));

@@ -2,10 +2,10 @@
 //! is idle. Nothing here knows the pool's bookkeeping; the pool acts on what these
 //! functions return.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError};
+use cursor_runner_supervisor::agent_users::AgentLease;
 use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake;
+use crate::pool::SlotTicket;
 
 /// The method of the idle liveness probe. ACP reserves `_`-prefixed names for
 /// extensions and requires an agent that does not know one to answer `-32601`, so
@@ -55,14 +56,27 @@ pub(crate) struct StartFailure {
 /// reaped before this returns.
 pub(crate) async fn start_process(
     config: &EngineConfig,
-    slot_id: &str,
-    home: PathBuf,
+    ticket: &SlotTicket,
     credential: Option<BoundCredential>,
 ) -> Result<StartedProcess, StartFailure> {
+    let slot_id = ticket.slot_id.as_str();
+    let identity = ticket.identity.as_ref().map(AgentLease::identity);
+    if config.agent_users.is_some() && identity.is_none() {
+        // Never fall back to the service's own uid.
+        return Err(StartFailure {
+            error: EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::AgentLaunchFailed,
+                "every provisioned agent user is in use (cursor-runner setup-agent-users --count N)",
+            ),
+            process: None,
+        });
+    }
     let spec = LaunchSpec {
         command: config.agent_command.clone(),
-        private_home: home,
+        private_home: ticket.home.clone(),
         credential,
+        identity,
     };
     let began = Instant::now();
     let spawned = match &config.guardian {

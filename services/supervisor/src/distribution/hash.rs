@@ -103,6 +103,8 @@ pub(crate) struct WalkEntry {
     pub kind: EntryKind,
     pub size: u64,
     pub mode: u32,
+    /// The owning uid.
+    pub uid: u32,
 }
 
 /// Every entry under `root` (not `root` itself), sorted by path bytes.
@@ -154,6 +156,7 @@ pub(crate) fn walk(root: &Path) -> Result<Vec<WalkEntry>, HashError> {
                 kind,
                 size: meta.len(),
                 mode: meta.permissions().mode(),
+                uid: std::os::unix::fs::MetadataExt::uid(&meta),
             });
         }
     }

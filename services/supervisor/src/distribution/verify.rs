@@ -72,6 +72,8 @@ pub enum VerifyError {
     ExecutableBitMismatch { path: String, expected: bool },
     #[error("`{path}` is writable (mode {mode:o}); a closure is read-only")]
     Writable { path: String, mode: u32 },
+    #[error("`{path}` is owned by uid {uid}; a closure belongs to root or the service, never to an agent")]
+    ForeignOwner { path: String, uid: u32 },
     #[error("`{path}` has sha256 {actual}, pinned {expected}")]
     DigestMismatch {
         path: String,
@@ -103,6 +105,7 @@ impl VerifyError {
             VerifyError::SizeMismatch { .. } => "size_mismatch",
             VerifyError::ExecutableBitMismatch { .. } => "executable_bit_mismatch",
             VerifyError::Writable { .. } => "writable",
+            VerifyError::ForeignOwner { .. } => "foreign_owner",
             VerifyError::DigestMismatch { .. } => "digest_mismatch",
             VerifyError::NonUtf8Path { .. } => "non_utf8_path",
             VerifyError::Io { .. } => "io",
@@ -158,7 +161,10 @@ pub fn verify_with(
                 path: closure_dir.to_owned(),
             });
         }
-        Ok(meta) => check_read_only("", std::os::unix::fs::PermissionsExt::mode(&meta.permissions()))?,
+        Ok(meta) => {
+            check_read_only("", std::os::unix::fs::PermissionsExt::mode(&meta.permissions()))?;
+            check_owner("", std::os::unix::fs::MetadataExt::uid(&meta))?;
+        }
     }
 
     let expected: HashMap<&str, usize> = pin
@@ -177,6 +183,7 @@ pub fn verify_with(
                     return Err(VerifyError::ExtraDirectory { path: entry.path });
                 }
                 check_read_only(&entry.path, entry.mode)?;
+                check_owner(&entry.path, entry.uid)?;
             }
             EntryKind::Symlink => return Err(VerifyError::Symlink { path: entry.path }),
             EntryKind::Other(kind) => {
@@ -201,6 +208,7 @@ pub fn verify_with(
                     });
                 }
                 check_read_only(&entry.path, entry.mode)?;
+                check_owner(&entry.path, entry.uid)?;
                 seen[index] = true;
             }
         }
@@ -245,6 +253,23 @@ pub fn verify_with(
         files: pin.files.len(),
         bytes: pin.total_size(),
         closure_sha256: pin.closure_sha256.clone(),
+    })
+}
+
+/// Read-only bits mean nothing to an owner who may chmod: the closure must belong to
+/// root or to the service itself (an agent runs under another uid and can alter neither).
+fn check_owner(path: &str, uid: u32) -> Result<(), VerifyError> {
+    let service = nix::unistd::geteuid().as_raw();
+    if uid == 0 || uid == service {
+        return Ok(());
+    }
+    Err(VerifyError::ForeignOwner {
+        path: if path.is_empty() {
+            ".".to_owned()
+        } else {
+            path.to_owned()
+        },
+        uid,
     })
 }
 
