@@ -72,6 +72,12 @@ async fn a_pinned_distribution_runs_a_turn_from_its_verified_closure(backend: Ba
         "the event names the pinned closure"
     );
     assert_eq!(spawned["program"], closure.join("node").display().to_string());
+    assert!(
+        service
+            .metrics()
+            .contains("cursor_runner_process_starts_total{distribution=\"pinned\"} 1"),
+        "metrics say pinned, never the digest"
+    );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(service.workspace.join("env.json")).unwrap()).unwrap();
     let argv: Vec<String> = serde_json::from_value(report["argv"].clone()).unwrap();

@@ -91,7 +91,10 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
     let before_text = service.metrics();
     let before = samples(&before_text);
     assert_eq!(before["cursor_runner_executions_live"], 1.0, "{before_text}");
-    assert_eq!(before["cursor_runner_process_starts_total"], 1.0, "{before_text}");
+    assert_eq!(
+        before["cursor_runner_process_starts_total{distribution=\"unpinned\"}"], 1.0,
+        "a development command is reported unpinned\n{before_text}"
+    );
     assert_eq!(before["cursor_runner_event_streams_open"], 1.0, "{before_text}");
 
     let turn = start_turn(&mut client, &id, "turn-1").await.unwrap();
@@ -136,7 +139,7 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
         1.0,
     );
     exact("cursor_runner_answers_delivered_total{answered_by=\"human\"}", 1.0);
-    exact("cursor_runner_process_starts_total", 0.0);
+    exact("cursor_runner_process_starts_total{distribution=\"unpinned\"}", 0.0);
     exact(
         &format!("cursor_runner_requests_refused_total{{reason=\"{forged_reason}\"}}"),
         1.0,

@@ -11,6 +11,8 @@ on_both_backends!(
     config_that_appears_before_session_new_is_refused_and_the_agent_stopped,
     generated_images_refer_only_to_verified_workspace_files,
     project_config_created_during_a_turn_is_reported_and_stops_the_turn,
+    in_warn_mode_project_config_during_a_turn_is_reported_and_the_turn_goes_on,
+    an_agent_ignoring_stdin_eof_and_sigterm_is_killed_at_the_end_of_the_stop_ladder,
 );
 
 async fn project_config_created_during_a_turn_is_reported_and_stops_the_turn(backend: Backend) {
@@ -293,5 +295,62 @@ async fn a_workspace_that_does_not_exist_is_refused_before_any_launch(backend: B
         .await;
     assert_refused(relative, Code::InvalidArgument, "WORKSPACE_INVALID");
     assert!(service.agent_received().is_empty());
+    service.shutdown().await;
+}
+
+async fn in_warn_mode_project_config_during_a_turn_is_reported_and_the_turn_goes_on(backend: Backend) {
+    let options = Options {
+        on_workspace_violation: cursor_runner_executions::ViolationAction::Warn,
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "long_turn.json", options).await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    std::fs::create_dir_all(service.workspace.join(".cursor")).unwrap();
+    std::fs::write(service.workspace.join(".cursor/hooks.json"), "{}").unwrap();
+    let seen = events.events_until("provider.notice.recorded").await;
+    let notice = payload(seen.last().unwrap());
+    assert_eq!(notice["category"], "workspace_policy_violation");
+    assert!(notice["summary"].as_str().unwrap().contains(".cursor/hooks.json"));
+    assert!(
+        !service.agent_received().iter().any(|m| m["method"] == "session/cancel"),
+        "warned only: the turn was not stopped"
+    );
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
+    assert_eq!(
+        events.until_turn_settles().await.last().unwrap().event_type,
+        "turn.cancelled"
+    );
+    service.shutdown().await;
+}
+
+async fn an_agent_ignoring_stdin_eof_and_sigterm_is_killed_at_the_end_of_the_stop_ladder(backend: Backend) {
+    let options = Options {
+        stop_grace: std::time::Duration::from_millis(300),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "stubborn.json", options).await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let pid = execution.pid.unwrap();
+    let closed = client
+        .close_execution(proto::CloseExecutionRequest {
+            request_id: "close-1".into(),
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(closed.state, proto::ExecutionState::Closed as i32);
+    let exit = closed.exit_status.expect("the exit proof");
+    assert_eq!(
+        exit.signal,
+        Some(9),
+        "SIGTERM was ignored, so SIGKILL ended it: {exit:?}"
+    );
+    assert!(!process_alive(pid), "gone once CloseExecution returns");
     service.shutdown().await;
 }

@@ -269,6 +269,8 @@ pub struct Options {
     pub wire_capture_dir: Option<PathBuf>,
     /// Run agents under their own provisioned uids (when the tests run as root).
     pub agent_uid_separation: bool,
+    /// What refused configuration appearing mid-session does.
+    pub on_workspace_violation: cursor_runner_executions::ViolationAction,
 }
 
 impl Default for Options {
@@ -288,6 +290,7 @@ impl Default for Options {
             retention: None,
             wire_capture_dir: None,
             agent_uid_separation: true,
+            on_workspace_violation: Default::default(),
         }
     }
 }
@@ -357,6 +360,7 @@ impl TestService {
         config.retention = options.retention;
         config.wire_capture_dir = options.wire_capture_dir.clone();
         config.agent_users = users;
+        config.on_workspace_violation = options.on_workspace_violation;
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -80,6 +80,12 @@ pub struct UpdateFieldLabels {
 pub const MAX_UNCONSUMED_FIELD_SERIES: usize = 128;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DistributionLabel {
+    /// `pinned` or `unpinned`: never the digest itself.
+    pub distribution: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: &'static str,
 }
@@ -139,7 +145,7 @@ pub struct Metrics {
     interactions_created: Family<KindLabel, Counter>,
     interactions_ended: Family<KindStateLabels, Counter>,
     answers_delivered: Family<AnsweredByLabel, Counter>,
-    process_starts: Counter,
+    process_starts: Family<DistributionLabel, Counter>,
     process_exits: Family<CauseLabel, Counter>,
     launches_refused: Family<ReasonLabel, Counter>,
     executions_live: Gauge,
@@ -212,8 +218,12 @@ impl Metrics {
             "Answers written to the agent's stdin, by who answered (human, policy)",
             answers_delivered.clone(),
         );
-        let process_starts = Counter::default();
-        registry.register("process_starts", "Agent processes spawned", process_starts.clone());
+        let process_starts = Family::<DistributionLabel, Counter>::default();
+        registry.register(
+            "process_starts",
+            "Agent processes spawned, by distribution: pinned (a verified closure) or unpinned (a development command)",
+            process_starts.clone(),
+        );
         let process_exits = Family::<CauseLabel, Counter>::default();
         registry.register(
             "process_exits",
@@ -425,8 +435,15 @@ impl Metrics {
             }
             ActivityPayload::RuntimeRequestCancelled(ended) => self.interaction_ended(ended.kind, "cancelled"),
             ActivityPayload::RuntimeRequestExpired(ended) => self.interaction_ended(ended.kind, "expired"),
-            ActivityPayload::ProcessSpawned(_) => {
-                self.process_starts.inc();
+            ActivityPayload::ProcessSpawned(spawned) => {
+                let distribution = if spawned.distribution == "unpinned" {
+                    "unpinned"
+                } else {
+                    "pinned"
+                };
+                self.process_starts
+                    .get_or_create(&DistributionLabel { distribution })
+                    .inc();
                 self.executions_live.inc();
             }
             ActivityPayload::ProcessReleased(_) => {

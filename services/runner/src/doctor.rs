@@ -102,6 +102,25 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
         required: true,
         detail: enterprise.display().to_string(),
     });
+    let namespaces = cursor_runner_supervisor::pid_namespaces_available();
+    checks.push(Check {
+        name: "lifetime guardian: PID namespaces",
+        ok: namespaces,
+        required: false,
+        detail: if namespaces {
+            "each agent under agent-init as PID 1 of its own namespace".into()
+        } else {
+            "unavailable (no root / CAP_SYS_ADMIN): parent-death signal, process group, subreaper and ledger only"
+                .into()
+        },
+    });
+    let subreaper = nix::sys::prctl::get_child_subreaper().is_ok();
+    checks.push(Check {
+        name: "lifetime guardian: child subreaper",
+        ok: subreaper,
+        required: false,
+        detail: "orphaned descendants are re-parented to the service and reaped".into(),
+    });
     let root = nix::unistd::geteuid().is_root();
     let users = cursor_runner_supervisor::agent_users::AgentUsers::discover().count();
     checks.push(Check {

@@ -180,12 +180,27 @@ struct ServeArgs {
     #[arg(long, env = "CURSOR_RUNNER_AGENT_UID_SEPARATION", default_value_t = true, action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     agent_uid_separation: bool,
+    /// What refused project configuration (MCP, hooks, plugins) appearing in a workspace
+    /// mid-session does: `stop` the running turn (and say so), or only `warn`.
+    #[arg(
+        long,
+        env = "CURSOR_RUNNER_ON_WORKSPACE_VIOLATION",
+        value_enum,
+        default_value = "stop"
+    )]
+    on_workspace_violation: WorkspaceViolation,
     /// Runner-owned MCP servers executions may name (JSON: `{"servers": [...]}` in ACP's
     /// `mcpServers` shape; stdio commands must be absolute paths). None by default.
     #[arg(long, env = "CURSOR_RUNNER_MCP_SERVERS")]
     mcp_servers: Option<PathBuf>,
     #[command(flatten)]
     pool: PoolArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WorkspaceViolation {
+    Stop,
+    Warn,
 }
 
 /// The supervised pool of agent processes.
@@ -315,6 +330,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sweep_every: std::time::Duration::from_secs(args.retention_sweep_secs.max(1)),
     });
     config.wire_capture_dir = args.wire_capture_dir.clone();
+    config.on_workspace_violation = match args.on_workspace_violation {
+        WorkspaceViolation::Stop => cursor_runner_executions::ViolationAction::StopTurn,
+        WorkspaceViolation::Warn => cursor_runner_executions::ViolationAction::Warn,
+    };
     config.agent_users = agent_users;
     if let Some(path) = &args.tenant_limits {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

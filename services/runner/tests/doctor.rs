@@ -49,7 +49,14 @@ fn doctor_reports_each_check_and_fails_on_a_missing_required_one() {
         .unwrap();
     let text = String::from_utf8_lossy(&ok.stdout);
     assert!(ok.status.success(), "{text}");
-    for name in ["platform", "distribution", "workspace watch", "agent uid separation"] {
+    for name in [
+        "platform",
+        "distribution",
+        "workspace watch",
+        "agent uid separation",
+        "PID namespaces",
+        "child subreaper",
+    ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
     let broken = Command::new(env!("CARGO_BIN_EXE_cursor-runner"))

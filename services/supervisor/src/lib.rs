@@ -23,3 +23,11 @@ pub use launch::{
 };
 pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
 pub mod distribution;
+
+/// Whether agents can run as PID 1's children in PID namespaces of their own here (root,
+/// or `CAP_SYS_ADMIN`): asked of the one spawner thread that would create them.
+pub fn pid_namespaces_available() -> bool {
+    spawner::Spawner::global()
+        .run(|spawner| spawner.can_create_pid_namespaces())
+        .unwrap_or(false)
+}
