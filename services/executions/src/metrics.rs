@@ -358,6 +358,32 @@ impl Metrics {
             "Acknowledged events past the retention period deleted from the outbox",
             events_pruned.clone(),
         );
+        // Series of closed label sets exist from the start at zero, so a dashboard shows 0
+        // (and `rate()` works from the first scrape) rather than "no data" until the first event.
+        for state in crate::state::SlotState::ALL
+            .iter()
+            .filter(|s| **s != crate::state::SlotState::Stopped)
+        {
+            pool_slots.get_or_create(&StateLabel { state: state.as_str() });
+        }
+        for state in ["completed", "cancelled", "interrupted", "failed"] {
+            turns_settled.get_or_create(&StateLabel { state });
+        }
+        for cause in ["agent", "runner", "other"] {
+            process_exits.get_or_create(&CauseLabel { cause });
+        }
+        for distribution in ["pinned", "unpinned"] {
+            process_starts.get_or_create(&DistributionLabel { distribution });
+        }
+        for kind in ["warm", "cold"] {
+            pool_leases.get_or_create(&LeaseKindLabel { kind });
+        }
+        for outcome in ["ready", "failed"] {
+            pool_process_starts.get_or_create(&OutcomeLabel { outcome });
+        }
+        for what in ["execution", "answer", "event", "etag"] {
+            fenced_writes.get_or_create(&WhatLabel { what });
+        }
         Self {
             unconsumed_fields,
             unconsumed_series: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -659,6 +685,24 @@ mod tests {
         assert_eq!(series, MAX_UNCONSUMED_FIELD_SERIES + 2, "{series} series");
         assert!(scrape.contains("field=\"other\""));
         assert!(!scrape.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn closed_label_sets_are_exposed_at_zero_before_any_event() {
+        let text = Metrics::new().encode();
+        for series in [
+            "cursor_runner_pool_slots{state=\"idle\"} 0",
+            "cursor_runner_pool_slots{state=\"draining\"} 0",
+            "cursor_runner_turns_settled_total{state=\"failed\"} 0",
+            "cursor_runner_process_exits_total{cause=\"agent\"} 0",
+            "cursor_runner_process_starts_total{distribution=\"unpinned\"} 0",
+            "cursor_runner_pool_leases_total{kind=\"cold\"} 0",
+            "cursor_runner_pool_process_starts_total{outcome=\"failed\"} 0",
+            "cursor_runner_fenced_writes_total{what=\"etag\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+        assert!(!text.contains("state=\"stopped\""), "stopped slots are not counted");
     }
 
     #[test]

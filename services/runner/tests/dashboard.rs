@@ -7,7 +7,9 @@
 //! value is first used, so the run provokes each: a scripted turn whose question is
 //! answered, a refused answer (a wrong etag: `STALE_ETAG`, a fenced `etag` write), a
 //! refused launch, an agent killed under its execution (a pool failure, an agent exit),
-//! and a short store outage (store errors). The outage needs PostgreSQL.
+//! and a short store outage (store errors). The outage needs PostgreSQL. A second
+//! service, whose agent sends fields the normalizer does not read
+//! (`extra_fields.json`), runs one turn for the unconsumed-field counter.
 //!
 //! The ignored `capture_for_the_dashboard_picture` drives a longer demo load and writes
 //! the scrapes it took to `$DASHBOARD_DATA` (`docs/dashboard/make.sh` renders them).
@@ -44,7 +46,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
     let metrics = free_address();
-    let service = start(&database, &dirs, metrics, Vec::new());
+    let service = start(&database, &dirs, metrics, "demo.json", Vec::new());
     let mut client = service.client().await;
 
     // A scripted turn whose question is answered, after one refused answer.
@@ -98,6 +100,18 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     service.stop();
     database.drop_database().await;
 
+    // A build that sends fields nothing reads.
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let extra_dirs = ServiceDirs::new();
+    let extra_metrics = free_address();
+    let extra = start(&database, &extra_dirs, extra_metrics, "extra_fields.json", Vec::new());
+    let mut client = extra.client().await;
+    let (_, _, mut events) = begin_turn_at(&mut client, &extra_dirs.workspace, Default::default()).await;
+    events.until_turn_settles().await;
+    let text = text + &scrape(extra_metrics);
+    drop(events);
+    extra.stop();
+
     let exposed = Exposition::parse(&text);
     let missing: Vec<String> = queried
         .iter()
@@ -147,7 +161,13 @@ async fn capture_for_the_dashboard_picture() {
         "--retention-sweep-secs",
         "5",
     ];
-    let service = start(&database, &dirs, metrics, args.iter().map(|a| a.to_string()).collect());
+    let service = start(
+        &database,
+        &dirs,
+        metrics,
+        "demo.json",
+        args.iter().map(|a| a.to_string()).collect(),
+    );
     let _ = service.client().await;
 
     let started = Instant::now();
@@ -175,17 +195,23 @@ async fn capture_for_the_dashboard_picture() {
     database.set_unreachable(true).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     database.set_unreachable(false).await;
-    let mut turns = 0;
+    // A worker still waiting on a turn the outage broke is not waited for.
     for worker in workers {
-        turns += worker.await.expect("a load worker");
+        let left = (load_until + Duration::from_secs(3)).saturating_duration_since(Instant::now());
+        let abort = worker.abort_handle();
+        if tokio::time::timeout(left, worker).await.is_err() {
+            abort.abort();
+        }
     }
     let scrapes = scraper.join().expect("the scraper");
-    service.stop();
+    // Not a drain: it would give the turns the outage left hanging their whole deadline.
+    service.kill();
     database.drop_database().await;
 
     let series: BTreeSet<&String> = scrapes.iter().flat_map(|(_, s)| s.keys()).collect();
     let data = json!({
-        "about": "Scrapes of GET /metrics of `cursor-runner serve --metrics-listen` (fake agent, demo.json \
+        "about": "Scrapes of GET /metrics of `cursor-runner serve --metrics-listen --pool-min-idle 2 \
+                  --event-retention-secs 1 --retention-sweep-secs 5` (fake agent, demo.json \
                   scenario, PostgreSQL store) under a demo load: 3 workers each creating executions, \
                   running a turn whose question is answered after a pause (some after a refused stale-etag \
                   answer, some after a refused empty prompt), maybe a second turn, acking and closing; \
@@ -197,7 +223,6 @@ async fn capture_for_the_dashboard_picture() {
             .unwrap()
             .as_secs(),
         "version": env!("CARGO_PKG_VERSION"),
-        "turns_driven": turns,
         "series": series,
         "scrapes": scrapes
             .iter()
@@ -209,7 +234,7 @@ async fn capture_for_the_dashboard_picture() {
     });
     std::fs::write(&out, serde_json::to_string(&data).unwrap() + "\n").expect("writing the data");
     eprintln!(
-        "{} scrapes of {} series, {turns} turns -> {}",
+        "{} scrapes of {} series -> {}",
         scrapes.len(),
         series.len(),
         out.display()
@@ -336,12 +361,18 @@ impl Lcg {
     }
 }
 
-fn start(database: &TestDatabase, dirs: &ServiceDirs, metrics: SocketAddr, args: Vec<String>) -> ServiceProcess {
+fn start(
+    database: &TestDatabase,
+    dirs: &ServiceDirs,
+    metrics: SocketAddr,
+    scenario: &str,
+    args: Vec<String>,
+) -> ServiceProcess {
     ServiceProcess::start(ServiceSettings {
         binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url: &database.url,
         state_dir: dirs.root.path(),
-        scenario: "demo.json",
+        scenario,
         record: &dirs.record,
         env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string())],
         args,
@@ -413,7 +444,7 @@ fn samples(scrape: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// The families (`# TYPE` lines) and sample names of one scrape.
+/// The families (`# TYPE` lines) and sample names of one or more scrapes.
 struct Exposition {
     families: BTreeMap<String, String>,
     sample_names: BTreeSet<String>,
