@@ -364,25 +364,27 @@ impl Metrics {
             .iter()
             .filter(|s| **s != crate::state::SlotState::Stopped)
         {
-            pool_slots.get_or_create(&StateLabel { state: state.as_str() });
+            pool_slots.get_or_create(&StateLabel { state: state.as_str() }).set(0);
         }
         for state in ["completed", "cancelled", "interrupted", "failed"] {
-            turns_settled.get_or_create(&StateLabel { state });
+            turns_settled.get_or_create(&StateLabel { state }).inc_by(0);
         }
         for cause in ["agent", "runner", "other"] {
-            process_exits.get_or_create(&CauseLabel { cause });
+            process_exits.get_or_create(&CauseLabel { cause }).inc_by(0);
         }
         for distribution in ["pinned", "unpinned"] {
-            process_starts.get_or_create(&DistributionLabel { distribution });
+            process_starts
+                .get_or_create(&DistributionLabel { distribution })
+                .inc_by(0);
         }
         for kind in ["warm", "cold"] {
-            pool_leases.get_or_create(&LeaseKindLabel { kind });
+            pool_leases.get_or_create(&LeaseKindLabel { kind }).inc_by(0);
         }
         for outcome in ["ready", "failed"] {
-            pool_process_starts.get_or_create(&OutcomeLabel { outcome });
+            pool_process_starts.get_or_create(&OutcomeLabel { outcome }).inc_by(0);
         }
         for what in ["execution", "answer", "event", "etag"] {
-            fenced_writes.get_or_create(&WhatLabel { what });
+            fenced_writes.get_or_create(&WhatLabel { what }).inc_by(0);
         }
         Self {
             unconsumed_fields,
