@@ -9,7 +9,60 @@ on_both_backends!(
     two_turns_run_one_after_the_other_on_one_session,
     replace_active_interrupts_the_running_turn_then_starts_the_new_one,
     a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_killed,
+    a_tool_still_running_when_its_turn_is_cancelled_settles_cancelled,
+    a_tool_still_running_when_its_turn_is_replaced_settles_interrupted,
 );
+
+/// Where the one terminal event of a tool the agent never reported an end for is, and
+/// the status it settled with.
+fn open_tool_settled(settled: &[proto::ActivityEvent], tool_call_id: &str) -> (usize, String) {
+    let ended: Vec<(usize, serde_json::Value)> = settled
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.event_type == "tool.execution.completed")
+        .map(|(at, e)| (at, payload(e)))
+        .filter(|(_, p)| p["toolCallId"] == tool_call_id)
+        .collect();
+    assert_eq!(ended.len(), 1, "exactly one terminal event for {tool_call_id}");
+    let (at, tool) = &ended[0];
+    (*at, tool["status"].as_str().unwrap().to_owned())
+}
+
+async fn a_tool_still_running_when_its_turn_is_cancelled_settles_cancelled(backend: Backend) {
+    let service = TestService::start(backend, "tool_left_running.json").await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("tool.execution.progressed").await;
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
+    let settled = events.until_turn_settles().await;
+    let (at, status) = open_tool_settled(&settled, "tool-test");
+    assert_eq!(status, "cancelled");
+    assert_eq!(settled.last().unwrap().event_type, "turn.cancelled");
+    assert!(at < settled.len() - 1, "the tool ends before its turn");
+    service.shutdown().await;
+}
+
+async fn a_tool_still_running_when_its_turn_is_replaced_settles_interrupted(backend: Backend) {
+    let service = TestService::start(backend, "tool_left_running.json").await;
+    let mut client = service.client().await;
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("tool.execution.progressed").await;
+    client
+        .start_turn(proto::StartTurnRequest {
+            request_id: "turn-2".into(),
+            execution_id: execution.execution_id.clone(),
+            prompt: vec![proto::PromptBlock {
+                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
+            }],
+            replace_active: true,
+        })
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.interrupted");
+    assert_eq!(open_tool_settled(&settled, "tool-test").1, "interrupted");
+    service.shutdown().await;
+}
 
 async fn a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_killed(backend: Backend) {
     let options = Options {

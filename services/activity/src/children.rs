@@ -407,14 +407,16 @@ impl Children {
         events
     }
 
-    /// Ends the turn for its children: open items close, a child that has not ended
-    /// gets its terminal record, and later spawns are refused. Children end in reverse
-    /// spawn order, so a grandchild ends before the child that spawned it.
-    pub(crate) fn finish(&mut self) -> Vec<ActivityPayload> {
+    /// Ends the turn for its children: open tools settle as `open_tools`, open items
+    /// close, a child that has not ended gets its terminal record, and later spawns are
+    /// refused. Children end in reverse spawn order, so a grandchild ends before the
+    /// child that spawned it.
+    pub(crate) fn finish(&mut self, open_tools: ToolStatus) -> Vec<ActivityPayload> {
         self.accepting_spawns = false;
         let mut events = Vec::new();
         for child in self.list.iter_mut().rev() {
-            let mut closing = child.transcript.close_items();
+            let mut closing = child.transcript.close_tools(open_tools);
+            closing.extend(child.transcript.close_items());
             child.attribute(&mut closing);
             events.extend(closing);
             if child.record.status.is_terminal() {
@@ -1059,8 +1061,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::TurnNormalizer;
     use crate::test_rng::Rng;
+    use crate::{TurnEnding, TurnNormalizer};
 
     const ROOT: &str = "root";
 
@@ -1329,7 +1331,7 @@ mod tests {
             assert_eq!(n.suppressed(reason), 1, "{name}");
             assert!(send(&mut n).is_empty(), "{name}: the same suppression is noticed once");
             assert_eq!(n.suppressed(reason), 2, "{name}: and counted every time");
-            let settled = n.finish();
+            let settled = n.finish(TurnEnding::Completed);
             let totals = settled
                 .iter()
                 .find_map(|e| match e {
@@ -1368,7 +1370,7 @@ mod tests {
         );
 
         let mut settled = with_child();
-        settled.finish();
+        settled.finish(TurnEnding::Completed);
         let late = settled.on_session_update(&spawn(ROOT, "c2", "task-2", "ag-2"));
         assert_eq!(only_notice(&late).category, "child_spawn_outside_turn");
     }
@@ -1403,7 +1405,7 @@ mod tests {
             assert_eq!(record.explanation.is_some(), explained, "{native}");
             assert_eq!(record.action, Some(DelegationAction::Close));
             assert!(
-                delegations(&n.finish()).is_empty(),
+                delegations(&n.finish(TurnEnding::Completed)).is_empty(),
                 "{native}: settlement does not end it again"
             );
         }
@@ -1423,7 +1425,7 @@ mod tests {
                 events.extend(n.on_session_update(&state(ROOT, "c1", "completed")));
                 events.extend(n.on_extension("cursor/task", &task));
             }
-            events.extend(n.finish());
+            events.extend(n.finish(TurnEnding::Completed));
             let records = delegations(&events);
             let kinds: Vec<&str> = records.iter().map(|(kind, _)| *kind).collect();
             let expected = if task_first {
@@ -1465,7 +1467,7 @@ mod tests {
             "state":{"state":"idle"}}),
         ));
         n.on_session_update(&text("g1", "still working"));
-        let events = n.finish();
+        let events = n.finish(TurnEnding::Completed);
         let ended: Vec<(&str, DelegationStatus, &str)> = delegations(&events)
             .into_iter()
             .map(|(_, d)| (d.child_id.as_str(), d.status, d.evidence.as_str()))
@@ -1485,7 +1487,10 @@ mod tests {
             .iter()
             .position(|e| matches!(e, ActivityPayload::DelegationCompleted(d) if d.child_id == "g1"));
         assert!(g1_closed < g1_ended, "its open text closes before it ends");
-        assert!(n.finish().is_empty(), "a second settlement yields nothing");
+        assert!(
+            n.finish(TurnEnding::Completed).is_empty(),
+            "a second settlement yields nothing"
+        );
     }
 
     #[test]
@@ -1522,7 +1527,7 @@ mod tests {
                 }
             }
         }
-        let settled = n.finish();
+        let settled = n.finish(TurnEnding::Completed);
         let [("completed", record)] = delegations(&settled)[..] else {
             panic!("{settled:?}")
         };
@@ -1636,7 +1641,7 @@ mod tests {
             assert_eq!(notices, MAX_SUPPRESSION_NOTICES);
             assert_eq!(n.suppressed(Suppression::UnknownSession) as usize, sessions);
             let summary = n
-                .finish()
+                .finish(TurnEnding::Completed)
                 .into_iter()
                 .any(|e| matches!(e, ActivityPayload::ProviderNotice(n) if n.category == "session_updates_suppressed"));
             assert_eq!(summary, totalled, "{sessions}");
@@ -1767,7 +1772,7 @@ mod tests {
                 let params = scripts[pick].pop_front().unwrap();
                 events.extend(n.on_session_update(&params));
             }
-            events.extend(n.finish());
+            events.extend(n.finish(TurnEnding::Completed));
 
             let mut item_owner: HashMap<String, Option<String>> = HashMap::new();
             let mut completed: HashMap<String, u32> = HashMap::new();

@@ -24,6 +24,6 @@ pub use bounds::{
 pub use children::{ChildRef, Suppression};
 pub use event::*;
 pub use field_audit::unconsumed_fields;
-pub use normalizer::{TurnNormalizer, USAGE_UNAVAILABLE_REASON};
+pub use normalizer::{TurnEnding, TurnNormalizer, USAGE_UNAVAILABLE_REASON};
 pub use redact::{MIN_REDACTED_SECRET_CHARS, Redactor};
 pub use sanitize::{SanitizedText, sanitize_display};

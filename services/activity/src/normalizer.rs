@@ -37,6 +37,27 @@ use crate::sanitize::{display_text, safe_tag, sanitize_display};
 /// `providerCostUnavailableReason` when the agent reported no usage during the turn.
 pub const USAGE_UNAVAILABLE_REASON: &str = "cursor_reports_no_usage";
 
+/// How a turn settled, as far as what it leaves open is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnding {
+    Completed,
+    Cancelled,
+    Interrupted,
+    Failed,
+}
+
+impl TurnEnding {
+    /// The terminal status of a tool the agent never reported an end for: `cancelled`
+    /// when the turn was cancelled, `interrupted` otherwise — the agent will not report
+    /// it any more, and a subscriber must not show it running forever.
+    pub fn open_tool_status(self) -> ToolStatus {
+        match self {
+            Self::Cancelled => ToolStatus::Cancelled,
+            Self::Completed | Self::Interrupted | Self::Failed => ToolStatus::Interrupted,
+        }
+    }
+}
+
 /// State the normalizer keeps for one turn: the root session's transcript, the child
 /// agents, the last mode and the last reported usage.
 #[derive(Debug)]
@@ -180,15 +201,17 @@ impl TurnNormalizer {
     }
 
     /// Settles the turn: children that have not ended get a terminal `delegation.completed`
-    /// (`interrupted`, or `closed` when idle), open text items close, suppressions beyond
-    /// the noticed ones are totalled, and the turn's one `usage.reported` is emitted.
-    /// Later spawns are refused. A second call yields nothing.
-    pub fn finish(&mut self) -> Vec<ActivityPayload> {
+    /// (`interrupted`, or `closed` when idle), open text items close, tools still running
+    /// get their `tool.execution.completed` (see [`TurnEnding::open_tool_status`]),
+    /// suppressions beyond the noticed ones are totalled, and the turn's one
+    /// `usage.reported` is emitted. Later spawns are refused. A second call yields nothing.
+    pub fn finish(&mut self, ending: TurnEnding) -> Vec<ActivityPayload> {
         if self.finished {
             return Vec::new();
         }
         self.finished = true;
-        let mut events = self.children.finish();
+        let mut events = self.children.finish(ending.open_tool_status());
+        events.extend(self.root.close_tools(ending.open_tool_status()));
         events.extend(self.root.close_items());
         events.extend(self.children.suppression_totals());
         let usage = self.usage.take().unwrap_or_else(|| UsageReported {
@@ -275,6 +298,8 @@ pub(crate) struct Transcript {
     open_message: Option<String>,
     open_reasoning: Option<String>,
     tools: HashMap<String, ToolState>,
+    /// Tools seen so far in this transcript, for closing open ones in start order.
+    tools_seen: u32,
     checklist: Checklist,
 }
 
@@ -287,6 +312,7 @@ impl Transcript {
             open_message: None,
             open_reasoning: None,
             tools: HashMap::new(),
+            tools_seen: 0,
         }
     }
 
@@ -383,7 +409,14 @@ impl Transcript {
         let id = patch.tool_call_id.0.to_string();
         let fields = patch.fields;
         let known = self.tools.contains_key(&id);
-        let state = self.tools.entry(id.clone()).or_insert_with(|| ToolState::new(&id));
+        let order = self.tools_seen;
+        let state = self
+            .tools
+            .entry(id.clone())
+            .or_insert_with(|| ToolState::new(&id, order));
+        if !known {
+            self.tools_seen += 1;
+        }
         if let Some(title) = fields.title.as_deref() {
             let (name, sanitized) = display_text(title, MAX_NAME_CHARS);
             state.tool.name = name;
@@ -440,6 +473,19 @@ impl Transcript {
         Ok(events)
     }
 
+    /// Every tool still running, in start order, settled as `status` by its terminal event.
+    pub(crate) fn close_tools(&mut self, status: ToolStatus) -> Vec<ActivityPayload> {
+        let mut open: Vec<&mut ToolState> = self.tools.values_mut().filter(|state| !state.terminal).collect();
+        open.sort_by_key(|state| state.order);
+        open.into_iter()
+            .map(|state| {
+                state.terminal = true;
+                state.tool.status = status;
+                ActivityPayload::ToolCompleted(state.tool.clone())
+            })
+            .collect()
+    }
+
     pub(crate) fn close_items(&mut self) -> Vec<ActivityPayload> {
         let mut events = Vec::new();
         if let Some(item_id) = self.open_reasoning.take() {
@@ -475,6 +521,8 @@ impl Transcript {
 #[derive(Debug)]
 struct ToolState {
     tool: ToolExecution,
+    /// Its place among the transcript's tools, by first report.
+    order: u32,
     input_digest: Option<[u8; 32]>,
     raw_text: Option<BoundedOutput>,
     content_text: Option<BoundedOutput>,
@@ -491,9 +539,10 @@ struct ToolState {
 }
 
 impl ToolState {
-    fn new(id: &str) -> Self {
+    fn new(id: &str, order: u32) -> Self {
         Self {
             tool: ToolExecution::new(id),
+            order,
             input_digest: None,
             raw_text: None,
             content_text: None,
@@ -1002,7 +1051,10 @@ mod tests {
         assert_eq!(types(&first), ["item.started", "item.delta"]);
         assert_eq!(types(&second), ["item.delta"]);
         assert_eq!(first[1].item_id(), second[0].item_id());
-        assert_eq!(types(&n.finish()), ["item.completed", "usage.reported"]);
+        assert_eq!(
+            types(&n.finish(TurnEnding::Completed)),
+            ["item.completed", "usage.reported"]
+        );
     }
 
     #[test]
@@ -1605,7 +1657,7 @@ mod tests {
     #[test]
     fn usage_is_unavailable_without_token_fields_when_nothing_was_reported() {
         let mut n = ws();
-        let events = n.finish();
+        let events = n.finish(TurnEnding::Completed);
         let (event_type, payload) = events.last().unwrap().into_parts();
         assert_eq!(event_type, "usage.reported");
         assert_eq!(
@@ -1613,7 +1665,10 @@ mod tests {
             json!({"turnId":"t1","requestCountSource":"unavailable","providerCostStatus":"unpriced",
                 "providerCostUnavailableReason":"cursor_reports_no_usage"})
         );
-        assert!(n.finish().is_empty(), "exactly one usage.reported per turn");
+        assert!(
+            n.finish(TurnEnding::Completed).is_empty(),
+            "exactly one usage.reported per turn"
+        );
     }
 
     #[test]
@@ -1627,7 +1682,7 @@ mod tests {
             n.on_update(&json!({"sessionUpdate":"usage_update","used":1500,"size":200000,"cost":{"amount":0.25,"currency":"USD"}}))
                 .is_empty()
         );
-        let events = n.finish();
+        let events = n.finish(TurnEnding::Completed);
         assert_eq!(types(&events), ["usage.reported"]);
         let (_, payload) = events[0].into_parts();
         assert_eq!(
@@ -1789,7 +1844,7 @@ mod tests {
                     let _ = event.into_parts();
                 }
             }
-            let _ = n.finish();
+            let _ = n.finish(TurnEnding::Completed);
         }
     }
 }

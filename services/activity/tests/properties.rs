@@ -174,7 +174,24 @@ impl Turn {
     }
 
     fn finish(&mut self) {
-        let events = self.normalizer.finish();
+        let endings = [
+            TurnEnding::Completed,
+            TurnEnding::Cancelled,
+            TurnEnding::Interrupted,
+            TurnEnding::Failed,
+        ];
+        let ending = endings[self.rng.usize(..endings.len())];
+        let events = self.normalizer.finish(ending);
+        for event in &events {
+            if let ActivityPayload::ToolCompleted(tool) = event {
+                assert_eq!(
+                    tool.status,
+                    ending.open_tool_status(),
+                    "seed {}: a tool left open settles by how the turn ended",
+                    self.seed
+                );
+            }
+        }
         if let Err(e) = self.checker.check_finish(&events) {
             panic!("seed {}, finish(): {e}", self.seed);
         }
@@ -189,7 +206,7 @@ impl Turn {
             self.seed
         );
         assert!(
-            self.normalizer.finish().is_empty(),
+            self.normalizer.finish(TurnEnding::Completed).is_empty(),
             "seed {}: a second finish()",
             self.seed
         );
@@ -816,13 +833,21 @@ fn the_checker_catches_what_it_claims_to() {
     let mut n = TurnNormalizer::new(TURN);
     let mut checker = EventChecker::new();
     checker.check_all(&[]).unwrap();
-    let mut events = n.finish();
+    let mut events = n.finish(TurnEnding::Completed);
     let usage = events.pop().unwrap();
     assert!(checker.check_finish(&events).is_err(), "a turn without usage.reported");
     let mut checker = EventChecker::new();
     assert!(
-        checker.check_finish(&[usage.clone(), usage]).is_err(),
+        checker.check_finish(&[usage.clone(), usage.clone()]).is_err(),
         "two usage.reported"
+    );
+    let mut checker = EventChecker::new();
+    checker
+        .check_all(&[ActivityPayload::ToolStarted(ToolExecution::new("open"))])
+        .unwrap();
+    assert!(
+        checker.check_finish(&[usage]).is_err(),
+        "a tool still running at the end"
     );
 }
 

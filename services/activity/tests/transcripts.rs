@@ -10,7 +10,9 @@
 //! - as the first line only, `{"normalizer": {"rootSession": …, "betweenTurns": true}}`:
 //!   the root session (children are tracked only with one, as when the client opts in
 //!   with `_meta.subagents`), and whether the normalizer serves the session between
-//!   turns (spawns refused). Without it the normalizer has no root session.
+//!   turns (spawns refused), and `"ending"` (`completed`, the default, `cancelled`,
+//!   `interrupted` or `failed`): how the turn settles, which decides what a tool left
+//!   open becomes. Without it the normalizer has no root session.
 //!
 //! A mismatch fails. To regenerate the expected files deliberately (then review the
 //! diff): `UPDATE_TRANSCRIPTS=1 cargo test -p cursor-runner-activity --test transcripts`.
@@ -18,7 +20,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cursor_runner_activity::TurnNormalizer;
+use cursor_runner_activity::{TurnEnding, TurnNormalizer};
 use serde_json::Value;
 
 const TURN_ID: &str = "t1";
@@ -58,6 +60,13 @@ fn replay(name: &str, text: &str) -> Value {
         _ => None,
     };
     let mut normalizer = configured(config.as_ref());
+    let ending = match config.as_ref().and_then(|c| c.get("ending")).and_then(Value::as_str) {
+        None | Some("completed") => TurnEnding::Completed,
+        Some("cancelled") => TurnEnding::Cancelled,
+        Some("interrupted") => TurnEnding::Interrupted,
+        Some("failed") => TurnEnding::Failed,
+        Some(other) => panic!("{name}.ndjson: unknown ending `{other}`"),
+    };
     let mut events = Vec::new();
     for (line, value) in lines {
         let produced = if let Some(extension) = value.get("extension") {
@@ -74,7 +83,7 @@ fn replay(name: &str, text: &str) -> Value {
         };
         events.extend(produced);
     }
-    events.extend(normalizer.finish());
+    events.extend(normalizer.finish(ending));
     Value::Array(
         events
             .iter()

@@ -1519,7 +1519,12 @@ impl Actor {
             return Ok(());
         };
         let turn_id = turn.record.id.clone();
-        let mut payloads = turn.normalizer.finish();
+        let mut payloads = turn.normalizer.finish(match state {
+            TurnState::Completed | TurnState::Running => TurnEnding::Completed,
+            TurnState::Cancelled => TurnEnding::Cancelled,
+            TurnState::Interrupted => TurnEnding::Interrupted,
+            TurnState::Failed => TurnEnding::Failed,
+        });
         turn.record.state = state.as_str().into();
         turn.record.stop_reason = stop_reason.clone();
         turn.record.failure_reason = failure.map(|f| f.as_str().to_owned());

@@ -251,6 +251,9 @@ impl EventChecker {
         if let Some((child, _)) = self.children.iter().find(|(_, done)| !**done) {
             return Err(format!("child {child} never completed"));
         }
+        if let Some(((_, tool), _)) = self.tools.iter().find(|(_, done)| !**done) {
+            return Err(format!("tool {tool} still running after finish()"));
+        }
         Ok(())
     }
 
