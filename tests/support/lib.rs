@@ -132,52 +132,92 @@ async fn connect_admin(url: &str) -> sqlx::PgConnection {
 
 /// The fake agent binary, built next to the test binaries.
 pub fn fake_agent() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let (dir, _) = test_target_dir();
     let path = dir.join("fake-cursor");
     if !path.is_file() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(build_args(dir, "fake-cursor"))
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo build -p fake-cursor");
-        assert!(status.success(), "building the fake agent failed");
+        build_workspace_binaries(&dir);
     }
     path
 }
 
 /// The `cursor-runner` binary, built next to the test binaries: its hidden `agent-init`
-/// mode runs each agent as PID 1 of its own PID namespace. Rebuilt (a no-op when fresh)
-/// if it is missing or older than this test binary, so a stale init is never tested.
+/// mode runs each agent as PID 1 of its own PID namespace. Rebuilt if it is missing or
+/// older than this test binary, so a stale init is never tested.
 pub fn agent_init() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let exe = std::env::current_exe().expect("current exe");
-            let dir = exe.parent().and_then(Path::parent).expect("target dir");
+            let (dir, exe) = test_target_dir();
             let path = dir.join("cursor-runner");
             let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
             if modified(&path).is_none_or(|built| modified(&exe).is_some_and(|test| built < test)) {
-                let status = std::process::Command::new(env!("CARGO"))
-                    .args(build_args(dir, "cursor-runner"))
-                    .current_dir(workspace_root())
-                    .status()
-                    .expect("cargo build -p cursor-runner");
-                assert!(status.success(), "building cursor-runner failed");
+                build_workspace_binaries(&dir);
+                // The same cargo run that linked this test binary usually linked the
+                // bin a moment earlier, so it stays "older" although it is fresh: mark
+                // it checked, or every test process would ask cargo again.
+                std::fs::File::open(&path)
+                    .and_then(|bin| bin.set_modified(std::time::SystemTime::now()))
+                    .expect("mark cursor-runner as checked");
             }
             path
         })
         .clone()
 }
 
-/// `cargo build` arguments for `package` in the profile whose output directory is `dir`
-/// (a release bench needs release binaries beside it).
-fn build_args(dir: &Path, package: &str) -> Vec<String> {
-    let mut args = vec!["build".to_owned(), "-q".to_owned(), "-p".to_owned(), package.to_owned()];
-    if dir.ends_with("release") {
-        args.push("--release".to_owned());
+/// The directory holding the running test binary's profile output, and that binary.
+fn test_target_dir() -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+    (dir, exe)
+}
+
+/// Variables cargo sets for one package's build or test run, by prefix.
+const PACKAGE_SCOPED_CARGO_VARIABLES: &[&str] = &[
+    "CARGO_MANIFEST_",
+    "CARGO_PKG_",
+    "CARGO_CRATE_",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_CFG_",
+    "OUT_DIR",
+];
+
+/// Brings the workspace binaries in `dir` up to date with the build that produced the
+/// tests. In a debug directory that is the test runner's own build (`cargo test
+/// --no-run --workspace`, a no-op when nothing changed): building one package alone
+/// resolves features differently, relinks several crates and makes the next test run
+/// relink them back. A release directory belongs to a bench, which needs only the bins.
+fn build_workspace_binaries(dir: &Path) {
+    let args: &[&str] = if dir.ends_with("release") {
+        &["build", "-q", "--release", "-p", "cursor-runner", "-p", "fake-cursor"]
+    } else {
+        &["test", "--no-run", "-q", "--workspace"]
+    };
+    // Cargo hands this test its package's variables (`CARGO_MANIFEST_DIR`,
+    // `CARGO_PKG_NAME`, …); build scripts such as ring's watch those names, so a nested
+    // cargo that kept them would rebuild half the graph and the next test run would
+    // rebuild it back.
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if PACKAGE_SCOPED_CARGO_VARIABLES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            cargo.env_remove(name.as_ref());
+        }
     }
-    args
+    let status = cargo
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .expect("run cargo to build the workspace binaries");
+    assert!(
+        status.success(),
+        "building the workspace binaries failed: cargo {}",
+        args.join(" ")
+    );
 }
 
 pub fn workspace_root() -> PathBuf {
