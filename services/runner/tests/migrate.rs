@@ -39,5 +39,10 @@ async fn migrate_applies_the_schema_to_an_empty_postgres_database_and_is_repeata
 fn migrate_refuses_an_unusable_database_url_with_a_message() {
     let out = migrate("postgres://nobody@127.0.0.1:1/none");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("migrating"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("migrating"), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("connection refused"),
+        "the cause is named: {stderr}"
+    );
 }

@@ -1,7 +1,8 @@
 //! The SQL implementation shared by both backends.
 
 use async_trait::async_trait;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{PgPool, QueryBuilder, SqlitePool};
 use std::str::FromStr;
@@ -68,10 +69,15 @@ impl SqlStore {
     /// `postgres://…` or `sqlite:PATH` / `sqlite::memory:`; migrations run on connect.
     pub async fn connect(url: &str) -> StoreResult<Self> {
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)?;
+            // The pool retries a refused or unauthenticated connection until its acquire
+            // timeout and then reports only "pool timed out"; one direct connection first
+            // fails at once with the server's real answer.
+            PgConnection::connect_with(&options).await?.close().await?;
             Pool::Postgres(
                 PgPoolOptions::new()
                     .max_connections(PG_MAX_CONNECTIONS)
-                    .connect(url)
+                    .connect_with(options)
                     .await?,
             )
         } else if url.starts_with("sqlite:") {
