@@ -1,14 +1,17 @@
 //! Child agents end to end: a turn with two subagents (one with a grandchild) renders as
-//! a tree of transcripts from `StreamEvents` alone.
+//! a tree of transcripts from `StreamEvents` alone; requests from a child are attributed to
+//! it; an oversized spawn is bounded, not fatal.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cursor_runner_activity::MAX_DELEGATION_TASK_CHARS;
 use cursor_runner_e2e::*;
 use serde_json::Value;
 
 on_both_backends!(
     a_turn_with_two_children_renders_as_a_tree_of_transcripts_from_the_stream_alone,
     a_childs_permission_is_accepted_and_attributed_to_the_child,
+    a_childs_question_is_attributed_to_it_and_a_300_kb_task_is_bounded_with_the_framing_intact,
 );
 
 /// What a control plane renders for one session of the turn, built from events only.
@@ -191,5 +194,60 @@ async fn a_childs_permission_is_accepted_and_attributed_to_the_child(backend: Ba
         .collect();
     assert_eq!(completed.len(), 1);
     assert_eq!(completed[0]["status"], "completed");
+    service.shutdown().await;
+}
+
+async fn a_childs_question_is_attributed_to_it_and_a_300_kb_task_is_bounded_with_the_framing_intact(backend: Backend) {
+    let service = TestService::start(backend, "children_question_long_task.json").await;
+    let mut client = service.client().await;
+    let (_execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    let before_question = events.events_until("runtime_request.created").await;
+    let started = before_question
+        .iter()
+        .find(|e| e.event_type == "delegation.started")
+        .map(payload)
+        .expect("the child started");
+    let task = started["task"].as_str().expect("a task");
+    assert_eq!(
+        task.chars().count(),
+        MAX_DELEGATION_TASK_CHARS,
+        "the task is cut to its bound"
+    );
+    assert!(task.starts_with("Survey every storage call site"));
+    assert_eq!(started["taskTruncated"], true);
+
+    let created = payload(before_question.last().unwrap());
+    assert_eq!(
+        created["childId"], "child-db",
+        "the question's tool call is the child's"
+    );
+    assert_eq!(created["kind"], "question");
+    let answered = client
+        .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
+        .await
+        .expect("AnswerInteraction")
+        .into_inner();
+    assert_eq!(
+        answered.interaction.unwrap().state,
+        proto::InteractionState::Delivered as i32
+    );
+
+    let settled = events.until_turn_settles().await;
+    assert_eq!(
+        settled.last().unwrap().event_type,
+        "turn.completed",
+        "the fake got option pg"
+    );
+    let child_text: String = settled
+        .iter()
+        .filter(|e| e.event_type == "item.delta")
+        .map(payload)
+        .filter(|body| body["childId"] == "child-db")
+        .map(|body| body["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        child_text, "Assuming PostgreSQL.",
+        "the line after the 300 KB frame arrived whole"
+    );
     service.shutdown().await;
 }
