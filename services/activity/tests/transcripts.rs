@@ -200,3 +200,24 @@ fn the_required_scenarios_have_transcripts() {
         );
     }
 }
+
+#[test]
+fn the_child_transcript_doc_example_is_a_real_replay() {
+    let doc_path = transcripts_dir().join("../../docs/child-transcripts.md");
+    let doc = fs::read_to_string(&doc_path).unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
+    let block = doc
+        .split("```jsonl\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("docs/child-transcripts.md has a ```jsonl block");
+    let shown: Vec<Value> = block
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let expected_text = fs::read_to_string(transcripts_dir().join("children_grandchild.expected.json")).unwrap();
+    let expected: Vec<Value> = serde_json::from_str(&expected_text).unwrap();
+    assert_eq!(
+        shown, expected,
+        "the doc's example is not what children_grandchild replays to: regenerate it from the expected file"
+    );
+}
