@@ -18,9 +18,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::bounds::{MAX_NAME_CHARS, MAX_PLAN_STEPS, MAX_STEP_BODY_CHARS};
+use crate::bounds::{MAX_PLAN_STEPS, MAX_STEP_BODY_CHARS};
 use crate::event::*;
-use crate::sanitize::display_text;
+use crate::sanitize::{display_text, is_identifier};
 
 #[derive(Debug)]
 pub(crate) struct Checklist {
@@ -118,11 +118,9 @@ impl Checklist {
                 return;
             }
             None => {
-                let (step_id, clean) = display_text(&key, MAX_NAME_CHARS);
-                self.sanitized |= clean;
-                self.index.insert(key, self.steps.len());
+                self.index.insert(key.clone(), self.steps.len());
                 self.steps.push(PlanStep {
-                    step_id,
+                    step_id: key,
                     body: String::new(),
                     status: StepStatus::Pending,
                     label: None,
@@ -186,7 +184,7 @@ fn parse_entry(raw: &Value, todo: bool) -> Option<Entry> {
     let object = raw.as_object()?;
     let key = if todo {
         match object.get("id")? {
-            Value::String(id) if !id.is_empty() => Some(id.chars().take(MAX_NAME_CHARS).collect()),
+            Value::String(id) if is_identifier(id) => Some(id.clone()),
             Value::Number(n) => Some(n.to_string()),
             _ => return None,
         }
@@ -241,6 +239,7 @@ fn malformed(what: &str, reason: &str) -> ActivityPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::MAX_NAME_CHARS;
     use serde_json::json;
 
     fn snapshot(events: &[ActivityPayload]) -> &PlanUpdated {
@@ -314,6 +313,25 @@ mod tests {
         assert_eq!(plan.revision, 3);
         assert_eq!(plan.steps.len(), 1);
         assert_eq!(plan.steps[0].step_id, "z");
+    }
+
+    #[test]
+    fn a_todo_id_of_exactly_max_name_chars_is_kept_whole_and_one_more_drops_the_todo() {
+        let longest = "a".repeat(MAX_NAME_CHARS);
+        let over = format!("{longest}b");
+        let mut c = Checklist::new("p".into());
+        let events = c.apply_todos(&todos(
+            json!([
+                {"id": longest, "content": "kept", "status": "pending"},
+                {"id": over, "content": "would merge with the first if cut", "status": "pending"},
+                {"id": "ctl\u{1b}[31m", "content": "would be rewritten", "status": "pending"},
+            ]),
+            false,
+        ));
+        let plan = snapshot(&events);
+        let ids: Vec<&str> = plan.steps.iter().map(|s| s.step_id.as_str()).collect();
+        assert_eq!(ids, [longest.as_str()]);
+        assert!(plan.partial, "the dropped todos are reported");
     }
 
     #[test]

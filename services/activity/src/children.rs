@@ -41,7 +41,7 @@ use serde_json::Value;
 use crate::bounds::*;
 use crate::event::*;
 use crate::normalizer::{Transcript, or_malformed_notice};
-use crate::sanitize::{display_text, safe_tag, sanitize_display};
+use crate::sanitize::{display_text, is_identifier, safe_tag, sanitize_display};
 
 /// `evidence` of records from Cursor's `subagent_spawned` / `subagent_state_update`.
 const EVIDENCE_LIFECYCLE: &str = "cursor_subagent_lifecycle";
@@ -774,12 +774,6 @@ impl Children {
         notice.child_id = child_id.map(str::to_owned);
         vec![ActivityPayload::ProviderNotice(notice)]
     }
-}
-
-/// An id is taken whole or not at all: non-empty, at most [`MAX_NAME_CHARS`] characters
-/// and nothing display sanitizing would replace — a cut or rewritten id could merge two.
-fn is_identifier(id: &str) -> bool {
-    !id.is_empty() && id.chars().nth(MAX_NAME_CHARS).is_none() && !sanitize_display(id).sanitized
 }
 
 /// `Ok(None)` when absent or `null`, `Err` when present but not a valid id.

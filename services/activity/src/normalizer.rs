@@ -32,7 +32,7 @@ use crate::checklist::Checklist;
 use crate::children::{ChildRef, Children, Route, Suppression};
 use crate::event::*;
 use crate::paths::{file_uri_path, workspace_relative};
-use crate::sanitize::{display_text, safe_tag, sanitize_display};
+use crate::sanitize::{display_text, is_identifier, safe_tag, sanitize_display};
 
 /// `providerCostUnavailableReason` when the agent reported no usage during the turn.
 pub const USAGE_UNAVAILABLE_REASON: &str = "cursor_reports_no_usage";
@@ -407,6 +407,12 @@ impl Transcript {
         let patch: acp::ToolCallUpdate = serde_json::from_value(update.clone()).map_err(|e| e.to_string())?;
         let mut events = if is_call { self.close_items() } else { Vec::new() };
         let id = patch.tool_call_id.0.to_string();
+        if !is_identifier(&id) {
+            // Taken whole or not at all: a cut or rewritten id could merge two tools.
+            return Err(format!(
+                "`toolCallId` is not an identifier (empty, over {MAX_NAME_CHARS} characters, or with control characters)"
+            ));
+        }
         let fields = patch.fields;
         let known = self.tools.contains_key(&id);
         let order = self.tools_seen;
@@ -458,7 +464,6 @@ impl Transcript {
         let outside = state.outside;
         if outside > 0 && !state.warned_outside {
             state.warned_outside = true;
-            let (shown_id, _) = display_text(&id, MAX_NAME_CHARS);
             let why = if workspace.is_none() {
                 " (no workspace is configured)"
             } else {
@@ -467,7 +472,7 @@ impl Transcript {
             events.push(ActivityPayload::ProviderNotice(ProviderNotice::warning(
                 "tool_path_outside_workspace",
                 NoticeScope::Turn,
-                format!("tool call {shown_id}: {outside} path(s) not inside the workspace were omitted{why}"),
+                format!("tool call {id}: {outside} path(s) not inside the workspace were omitted{why}"),
             )));
         }
         Ok(events)
@@ -1114,6 +1119,19 @@ mod tests {
             panic!()
         };
         assert_eq!(notice.category, "unclassified_acp_subagent_deleted");
+    }
+
+    #[test]
+    fn a_tool_call_id_of_exactly_max_name_chars_is_kept_and_one_more_is_a_notice() {
+        let longest = "t".repeat(MAX_NAME_CHARS);
+        let mut n = TurnNormalizer::new("t");
+        let events = n.on_update(&json!({"sessionUpdate":"tool_call","toolCallId":longest,"title":"x"}));
+        assert_eq!(last_tool(&events).tool_call_id, longest);
+        for refused in [format!("{longest}t"), String::new(), "id\u{1b}[2J".to_owned()] {
+            let events = n.on_update(&json!({"sessionUpdate":"tool_call","toolCallId":refused,"title":"x"}));
+            assert_eq!(types(&events), ["provider.notice.recorded"], "{refused:?}");
+        }
+        assert!(n.knows_tool_call(&longest));
     }
 
     #[test]

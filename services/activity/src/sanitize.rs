@@ -16,6 +16,8 @@
 //! bodies, session metadata, delegation tasks). Tool output and provider diff text are
 //! data and are kept byte-exact. Approval documents never pass through this crate.
 
+use crate::bounds::MAX_NAME_CHARS;
+
 /// Text after neutralization, saying whether anything was replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SanitizedText {
@@ -81,6 +83,12 @@ pub(crate) fn display_text(raw: &str, max_chars: usize) -> (String, bool) {
             (text, clean.sanitized || bare_cr)
         }
     }
+}
+
+/// An id is taken whole or not at all: non-empty, at most [`MAX_NAME_CHARS`] characters
+/// and nothing display sanitizing would replace — a cut or rewritten id could merge two.
+pub(crate) fn is_identifier(id: &str) -> bool {
+    !id.is_empty() && id.chars().nth(MAX_NAME_CHARS).is_none() && !sanitize_display(id).sanitized
 }
 
 /// A native tag reduced to what a notice category may carry: ASCII letters, digits and
