@@ -44,4 +44,5 @@ mod process;
 mod prompts;
 mod session;
 mod streaming;
+mod transcripts;
 mod turns;

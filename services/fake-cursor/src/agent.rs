@@ -490,6 +490,7 @@ impl Agent {
     }
 
     fn run_step(&mut self, step: Step) -> Flow {
+        let step = self.in_workspace(step);
         match step {
             Step::Update { update, session } => self.send_update(&session, update),
             Step::Notify { method, params } => {
@@ -833,6 +834,39 @@ impl Agent {
 
     // ----- outbound --------------------------------------------------------
 
+    /// A transcript's workspace placeholder replaced by the session's real workspace, in
+    /// the updates and requests it plays.
+    fn in_workspace(&self, step: Step) -> Step {
+        let (Some(placeholder), Some(cwd)) = (&self.sc.workspace_placeholder, &self.session_cwd) else {
+            return step;
+        };
+        let cwd = cwd.to_string_lossy();
+        let replace = |mut value: Value| {
+            replace_in_strings(&mut value, placeholder, &cwd);
+            value
+        };
+        match step {
+            Step::Update { update, session } => Step::Update {
+                update: replace(update),
+                session,
+            },
+            Step::Request {
+                method,
+                params,
+                id,
+                expect,
+                no_wait,
+            } => Step::Request {
+                method,
+                params: params.map(replace),
+                id,
+                expect,
+                no_wait,
+            },
+            other => other,
+        }
+    }
+
     fn send_update(&mut self, session: &UpdateSession, update: Value) {
         let mut params = Map::new();
         match session {
@@ -927,4 +961,13 @@ fn listed_sessions(cwd: Option<&str>) -> Vec<Value> {
         .collect();
     sessions.sort_by(|a, b| a["sessionId"].as_str().cmp(&b["sessionId"].as_str()));
     sessions
+}
+
+fn replace_in_strings(value: &mut Value, from: &str, to: &str) {
+    match value {
+        Value::String(text) if text.contains(from) => *text = text.replace(from, to),
+        Value::Array(items) => items.iter_mut().for_each(|item| replace_in_strings(item, from, to)),
+        Value::Object(map) => map.values_mut().for_each(|item| replace_in_strings(item, from, to)),
+        _ => {}
+    }
 }

@@ -2,10 +2,12 @@
 //!
 //! ```text
 //! fake-cursor --scenario <FILE.json> [--record <FILE.ndjson>] [--check]
+//! fake-cursor --transcript <FILE.ndjson> [--record <FILE.ndjson>] [--check]
 //! ```
 //!
 //! Speaks ACP (NDJSON JSON-RPC 2.0) on stdin/stdout, logs to stderr, and plays
-//! the turn scripts of the scenario file. See README.md for the format.
+//! the turn scripts of the scenario file, or a normalizer transcript as one turn.
+//! See README.md for the format.
 //! Arguments it does not know (e.g. an `acp` subcommand or `--api-key K`
 //! appended by the launcher) are logged and ignored.
 
@@ -25,16 +27,38 @@ use crate::scenario::Scenario;
 /// Exit code for bad arguments or an invalid scenario file.
 const EXIT_USAGE: i32 = 2;
 
-const USAGE: &str = "usage: fake-cursor --scenario <FILE.json> [--record <FILE.ndjson>] [--check]";
+const USAGE: &str =
+    "usage: fake-cursor (--scenario <FILE.json> | --transcript <FILE.ndjson>) [--record <FILE.ndjson>] [--check]";
+
+/// What the agent plays.
+enum Script {
+    Scenario(String),
+    Transcript(String),
+}
+
+impl Script {
+    fn path(&self) -> &str {
+        match self {
+            Self::Scenario(path) | Self::Transcript(path) => path,
+        }
+    }
+
+    fn load(&self) -> Result<Scenario> {
+        match self {
+            Self::Scenario(path) => Scenario::load(path),
+            Self::Transcript(path) => Scenario::load_transcript(path),
+        }
+    }
+}
 
 struct Args {
-    scenario: String,
+    script: Script,
     record: Option<String>,
     check: bool,
 }
 
 fn parse_args() -> Result<Option<Args>> {
-    let mut scenario = None;
+    let mut script = None;
     let mut record = None;
     let mut check = false;
     let mut args = std::env::args().skip(1);
@@ -44,15 +68,16 @@ fn parse_args() -> Result<Option<Args>> {
             _ => (arg.clone(), None),
         };
         match name.as_str() {
-            "--scenario" | "--record" => {
+            "--scenario" | "--transcript" | "--record" => {
                 let value = match inline {
                     Some(v) => v,
                     None => args.next().with_context(|| format!("{name} needs a value"))?,
                 };
-                if name == "--scenario" {
-                    scenario = Some(value);
-                } else {
-                    record = Some(value);
+                match name.as_str() {
+                    "--record" => record = Some(value),
+                    _ if script.is_some() => bail!("give one --scenario or --transcript\n{USAGE}"),
+                    "--scenario" => script = Some(Script::Scenario(value)),
+                    _ => script = Some(Script::Transcript(value)),
                 }
             }
             "--check" => check = true,
@@ -66,14 +91,10 @@ fn parse_args() -> Result<Option<Args>> {
             _ => log(&format!("ignoring argument {arg:?}")),
         }
     }
-    let Some(scenario) = scenario else {
-        bail!("--scenario is required\n{USAGE}");
+    let Some(script) = script else {
+        bail!("--scenario or --transcript is required\n{USAGE}");
     };
-    Ok(Some(Args {
-        scenario,
-        record,
-        check,
-    }))
+    Ok(Some(Args { script, record, check }))
 }
 
 fn main() {
@@ -85,7 +106,7 @@ fn main() {
             std::process::exit(EXIT_USAGE);
         }
     };
-    let sc = match Scenario::load(&args.scenario) {
+    let sc = match args.script.load() {
         Ok(sc) => sc,
         Err(e) => {
             log(&format!("{e:#}"));
@@ -93,7 +114,7 @@ fn main() {
         }
     };
     if args.check {
-        println!("{}: ok ({} turn(s))", args.scenario, sc.turns.len());
+        println!("{}: ok ({} turn(s))", args.script.path(), sc.turns.len());
         return;
     }
     if let Some(code) = sc.startup_exit_code {
@@ -123,7 +144,7 @@ fn main() {
     log(&format!(
         "pid {} playing {} ({} turn(s))",
         std::process::id(),
-        args.scenario,
+        args.script.path(),
         sc.turns.len()
     ));
     let rx = spawn_reader(record);

@@ -51,6 +51,9 @@ pub struct Scenario {
     pub load_history: Vec<Value>,
     pub ignore_sigterm: bool,
     pub ignore_stdin_eof: bool,
+    /// Set for a replayed normalizer transcript: this path in any string of an update or
+    /// request is the workspace, replaced by the `cwd` of `session/new` when played.
+    pub workspace_placeholder: Option<String>,
     pub turns: Vec<Vec<Step>>,
 }
 
@@ -253,9 +256,99 @@ impl Scenario {
             load_history: raw.load_history,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,
+            workspace_placeholder: None,
             turns,
         })
     }
+
+    /// Reads a normalizer transcript (`fixtures/transcripts/*.ndjson`) as a one-turn
+    /// scenario, so the service replays the very fixture the normalizer's tests check.
+    pub fn load_transcript(path: &str) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read transcript {path}"))?;
+        Self::from_transcript(&text).with_context(|| format!("invalid transcript {path}"))
+    }
+
+    /// One turn playing each line in order, then `end_turn`: an `{"extension": {method,
+    /// params}}` line is a `cursor/*` request, `{"sessionId", "update"}` a `session/update`
+    /// on that session and any other line a bare update on the root session (`rootSession` of the
+    /// optional `{"normalizer": {…}}` first line, else the default). Transcripts that
+    /// need a normalizer the service cannot reproduce (`betweenTurns`, an `ending` other
+    /// than `completed`) are refused.
+    pub fn from_transcript(text: &str) -> Result<Self> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .peekable();
+        let mut session_id = DEFAULT_SESSION_ID.to_owned();
+        if let Some((_, first)) = lines.peek() {
+            let first: Value = serde_json::from_str(first).context("line 1")?;
+            if let Some(config) = first.get("normalizer") {
+                lines.next();
+                if config.get("betweenTurns").and_then(Value::as_bool) == Some(true) {
+                    bail!("a between-turns transcript has no turn to play");
+                }
+                if let Some(ending) = config
+                    .get("ending")
+                    .and_then(Value::as_str)
+                    .filter(|e| *e != "completed")
+                {
+                    bail!("a transcript ending `{ending}` needs the test to end the turn, not the agent");
+                }
+                if let Some(root) = config.get("rootSession").and_then(Value::as_str) {
+                    session_id = root.to_owned();
+                }
+            }
+        }
+        let mut steps = Vec::new();
+        for (index, line) in lines {
+            let value: Value = serde_json::from_str(line).with_context(|| format!("line {}", index + 1))?;
+            steps.push(transcript_step(value, &session_id).with_context(|| format!("line {}", index + 1))?);
+        }
+        steps.push(Step::StopReason("end_turn".to_owned()));
+        Ok(Scenario {
+            session_id,
+            workspace_placeholder: Some(TRANSCRIPT_WORKSPACE.to_owned()),
+            turns: vec![steps],
+            ..Self::parse("{}")?
+        })
+    }
+}
+
+/// The workspace path normalizer transcripts are written against (their tests configure
+/// the normalizer with it).
+pub const TRANSCRIPT_WORKSPACE: &str = "/work/repo";
+
+fn transcript_step(mut value: Value, root: &str) -> Result<Step> {
+    if let Some(extension) = value.get_mut("extension") {
+        return Ok(Step::Request {
+            method: method_of(
+                extension
+                    .as_object()
+                    .ok_or_else(|| anyhow!("extension must be an object"))?,
+            )?,
+            params: extension.get_mut("params").map(Value::take),
+            id: None,
+            expect: None,
+            no_wait: false,
+        });
+    }
+    // Anything else that is not `{sessionId, update}` is a bare update (tag or not: a
+    // malformed one is part of what transcripts test).
+    if value.get("sessionUpdate").is_some() || value.get("update").is_none() {
+        return Ok(Step::Update {
+            update: value,
+            session: UpdateSession::Default,
+        });
+    }
+    let update = value["update"].take();
+    let session = match value.get("sessionId") {
+        None | Some(Value::Null) => UpdateSession::Omit,
+        Some(Value::String(id)) if id == root => UpdateSession::Default,
+        Some(Value::String(id)) => UpdateSession::Id(id.clone()),
+        Some(other) => bail!("sessionId must be a string, not {other}"),
+    };
+    Ok(Step::Update { update, session })
 }
 
 /// Largest string a `{"$repeat": [text, count]}` may expand to.
@@ -599,6 +692,49 @@ fn parse_signal(v: &Value) -> Result<Signal> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_transcript_plays_its_lines_as_one_turn_on_its_root_session_then_ends_the_turn() {
+        let sc = Scenario::from_transcript(concat!(
+            "{\"normalizer\":{\"rootSession\":\"sess-root\"}}\n",
+            "{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"hi\"}}\n",
+            "\n",
+            "{\"sessionId\":\"child-1\",\"update\":{\"sessionUpdate\":\"plan\",\"entries\":[]}}\n",
+            "{\"sessionId\":\"sess-root\",\"update\":{\"sessionUpdate\":\"plan\",\"entries\":[]}}\n",
+            "{\"extension\":{\"method\":\"cursor/task\",\"params\":{\"toolCallId\":\"t\"}}}\n",
+        ))
+        .unwrap();
+        assert_eq!(sc.session_id, "sess-root");
+        assert_eq!(sc.workspace_placeholder.as_deref(), Some(TRANSCRIPT_WORKSPACE));
+        let sessions: Vec<_> = sc.turns[0]
+            .iter()
+            .map(|step| match step {
+                Step::Update { session, .. } => format!("{session:?}"),
+                Step::Request { method, id, .. } => format!("{method} {id:?}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            sessions,
+            [
+                "Default",
+                "Id(\"child-1\")",
+                "Default",
+                "cursor/task None",
+                "StopReason(\"end_turn\")"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_transcript_the_agent_cannot_end_by_itself_is_refused() {
+        for config in [
+            r#"{"normalizer":{"betweenTurns":true}}"#,
+            r#"{"normalizer":{"ending":"cancelled"}}"#,
+        ] {
+            assert!(Scenario::from_transcript(config).is_err(), "{config}");
+        }
+    }
 
     #[test]
     fn parses_all_step_kinds() {
