@@ -96,6 +96,14 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
         "a development command is reported unpinned\n{before_text}"
     );
     assert_eq!(before["cursor_runner_event_streams_open"], 1.0, "{before_text}");
+    assert_eq!(
+        before["cursor_runner_pool_slots{state=\"leased\",profile=\"learned\"}"], 1.0,
+        "the execution's process, of a profile its CreateExecution taught the pool\n{before_text}"
+    );
+    assert_eq!(
+        before["cursor_runner_pool_slots{state=\"leased\",profile=\"configured\"}"], 0.0,
+        "{before_text}"
+    );
 
     let turn = start_turn(&mut client, &id, "turn-1").await.unwrap();
     let asked = events.events_until("runtime_request.created").await;

@@ -18,6 +18,15 @@ pub struct StateLabel {
     pub state: &'static str,
 }
 
+/// A pool slot's state and its profile's origin (`configured` by the operator or
+/// `learned` from a `CreateExecution`): the profile id itself names a tenant and a
+/// credential digest, an unbounded set that `GetPoolStatus` reports instead.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabels {
+    pub state: &'static str,
+    pub profile: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FamilyLabel {
     pub family: &'static str,
@@ -150,7 +159,7 @@ pub struct Metrics {
     launches_refused: Family<ReasonLabel, Counter>,
     executions_live: Gauge,
     event_streams_open: Gauge,
-    pool_slots: Family<StateLabel, Gauge>,
+    pool_slots: Family<SlotLabels, Gauge>,
     pool_leases: Family<LeaseKindLabel, Counter>,
     pool_process_starts: Family<OutcomeLabel, Counter>,
     pool_failures: Family<ReasonLabel, Counter>,
@@ -248,10 +257,10 @@ impl Metrics {
             "Open StreamEvents subscriptions",
             event_streams_open.clone(),
         );
-        let pool_slots = Family::<StateLabel, Gauge>::default();
+        let pool_slots = Family::<SlotLabels, Gauge>::default();
         registry.register(
             "pool_slots",
-            "Pool slots (agent processes) by state (warming, idle, leased, draining)",
+            "Pool slots (agent processes) by state (warming, idle, leased, draining) and profile origin (configured, learned)",
             pool_slots.clone(),
         );
         let pool_leases = Family::<LeaseKindLabel, Counter>::default();
@@ -364,7 +373,13 @@ impl Metrics {
             .iter()
             .filter(|s| **s != crate::state::SlotState::Stopped)
         {
-            pool_slots.get_or_create(&StateLabel { state: state.as_str() }).set(0);
+            for origin in crate::pool::ProfileOrigin::ALL {
+                let labels = SlotLabels {
+                    state: state.as_str(),
+                    profile: origin.as_str(),
+                };
+                pool_slots.get_or_create(&labels).set(0);
+            }
         }
         for state in ["completed", "cancelled", "interrupted", "failed"] {
             turns_settled.get_or_create(&StateLabel { state }).inc_by(0);
@@ -498,13 +513,13 @@ impl Metrics {
             .inc();
     }
 
-    /// A slot moved from `from` (`None`: new) to `to` (`None`: gone).
-    pub(crate) fn pool_slot_moved(&self, from: Option<&'static str>, to: Option<&'static str>) {
+    /// A slot of a `profile` profile moved from `from` (`None`: new) to `to` (`None`: gone).
+    pub(crate) fn pool_slot_moved(&self, profile: &'static str, from: Option<&'static str>, to: Option<&'static str>) {
         if let Some(state) = from {
-            self.pool_slots.get_or_create(&StateLabel { state }).dec();
+            self.pool_slots.get_or_create(&SlotLabels { state, profile }).dec();
         }
         if let Some(state) = to {
-            self.pool_slots.get_or_create(&StateLabel { state }).inc();
+            self.pool_slots.get_or_create(&SlotLabels { state, profile }).inc();
         }
     }
 
@@ -693,8 +708,8 @@ mod tests {
     fn closed_label_sets_are_exposed_at_zero_before_any_event() {
         let text = Metrics::new().encode();
         for series in [
-            "cursor_runner_pool_slots{state=\"idle\"} 0",
-            "cursor_runner_pool_slots{state=\"draining\"} 0",
+            "cursor_runner_pool_slots{state=\"idle\",profile=\"configured\"} 0",
+            "cursor_runner_pool_slots{state=\"draining\",profile=\"learned\"} 0",
             "cursor_runner_turns_settled_total{state=\"failed\"} 0",
             "cursor_runner_process_exits_total{cause=\"agent\"} 0",
             "cursor_runner_process_starts_total{distribution=\"unpinned\"} 0",

@@ -26,7 +26,7 @@ use cursor_runner_supervisor::{AgentProcess, BoundCredential};
 use tokio::sync::{Notify, oneshot};
 
 pub use intensity::{BACKOFF_BASE, BACKOFF_MAX, RestartIntensity};
-pub use profile::FINGERPRINT_DISPLAY_CHARS;
+pub use profile::{FINGERPRINT_DISPLAY_CHARS, ProfileOrigin};
 pub use slot::IDLE_PROBE_METHOD;
 pub(crate) use slot::{StartFailure, StartTimings, exit_message};
 
@@ -255,6 +255,8 @@ struct Quarantine {
 
 struct Slot {
     profile_id: String,
+    /// Fixed at reservation, so the slot's metric series is the same from start to end.
+    origin: ProfileOrigin,
     state: SlotState,
     since: Instant,
     pid: Option<u32>,
@@ -955,8 +957,11 @@ impl PoolState {
             return;
         }
         let stopped = next == SlotState::Stopped;
-        self.metrics
-            .pool_slot_moved(Some(slot.state.as_str()), (!stopped).then_some(next.as_str()));
+        self.metrics.pool_slot_moved(
+            slot.origin.as_str(),
+            Some(slot.state.as_str()),
+            (!stopped).then_some(next.as_str()),
+        );
         slot.state = next;
         slot.since = Instant::now();
         if next != SlotState::Idle {
@@ -1014,11 +1019,14 @@ impl PoolState {
 
     fn reserve_slot(&mut self, pool: &Arc<PoolInner>, profile_id: &str) -> SlotTicket {
         let slot_id = format!("slot-{}", uuid::Uuid::now_v7());
-        self.metrics.pool_slot_moved(None, Some(SlotState::Warming.as_str()));
+        let origin = ProfileOrigin::of(self.profiles.get(profile_id).is_some_and(|p| p.configured));
+        self.metrics
+            .pool_slot_moved(origin.as_str(), None, Some(SlotState::Warming.as_str()));
         self.slots.insert(
             slot_id.clone(),
             Slot {
                 profile_id: profile_id.to_owned(),
+                origin,
                 state: SlotState::Warming,
                 since: Instant::now(),
                 pid: None,
