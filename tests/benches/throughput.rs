@@ -20,6 +20,13 @@ async fn main() {
         "updates: {} ({} bytes per line), backend {}",
         report.updates, report.line_bytes, report.backend
     );
+    println!(
+        "events streamed: {} (adjacent deltas coalesced up to {} bytes); text {} of {} bytes",
+        report.events_streamed,
+        cursor_runner_activity::MAX_COALESCED_DELTA_BYTES,
+        report.text_bytes_streamed,
+        report.text_bytes_sent
+    );
     println!("{:<44} {:>12}", "path", "updates/s");
     println!(
         "{:<44} {:>12.0}",

@@ -25,6 +25,11 @@ pub struct ThroughputReport {
     /// Updates per second for splitting and parsing the same lines in memory.
     pub parse_limit_per_sec: f64,
     pub events_streamed: usize,
+    /// Bytes of `item.delta` text the subscriber received: every chunk's, whether or not
+    /// adjacent chunks were coalesced into one event.
+    pub text_bytes_streamed: usize,
+    /// Bytes of text the agent sent.
+    pub text_bytes_sent: usize,
 }
 
 /// Floods `updates` chunks through a fresh service and measures both rates.
@@ -44,7 +49,7 @@ pub async fn measure(backend: Backend, updates: usize) -> ThroughputReport {
     let mut client = service.client().await;
     let started = Instant::now();
     let (_, _, mut events) = begin_turn(&mut client, &service).await;
-    let streamed = count_until_settled(&mut events).await;
+    let (streamed, text_bytes_streamed) = count_until_settled(&mut events).await;
     let elapsed = started.elapsed();
     service.shutdown().await;
 
@@ -77,16 +82,23 @@ pub async fn measure(backend: Backend, updates: usize) -> ThroughputReport {
         end_to_end_per_sec: updates as f64 / elapsed.as_secs_f64(),
         parse_limit_per_sec: updates as f64 / parse_elapsed.as_secs_f64(),
         events_streamed: streamed,
+        text_bytes_streamed,
+        text_bytes_sent: updates * CHUNK_TEXT.len(),
     }
 }
 
-async fn count_until_settled(events: &mut Subscriber) -> usize {
+/// Events up to the turn's settlement, and the bytes of delta text among them.
+async fn count_until_settled(events: &mut Subscriber) -> (usize, usize) {
     let mut count = 0;
+    let mut text_bytes = 0;
     loop {
         if let Frame::Event(event) = events.next_frame().await {
             count += 1;
+            if event.event_type == "item.delta" {
+                text_bytes += crate::payload(&event)["text"].as_str().map_or(0, str::len);
+            }
             if crate::is_settlement(&event.event_type) {
-                return count;
+                return (count, text_bytes);
             }
         }
     }

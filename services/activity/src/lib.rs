@@ -5,6 +5,7 @@
 mod bounds;
 mod checklist;
 mod children;
+mod coalesce;
 mod event;
 mod field_audit;
 mod normalizer;
@@ -22,6 +23,7 @@ pub use bounds::{
     MAX_URI_CHARS, bound_output, bound_text,
 };
 pub use children::{ChildRef, Suppression};
+pub use coalesce::{MAX_COALESCED_DELTA_BYTES, coalesce_deltas};
 pub use event::*;
 pub use field_audit::unconsumed_fields;
 pub use normalizer::{TurnEnding, TurnNormalizer, USAGE_UNAVAILABLE_REASON};

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1 as acp;
+use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -347,7 +348,7 @@ impl Transcript {
     }
 
     fn chunk(&mut self, update: &Value, kind: ItemKind) -> Result<Vec<ActivityPayload>, String> {
-        let chunk: acp::ContentChunk = serde_json::from_value(update.clone()).map_err(|e| e.to_string())?;
+        let chunk = acp::ContentChunk::deserialize(update).map_err(|e| e.to_string())?;
         let acp::ContentBlock::Text(text) = chunk.content else {
             return Ok(vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
                 "unprojected_content_block",
@@ -404,7 +405,7 @@ impl Transcript {
         is_call: bool,
         workspace: Option<&Path>,
     ) -> Result<Vec<ActivityPayload>, String> {
-        let patch: acp::ToolCallUpdate = serde_json::from_value(update.clone()).map_err(|e| e.to_string())?;
+        let patch = acp::ToolCallUpdate::deserialize(update).map_err(|e| e.to_string())?;
         let mut events = if is_call { self.close_items() } else { Vec::new() };
         let id = patch.tool_call_id.0.to_string();
         if !is_identifier(&id) {

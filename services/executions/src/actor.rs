@@ -1031,7 +1031,7 @@ impl Actor {
             }
         }
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
-        self.events.emit(turn_id.as_deref(), payloads).await?;
+        self.events.emit(turn_id.as_deref(), coalesce_deltas(payloads)).await?;
         match next {
             None => Ok(Ending::Continue),
             Some(Inbound::Closed { .. }) => self.on_process_lost().await,

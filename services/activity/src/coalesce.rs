@@ -1,0 +1,114 @@
+//! Delta coalescing: adjacent `item.delta`s of one item, already waiting together, become
+//! one event before they get a sequence number — fewer rows and frames for a chatty
+//! agent, the same text in the same order. Never across another event (no reordering),
+//! never past [`MAX_COALESCED_DELTA_BYTES`], never a delta that was cut to its bound (its
+//! `truncated` flag belongs to its own text).
+
+use crate::event::{ActivityPayload, ItemDelta};
+
+/// UTF-8 bytes of text one coalesced `item.delta` may carry (the bounded window of
+/// performance goal P1); a delta that would grow past it starts a new event.
+pub const MAX_COALESCED_DELTA_BYTES: usize = 8 * 1024;
+
+/// `events` with each run of adjacent, mergeable deltas of one item joined.
+pub fn coalesce_deltas(events: Vec<ActivityPayload>) -> Vec<ActivityPayload> {
+    let mut out: Vec<ActivityPayload> = Vec::with_capacity(events.len());
+    for event in events {
+        if let (Some(ActivityPayload::ItemDelta(last)), ActivityPayload::ItemDelta(next)) = (out.last_mut(), &event)
+            && mergeable(last, next)
+        {
+            last.text.push_str(&next.text);
+            last.sanitized |= next.sanitized;
+            continue;
+        }
+        out.push(event);
+    }
+    out
+}
+
+fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
+    last.item_id == next.item_id
+        && last.kind == next.kind
+        && last.channel == next.channel
+        && last.child_id == next.child_id
+        && !last.truncated
+        && !next.truncated
+        && last.text.len() + next.text.len() <= MAX_COALESCED_DELTA_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Channel, ItemKind};
+
+    fn delta(item: &str, text: &str) -> ActivityPayload {
+        ActivityPayload::ItemDelta(ItemDelta {
+            item_id: item.into(),
+            kind: ItemKind::AgentMessage,
+            channel: Channel::Progress,
+            text: text.into(),
+            truncated: false,
+            sanitized: false,
+            child_id: None,
+        })
+    }
+
+    fn texts(events: &[ActivityPayload]) -> Vec<String> {
+        events
+            .iter()
+            .map(|event| match event {
+                ActivityPayload::ItemDelta(d) => format!("{}={}", d.item_id, d.text),
+                other => other.into_parts().0.to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adjacent_deltas_of_one_item_join_and_others_stay_apart_in_order() {
+        let boundary = ActivityPayload::ItemCompleted(crate::event::ItemBoundary {
+            item_id: "a".into(),
+            kind: ItemKind::AgentMessage,
+            channel: Channel::Progress,
+            child_id: None,
+        });
+        let events = vec![
+            delta("a", "Hel"),
+            delta("a", "lo"),
+            delta("b", " other"),
+            delta("a", "!"),
+            boundary,
+            delta("a", "late"),
+        ];
+        assert_eq!(
+            texts(&coalesce_deltas(events)),
+            ["a=Hello", "b= other", "a=!", "item.completed", "a=late"]
+        );
+    }
+
+    #[test]
+    fn a_child_s_delta_never_joins_the_root_s() {
+        let mut child = delta("a", " child");
+        if let ActivityPayload::ItemDelta(d) = &mut child {
+            d.child_id = Some("c1".into());
+        }
+        assert_eq!(coalesce_deltas(vec![delta("a", "root"), child]).len(), 2);
+    }
+
+    #[test]
+    fn a_truncated_delta_keeps_its_own_event() {
+        let mut cut = delta("a", "cut");
+        if let ActivityPayload::ItemDelta(d) = &mut cut {
+            d.truncated = true;
+        }
+        assert_eq!(coalesce_deltas(vec![delta("a", "x"), cut, delta("a", "y")]).len(), 3);
+    }
+
+    #[test]
+    fn a_window_of_exactly_max_coalesced_delta_bytes_joins_and_one_byte_more_does_not() {
+        let half = "x".repeat(MAX_COALESCED_DELTA_BYTES / 2);
+        let joined = coalesce_deltas(vec![delta("a", &half), delta("a", &half)]);
+        assert_eq!(joined.len(), 1);
+        let over = coalesce_deltas(vec![delta("a", &half), delta("a", &format!("{half}x"))]);
+        assert_eq!(over.len(), 2);
+    }
+}
