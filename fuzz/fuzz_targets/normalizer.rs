@@ -24,7 +24,7 @@
 #[path = "../../services/activity/tests/support/event_bounds.rs"]
 mod event_bounds;
 
-use cursor_runner_activity::TurnNormalizer;
+use cursor_runner_activity::{TurnEnding, TurnNormalizer};
 use event_bounds::EventChecker;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -85,6 +85,13 @@ fuzz_target!(|data: &[u8]| {
         _ => None,
     };
     let mut normalizer = configured(config.as_ref());
+    // The way the turn ends, as transcripts say it; unknown spellings end it normally.
+    let ending = match config.as_ref().and_then(|c| c.get("ending")).and_then(Value::as_str) {
+        Some("cancelled") => TurnEnding::Cancelled,
+        Some("interrupted") => TurnEnding::Interrupted,
+        Some("failed") => TurnEnding::Failed,
+        _ => TurnEnding::Completed,
+    };
     let mut checker = EventChecker::new();
     let null = Value::Null;
     for (index, line) in lines.iter().enumerate() {
@@ -106,9 +113,9 @@ fuzz_target!(|data: &[u8]| {
             panic!("line {}: {e}", index + 1);
         }
     }
-    let settled = normalizer.finish();
+    let settled = normalizer.finish(ending);
     if let Err(e) = checker.check_finish(&settled) {
         panic!("finish(): {e}");
     }
-    assert!(normalizer.finish().is_empty(), "a second finish() yields events");
+    assert!(normalizer.finish(ending).is_empty(), "a second finish() yields events");
 });
