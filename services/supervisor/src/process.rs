@@ -33,6 +33,11 @@ pub(crate) enum Isolation {
 /// Bytes of the agent's stderr kept for failure reports (the newest ones).
 pub const STDERR_TAIL_BYTES: usize = 4 * 1024;
 
+/// How long, once the agent is reaped, to let its stderr reader take the last bytes
+/// from the pipe: exiting does not mean they were read, and a descendant that kept
+/// stderr open must not hold up the report.
+pub const STDERR_DRAIN_LIMIT: Duration = Duration::from_millis(500);
+
 /// How a process ended: the exit proof recorded in `process.exited`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExitProof {
@@ -59,6 +64,8 @@ pub struct AgentProcess {
     /// `agent-init`'s status pipe: the agent's exact exit status.
     init_status: Option<File>,
     stderr_tail: Arc<Mutex<Vec<u8>>>,
+    /// Reads stderr into the tail until EOF; awaited (bounded) after the reap.
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
     exit: Option<ExitProof>,
     registration: Option<Registration>,
 }
@@ -170,7 +177,7 @@ impl AgentProcess {
             .take()
             .ok_or_else(|| LaunchError::Spawn("no stdout".into()))?;
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
-        if let Some(mut stderr) = child.stderr.take() {
+        let stderr_reader = child.stderr.take().map(|mut stderr| {
             let tail = stderr_tail.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
@@ -183,8 +190,8 @@ impl AgentProcess {
                     let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
                     tail.drain(..excess);
                 }
-            });
-        }
+            })
+        });
         Ok((
             Self {
                 child,
@@ -192,6 +199,7 @@ impl AgentProcess {
                 init_pid,
                 init_status,
                 stderr_tail,
+                stderr_reader,
                 exit: None,
                 registration: None,
             },
@@ -223,7 +231,8 @@ impl AgentProcess {
         self.pid
     }
 
-    /// The newest stderr bytes, lossily decoded.
+    /// The newest stderr bytes, lossily decoded; after [`Self::wait`] or [`Self::stop`]
+    /// they include what the agent wrote before it exited.
     pub fn stderr_tail(&self) -> String {
         let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
         String::from_utf8_lossy(&tail).into_owned()
@@ -255,6 +264,9 @@ impl AgentProcess {
         if let Some(registration) = &self.registration {
             registration.end();
         }
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN_LIMIT, reader).await;
+        }
         proof
     }
 
@@ -273,6 +285,10 @@ impl AgentProcess {
         self.signal_group(Signal::SIGTERM);
         if let Some(proof) = self.wait_for(grace).await {
             return proof;
+        }
+        if let Some(exit) = self.exit {
+            // Reaped within the grace; only the stderr drain ran past it.
+            return exit;
         }
         self.signal_group(Signal::SIGKILL);
         self.wait().await
