@@ -13,6 +13,24 @@ on_both_backends!(
     a_tool_still_running_when_its_turn_is_replaced_settles_interrupted,
 );
 
+/// `StartTurn` "turn-2" with `replace_active`: the running turn is interrupted for it.
+async fn replace_turn(client: &mut Client, execution_id: &str) -> proto::Turn {
+    client
+        .start_turn(proto::StartTurnRequest {
+            request_id: "turn-2".into(),
+            execution_id: execution_id.into(),
+            prompt: vec![proto::PromptBlock {
+                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
+            }],
+            replace_active: true,
+        })
+        .await
+        .expect("StartTurn replacing the active turn")
+        .into_inner()
+        .turn
+        .expect("the new turn")
+}
+
 /// Where the one terminal event of a tool the agent never reported an end for is, and
 /// the status it settled with.
 fn open_tool_settled(settled: &[proto::ActivityEvent], tool_call_id: &str) -> (usize, String) {
@@ -47,17 +65,7 @@ async fn a_tool_still_running_when_its_turn_is_replaced_settles_interrupted(back
     let mut client = service.client().await;
     let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     events.events_until("tool.execution.progressed").await;
-    client
-        .start_turn(proto::StartTurnRequest {
-            request_id: "turn-2".into(),
-            execution_id: execution.execution_id.clone(),
-            prompt: vec![proto::PromptBlock {
-                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
-            }],
-            replace_active: true,
-        })
-        .await
-        .unwrap();
+    replace_turn(&mut client, &execution.execution_id).await;
     let settled = events.until_turn_settles().await;
     assert_eq!(settled.last().unwrap().event_type, "turn.interrupted");
     assert_eq!(open_tool_settled(&settled, "tool-test").1, "interrupted");
@@ -266,20 +274,7 @@ async fn replace_active_interrupts_the_running_turn_then_starts_the_new_one(back
     let mut client = service.client().await;
     let (execution, first, mut events) = begin_turn(&mut client, &service).await;
     events.events_until("item.delta").await;
-    let second = client
-        .start_turn(proto::StartTurnRequest {
-            request_id: "turn-2".into(),
-            execution_id: execution.execution_id.clone(),
-            prompt: vec![proto::PromptBlock {
-                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
-            }],
-            replace_active: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .turn
-        .unwrap();
+    let second = replace_turn(&mut client, &execution.execution_id).await;
     assert_eq!(second.turn_number, 2);
     let replaced = events.until_turn_settles().await;
     let last = replaced.last().unwrap();

@@ -16,7 +16,8 @@ pub const MAX_PLAN_STEPS: usize = 256;
 /// Characters of one plan step body (a cut is marked with a trailing `…`).
 pub const MAX_STEP_BODY_CHARS: usize = 1000;
 /// Characters of short display strings: tool titles, ids, names, labels, mode ids,
-/// models, config values (a cut is marked with a trailing `…`).
+/// models, config values (a cut is marked with a trailing `…`). Ids are never cut: one
+/// longer than this is refused whole.
 pub const MAX_NAME_CHARS: usize = 256;
 /// Characters of longer metadata text: command descriptions and hints, session titles,
 /// timestamps as sent.

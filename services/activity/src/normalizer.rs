@@ -299,8 +299,6 @@ pub(crate) struct Transcript {
     open_message: Option<String>,
     open_reasoning: Option<String>,
     tools: HashMap<String, ToolState>,
-    /// Tools seen so far in this transcript, for closing open ones in start order.
-    tools_seen: u32,
     checklist: Checklist,
 }
 
@@ -313,7 +311,6 @@ impl Transcript {
             open_message: None,
             open_reasoning: None,
             tools: HashMap::new(),
-            tools_seen: 0,
         }
     }
 
@@ -406,24 +403,23 @@ impl Transcript {
         workspace: Option<&Path>,
     ) -> Result<Vec<ActivityPayload>, String> {
         let patch = acp::ToolCallUpdate::deserialize(update).map_err(|e| e.to_string())?;
-        let mut events = if is_call { self.close_items() } else { Vec::new() };
         let id = patch.tool_call_id.0.to_string();
         if !is_identifier(&id) {
             // Taken whole or not at all: a cut or rewritten id could merge two tools.
+            // Refused before anything changes, so open items stay open.
             return Err(format!(
                 "`toolCallId` is not an identifier (empty, over {MAX_NAME_CHARS} characters, or with control characters)"
             ));
         }
+        let mut events = if is_call { self.close_items() } else { Vec::new() };
         let fields = patch.fields;
         let known = self.tools.contains_key(&id);
-        let order = self.tools_seen;
+        // Tools are never forgotten within a turn, so the count is the next start order.
+        let order = self.tools.len();
         let state = self
             .tools
             .entry(id.clone())
             .or_insert_with(|| ToolState::new(&id, order));
-        if !known {
-            self.tools_seen += 1;
-        }
         if let Some(title) = fields.title.as_deref() {
             let (name, sanitized) = display_text(title, MAX_NAME_CHARS);
             state.tool.name = name;
@@ -527,8 +523,8 @@ impl Transcript {
 #[derive(Debug)]
 struct ToolState {
     tool: ToolExecution,
-    /// Its place among the transcript's tools, by first report.
-    order: u32,
+    /// Its place among the transcript's tools, by first report (closing order).
+    order: usize,
     input_digest: Option<[u8; 32]>,
     raw_text: Option<BoundedOutput>,
     content_text: Option<BoundedOutput>,
@@ -545,7 +541,7 @@ struct ToolState {
 }
 
 impl ToolState {
-    fn new(id: &str, order: u32) -> Self {
+    fn new(id: &str, order: usize) -> Self {
         Self {
             tool: ToolExecution::new(id),
             order,
@@ -1133,6 +1129,16 @@ mod tests {
             assert_eq!(types(&events), ["provider.notice.recorded"], "{refused:?}");
         }
         assert!(n.knows_tool_call(&longest));
+    }
+
+    #[test]
+    fn a_refused_tool_call_id_leaves_the_open_message_open() {
+        let mut n = TurnNormalizer::new("t");
+        n.on_update(&json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hi"}}));
+        let refused = n.on_update(&json!({"sessionUpdate":"tool_call","toolCallId":"","title":"x"}));
+        assert_eq!(types(&refused), ["provider.notice.recorded"]);
+        let more = n.on_update(&json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"!"}}));
+        assert_eq!(types(&more), ["item.delta"], "the same item goes on");
     }
 
     #[test]

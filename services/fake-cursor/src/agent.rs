@@ -836,35 +836,18 @@ impl Agent {
 
     /// A transcript's workspace placeholder replaced by the session's real workspace, in
     /// the updates and requests it plays.
-    fn in_workspace(&self, step: Step) -> Step {
-        let (Some(placeholder), Some(cwd)) = (&self.sc.workspace_placeholder, &self.session_cwd) else {
-            return step;
-        };
-        let cwd = cwd.to_string_lossy();
-        let replace = |mut value: Value| {
-            replace_in_strings(&mut value, placeholder, &cwd);
-            value
-        };
-        match step {
-            Step::Update { update, session } => Step::Update {
-                update: replace(update),
-                session,
-            },
-            Step::Request {
-                method,
-                params,
-                id,
-                expect,
-                no_wait,
-            } => Step::Request {
-                method,
-                params: params.map(replace),
-                id,
-                expect,
-                no_wait,
-            },
-            other => other,
+    fn in_workspace(&self, mut step: Step) -> Step {
+        if let (Some(placeholder), Some(cwd)) = (&self.sc.workspace_placeholder, &self.session_cwd) {
+            let cwd = cwd.to_string_lossy();
+            match &mut step {
+                Step::Update { update, .. } => replace_in_strings(update, placeholder, &cwd),
+                Step::Request {
+                    params: Some(params), ..
+                } => replace_in_strings(params, placeholder, &cwd),
+                _ => {}
+            }
         }
+        step
     }
 
     fn send_update(&mut self, session: &UpdateSession, update: Value) {
