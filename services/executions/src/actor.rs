@@ -1306,13 +1306,13 @@ impl Actor {
             }
             return Err(not_pending(&current));
         }
-        failpoint("answer_recorded_before_pipe_write");
+        failpoint("answer_recorded_before_pipe_write").await;
         let written = pending.request.respond(Ok(outcome.clone())).await;
         if let (Ok(_), Some(metrics)) = (&written, self.events.metrics()) {
             metrics.answer_delivered_after(arrived.elapsed());
         }
         if written.is_ok() {
-            failpoint("answer_written_before_delivered");
+            failpoint("answer_written_before_delivered").await;
         }
         let mut settled = answered.clone();
         settled.updated_at_ms = now_ms();
@@ -1850,10 +1850,6 @@ fn kind_name(kind: InteractionKind) -> &'static str {
     }
 }
 
-/// Test-only crash windows: with the `failpoints` feature, a point named in
-/// `CURSOR_RUNNER_FAILPOINT` announces itself on stderr and parks the calling thread
-/// for good, so a test can SIGKILL the service exactly there. Without the feature it
-/// compiles to nothing.
 /// The span of one answer's way to the agent.
 fn deliver_span(pending: &PendingInteraction, answered_by: &str) -> tracing::Span {
     tracing::info_span!(
@@ -1866,12 +1862,21 @@ fn deliver_span(pending: &PendingInteraction, answered_by: &str) -> tracing::Spa
     )
 }
 
-fn failpoint(name: &str) {
+/// Test-only windows: with the `failpoints` feature, a point named in
+/// `CURSOR_RUNNER_FAILPOINT` announces itself on stderr and then holds the calling task
+/// for good (so a test can SIGKILL the service exactly there), or for
+/// `CURSOR_RUNNER_FAILPOINT_PAUSE_MS` if that is set (so a test can act inside the
+/// window and watch the service go on). Without the feature it compiles to nothing.
+async fn failpoint(name: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("CURSOR_RUNNER_FAILPOINT").as_deref() == Ok(name) {
         eprintln!("failpoint reached: {name}");
-        loop {
-            std::thread::park();
+        match std::env::var("CURSOR_RUNNER_FAILPOINT_PAUSE_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+        {
+            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            None => std::future::pending().await,
         }
     }
     #[cfg(not(feature = "failpoints"))]

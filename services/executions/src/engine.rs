@@ -1112,8 +1112,12 @@ impl Engine {
     ) -> Result<InteractionRecord, EngineError> {
         let record = self.get_interaction(&meta.tenant_id, &command.interaction_id).await?;
         let fingerprint = command.answer.fingerprint();
-        // A retry of the answer that won: the stored result, whatever happened since.
-        if record.answer_request_id.as_deref() == Some(meta.request_id.as_str()) {
+        // A retry of the answer that won: the stored result, whatever happened since —
+        // once the winner has finished. While it is `answered` the winner is still on its
+        // way to the pipe, so the retry joins it below and returns what the winner returns.
+        if record.answer_request_id.as_deref() == Some(meta.request_id.as_str())
+            && record.state != InteractionState::Answered.as_str()
+        {
             return if record.answer_fingerprint.as_deref() == Some(fingerprint.as_str()) {
                 Ok(record)
             } else {

@@ -3,7 +3,8 @@
 //! (b) after it is written but before `delivered` is committed. A restart on the same
 //! PostgreSQL database must report the interaction `expired` with `delivery: unknown`
 //! in both windows (the store cannot tell them apart and must not pretend to), say why,
-//! and never hand the old answer to a new agent process.
+//! and never hand the old answer to a new agent process. The same windows, held open
+//! for a while instead, show that a retry arriving inside them waits for the first call.
 
 use cursor_runner_e2e::*;
 use serde_json::Value;
@@ -13,15 +14,20 @@ fn answer_request(created: &Value) -> proto::AnswerInteractionRequest {
 }
 
 fn service(database_url: &str, dirs: &ServiceDirs, failpoint: Option<&str>) -> ServiceProcess {
+    let env = failpoint
+        .map(|name| vec![("CURSOR_RUNNER_FAILPOINT".to_owned(), name.to_owned())])
+        .unwrap_or_default();
+    service_with_env(database_url, dirs, env)
+}
+
+fn service_with_env(database_url: &str, dirs: &ServiceDirs, env: Vec<(String, String)>) -> ServiceProcess {
     ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
         state_dir: dirs.root.path(),
         scenario: "demo.json",
         record: &dirs.record,
-        env: failpoint
-            .map(|name| vec![("CURSOR_RUNNER_FAILPOINT".to_owned(), name.to_owned())])
-            .unwrap_or_default(),
+        env,
         args: Vec::new(),
     })
 }
@@ -167,4 +173,69 @@ async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_neve
     assert_eq!(answers, 0, "the question was never answered, by anyone");
     second.stop();
     database.drop_database().await;
+}
+
+/// The first answer is held for a while between the pipe write and `delivered`; a retry
+/// under the same request id sent inside that window must wait for it and return what it
+/// returns (`delivered`), never the half-done `answered`.
+async fn a_retry_inside_the_window_waits_for_the_first_answer(backend: Backend, window: &str) {
+    let database = TestDatabase::create(backend).await;
+    let dirs = ServiceDirs::new();
+    let held = service_with_env(
+        &database.url,
+        &dirs,
+        vec![
+            ("CURSOR_RUNNER_FAILPOINT".to_owned(), window.to_owned()),
+            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "1500".to_owned()),
+        ],
+    );
+    let mut client = held.client().await;
+    let (_execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let (mut first_client, request) = (client.clone(), answer_request(&created));
+    let first = tokio::spawn(async move { first_client.answer_interaction(request).await });
+    held.wait_for_stderr(&format!("failpoint reached: {window}"));
+    let retry = client
+        .answer_interaction(answer_request(&created))
+        .await
+        .expect("the retry gets the first call's result")
+        .into_inner()
+        .interaction
+        .unwrap();
+    let first = first
+        .await
+        .unwrap()
+        .expect("the first call succeeds")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(first.state, proto::InteractionState::Delivered as i32);
+    assert_eq!(
+        retry.state,
+        proto::InteractionState::Delivered as i32,
+        "the retry returned before the first call delivered"
+    );
+    assert_eq!(retry, first, "the retry returns exactly what the first call returns");
+    let answers = received_by_process(&dirs.record, 0)
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m["id"] == 0)
+        .count();
+    assert_eq!(answers, 1, "the agent got one answer");
+    held.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_answer_inside_the_pipe_write_window_waits_for_delivery_on_postgres() {
+    a_retry_inside_the_window_waits_for_the_first_answer(Backend::Postgres, "answer_written_before_delivered").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_answer_inside_the_pipe_write_window_waits_for_delivery_on_sqlite() {
+    a_retry_inside_the_window_waits_for_the_first_answer(Backend::Sqlite, "answer_written_before_delivered").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_answer_inside_the_recorded_window_waits_for_delivery() {
+    a_retry_inside_the_window_waits_for_the_first_answer(Backend::Postgres, "answer_recorded_before_pipe_write").await;
 }
