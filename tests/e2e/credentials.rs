@@ -9,7 +9,12 @@ on_both_backends!(
     a_bound_credential_reaches_the_agent_under_its_name_and_nowhere_else,
     each_bad_credential_binding_is_refused_before_launch_with_its_reason,
     a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_marker,
+    a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_refusal_and_every_row,
+    a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row,
+    a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answer_still_reaches_the_agent,
 );
+
+const MARKER: &str = "[redacted:CURSOR_API_KEY]";
 
 const CANARY: &str = "sk-canary-4242-do-not-leak";
 
@@ -150,5 +155,103 @@ async fn a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_ma
         .await
         .unwrap();
     assert!(stored.iter().all(|e| !e.payload.contains(CANARY)), "nor the outbox");
+    service.shutdown().await;
+}
+
+async fn a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_refusal_and_every_row(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "credential_on_stderr_at_start.json").await;
+    let mut client = service.client().await;
+    let request = proto::CreateExecutionRequest {
+        request_id: "create-1".into(),
+        workspace: service.workspace.display().to_string(),
+        ..with_binding(binding())
+    };
+    let refusal = client.create_execution(request.clone()).await.unwrap_err();
+    assert_eq!(reason(&refusal), "AGENT_EXITED");
+    assert!(
+        !format!("{refusal:?}").contains(CANARY),
+        "not in the error: {refusal:?}"
+    );
+    assert!(refusal.message().contains(MARKER), "said, not hidden: {}", refusal.message());
+    // The stored result of the call (its idempotency row) is what a retry reads back.
+    let retried = client.create_execution(request).await.unwrap_err();
+    assert!(!format!("{retried:?}").contains(CANARY), "not in the retried error");
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.executions.len(), 1);
+    assert!(
+        listed.executions[0].failure_message.contains(MARKER),
+        "{:?}",
+        listed.executions[0]
+    );
+    assert!(!format!("{listed:?}").contains(CANARY), "not in the execution record");
+    let dump = service.database().dump();
+    assert!(dump.contains(&listed.executions[0].execution_id), "the dump holds the rows");
+    assert!(!dump.contains(CANARY), "not in any row");
+    service.shutdown().await;
+}
+
+async fn a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "credential_on_stderr_mid_turn.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let all = events.until_turn_settles().await;
+    let failed = all.last().unwrap();
+    assert_eq!(failed.event_type, "turn.failed");
+    assert!(payload(failed)["message"].as_str().unwrap().contains(MARKER), "{failed:?}");
+    assert!(!format!("{all:?}").contains(CANARY), "not in the stream");
+    let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
+    assert!(lost.failure_message.contains(MARKER), "{lost:?}");
+    assert!(!format!("{lost:?}").contains(CANARY), "not in the execution record");
+    let turns = client
+        .list_turns(proto::ListTurnsRequest {
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!format!("{turns:?}").contains(CANARY), "not in the turn record");
+    let dump = service.database().dump();
+    assert!(dump.contains(&execution.execution_id), "the dump holds the rows");
+    assert!(!dump.contains(CANARY), "not in any row");
+    service.shutdown().await;
+}
+
+async fn a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answer_still_reaches_the_agent(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "credential_in_question.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    assert!(!created.to_string().contains(CANARY), "not in the event: {created}");
+    assert!(created.to_string().contains(MARKER), "said, not hidden: {created}");
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert!(!format!("{interaction:?}").contains(CANARY), "not in the interaction record");
+    let answered = client
+        .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
+        .await
+        .unwrap()
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
+    let settled = events.until_turn_settles().await;
+    assert_eq!(
+        settled.last().unwrap().event_type,
+        "turn.completed",
+        "the agent got its own option id back"
+    );
+    let dump = service.database().dump();
+    assert!(dump.contains(&execution.execution_id), "the dump holds the rows");
+    assert!(!dump.contains(CANARY), "not in any row");
     service.shutdown().await;
 }

@@ -104,6 +104,26 @@ impl TestDatabase {
         }
     }
 
+    /// Everything the database holds, as text: `pg_dump --data-only` for PostgreSQL, the
+    /// raw bytes of the SQLite file and its WAL (lossily decoded) otherwise. For tests that
+    /// check a secret reached no row.
+    pub fn dump(&self) -> String {
+        match &self._dir {
+            Some(dir) => ["test.db", "test.db-wal"]
+                .iter()
+                .map(|file| String::from_utf8_lossy(&std::fs::read(dir.path().join(file)).unwrap_or_default()).into_owned())
+                .collect(),
+            None => {
+                let out = std::process::Command::new("pg_dump")
+                    .args(["--data-only", "--dbname", &self.url])
+                    .output()
+                    .expect("pg_dump");
+                assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            }
+        }
+    }
+
     /// Drops the database (Postgres); the SQLite file goes with its temp dir.
     pub async fn drop_database(self) {
         if let Some(admin_url) = &self.admin_url {

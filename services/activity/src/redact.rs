@@ -53,6 +53,21 @@ impl Redactor {
         (out, count)
     }
 
+    /// A JSON document's text with every secret in its strings and keys replaced (text
+    /// that is not JSON is redacted as text).
+    pub fn redact_json_text(&self, text: String) -> String {
+        if self.is_empty() {
+            return text;
+        }
+        match serde_json::from_str::<Value>(&text) {
+            Ok(mut value) => match self.redact_json(&mut value) {
+                0 => text,
+                _ => value.to_string(),
+            },
+            Err(_) => self.redact_text(&text).0,
+        }
+    }
+
     /// Redacts every string (and object key) in `value`; how many secrets were replaced.
     pub fn redact_json(&self, value: &mut Value) -> usize {
         if self.is_empty() {
@@ -118,6 +133,19 @@ mod tests {
             "the longer secret wins"
         );
         assert_eq!(payload["n"], 3);
+    }
+
+    #[test]
+    fn a_json_document_is_redacted_inside_its_strings_and_left_as_is_without_a_secret() {
+        let text = json!({"prompt": format!("use {KEY}?"), "id": "q1"}).to_string();
+        let redacted: Value = serde_json::from_str(&redactor().redact_json_text(text)).unwrap();
+        assert_eq!(redacted, json!({"prompt": "use [redacted:CURSOR_API_KEY]?", "id": "q1"}));
+        let clean = r#"{"b": 1,  "a": "x"}"#.to_owned();
+        assert_eq!(redactor().redact_json_text(clean.clone()), clean, "byte for byte");
+        assert_eq!(
+            redactor().redact_json_text(format!("not json {KEY}")),
+            "not json [redacted:CURSOR_API_KEY]"
+        );
     }
 
     #[test]

@@ -305,9 +305,9 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         Err(failure) => {
             connection.close_stdin().await;
             let exit = process.stop(config.stop_grace).await;
-            let mut error = failure;
+            let mut error = failure.redacted(events.redactor());
             if error.reason == Reason::AgentExited {
-                error.message = exit_message(&exit, &process.stderr_tail());
+                error.message = exit_message(&exit, &process.stderr_tail(), events.redactor());
             }
             pool.record_failure(&ticket.profile_id, error.reason, &error.message);
             let _ = events.emit(None, vec![exited(process.pid(), exit, "agent")]).await;
@@ -509,6 +509,7 @@ impl Actor {
     /// A launch that failed after the process was leased: stop it, record the exit
     /// proof, fail the execution.
     async fn fail_launch(mut self, error: EngineError, recovery: bool) -> EngineError {
+        let error = error.redacted(self.events.redactor());
         if let Some(ticket) = &self.ticket {
             self.pool
                 .record_failure(&ticket.profile_id, error.reason, &error.message);
@@ -632,6 +633,7 @@ impl Actor {
                 Ok(Ending::Continue) => {}
                 Ok(Ending::Stop) => break,
                 Err(e) => {
+                    let e = e.redacted(self.events.redactor());
                     tracing::error!(execution_id = %self.record.id, error = %e, "execution actor failed; stopping its agent");
                     let _ = self.stop_process("runner").await;
                     self.record.state = ExecutionState::Lost.as_str().into();
@@ -1160,6 +1162,11 @@ impl Actor {
                     .await;
             }
         };
+        // The row keeps the agent's words without the secrets it was handed; answers are
+        // mapped through `persisted`, which stays in memory as the agent sent it.
+        let durable = self.events.redactor().redact_json_text(durable);
+        let native_request_id = serde_json::to_string(&request.id).unwrap_or_default();
+        let native_request_id = self.events.redactor().redact_text(&native_request_id).0;
         let id = uuid::Uuid::now_v7().to_string();
         let now = now_ms();
         let record = InteractionRecord {
@@ -1169,7 +1176,7 @@ impl Actor {
             tenant_id: self.record.tenant_id.clone(),
             generation: self.record.generation,
             turn_id: turn.id.clone(),
-            native_request_id: serde_json::to_string(&request.id).unwrap_or_default(),
+            native_request_id,
             kind: kind_name(persisted.kind()).into(),
             state: InteractionState::Pending.as_str().into(),
             request: durable,
@@ -1528,6 +1535,8 @@ impl Actor {
         turn.record.state = state.as_str().into();
         turn.record.stop_reason = stop_reason.clone();
         turn.record.failure_reason = failure.map(|f| f.as_str().to_owned());
+        // The agent's words may be in it (a prompt error, a stderr tail).
+        let message = message.map(|m| self.events.redactor().redact_text(&m).0);
         turn.record.failure_message = message.clone();
         let ended = now_ms();
         turn.record.ended_at_ms = Some(ended);
@@ -1581,7 +1590,7 @@ impl Actor {
             Some(exit) => exit,
             None => self.process.stop(self.config.stop_grace).await,
         };
-        let message = exit_message(&exit, &self.process.stderr_tail());
+        let message = exit_message(&exit, &self.process.stderr_tail(), self.events.redactor());
         if let Some(ticket) = &self.ticket {
             self.pool
                 .record_failure(&ticket.profile_id, Reason::AgentExited, &message);
@@ -1688,6 +1697,9 @@ impl Actor {
     /// Writes the execution row, fenced by its generation.
     async fn save_record(&mut self) -> Result<(), EngineError> {
         self.record.updated_at_ms = now_ms();
+        if let Some(message) = &mut self.record.failure_message {
+            *message = self.events.redactor().redact_text(message).0;
+        }
         if !self.store.update_execution(&self.record).await? {
             self.events.refused_by_fence("execution");
             return Err(StoreError::Fenced.into());

@@ -3,9 +3,11 @@
 //! is checked before anything is launched.
 
 pub use cursor_runner_supervisor::Secret;
+use cursor_runner_activity::Redactor;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
 use crate::error::{EngineError, Reason};
+use crate::mcp::McpServer;
 
 /// The only provider this service binds credentials for.
 pub const PROVIDER: &str = "cursor";
@@ -65,6 +67,17 @@ impl CredentialBinding {
             secret: self.secret,
         })
     }
+}
+
+/// What nothing derived from an agent's output may carry (events, errors, records, logs):
+/// the bound credential and the values of its MCP servers' headers and environment.
+pub(crate) fn redactor_for(credential: Option<&BoundCredential>, mcp_servers: &[McpServer]) -> Redactor {
+    Redactor::new(
+        credential
+            .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned()))
+            .into_iter()
+            .chain(mcp_servers.iter().flat_map(McpServer::secret_values)),
+    )
 }
 
 #[cfg(test)]

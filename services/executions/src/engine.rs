@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cursor_runner_activity::Redactor;
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
@@ -15,7 +14,8 @@ use cursor_runner_store::{
 };
 use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
 
-use crate::credential::CredentialBinding;
+use crate::credential::{CredentialBinding, redactor_for};
+use cursor_runner_activity::Redactor;
 use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefusal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -215,6 +215,8 @@ struct ExecutionHandle {
     tenant_id: String,
     commands: mpsc::Sender<(Command, tracing::Span)>,
     head: watch::Receiver<i64>,
+    /// The secrets kept out of what the actor's errors say.
+    redactor: Redactor,
 }
 
 /// How often the outbox lag (head − acknowledged) of every live execution is sampled.
@@ -801,7 +803,7 @@ impl Engine {
             },
         };
         if let Some(dir) = &self.config.wire_capture_dir {
-            match WireCapture::create(dir, &record.id, redactor, MAX_WIRE_CAPTURE_BYTES) {
+            match WireCapture::create(dir, &record.id, redactor.clone(), MAX_WIRE_CAPTURE_BYTES) {
                 Ok(capture) => warm.connection.set_tap(Arc::new(capture)),
                 Err(e) => tracing::warn!(execution_id = %record.id, error = %e, "cannot open the wire capture"),
             }
@@ -832,6 +834,7 @@ impl Engine {
                     tenant_id: record.tenant_id.clone(),
                     commands: commands_tx,
                     head: events.subscribe(),
+                    redactor: redactor.clone(),
                 },
             );
         }
@@ -849,6 +852,8 @@ impl Engine {
             mcp_servers,
         })
         .await
+        // Launch errors may carry the agent's words (its refusal, its stderr).
+        .map_err(|e| e.redacted(&redactor))
         .inspect_err(|e| self.metrics.launch_refused(e.reason))
     }
 
@@ -1337,7 +1342,9 @@ impl Engine {
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
     ) -> Result<T, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
-        let commands = lock(&self.executions).get(&record.id).map(|h| h.commands.clone());
+        let handle = lock(&self.executions)
+            .get(&record.id)
+            .map(|h| (h.commands.clone(), h.redactor.clone()));
         let not_ready = || {
             EngineError::precondition(
                 Reason::ExecutionNotReady,
@@ -1345,14 +1352,15 @@ impl Engine {
             )
             .with("state", record.state.clone())
         };
-        let commands = commands.ok_or_else(not_ready)?;
+        let (commands, redactor) = handle.ok_or_else(not_ready)?;
         let (reply, rx) = oneshot::channel();
         // The caller's span goes along: the actor works on the command inside it.
         commands
             .send((make(reply), tracing::Span::current()))
             .await
             .map_err(|_| not_ready())?;
-        rx.await.map_err(|_| not_ready())?
+        // The actor's refusals may quote the agent (e.g. a configuration it refused).
+        rx.await.map_err(|_| not_ready())?.map_err(|e| e.redacted(&redactor))
     }
 
     /// Runs `run` once per (tenant, operation, request_id). A retry with the same body
@@ -1571,17 +1579,6 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
         "permission" => InteractionKind::Permission,
         _ => InteractionKind::Question,
     }
-}
-
-/// What an execution's events must never carry: the bound credential and the values of
-/// its MCP servers' headers and environment.
-fn redactor_for(credential: Option<&BoundCredential>, mcp_servers: &[McpServer]) -> Redactor {
-    Redactor::new(
-        credential
-            .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned()))
-            .into_iter()
-            .chain(mcp_servers.iter().flat_map(McpServer::secret_values)),
-    )
 }
 
 /// Samples head − acknowledged for every live execution, every

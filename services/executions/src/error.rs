@@ -1,6 +1,7 @@
 //! Domain errors: a kind (mapped once to a gRPC code at the edge) and a stable reason
 //! from one catalog (`docs/errors.md`).
 
+use cursor_runner_activity::Redactor;
 use cursor_runner_store::StoreError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +136,19 @@ impl EngineError {
             metadata: Vec::new(),
             retry_after: None,
         }
+    }
+
+    /// The error with every secret `redactor` knows replaced by its marker, in the
+    /// message and the metadata: for errors that carry the agent's own words.
+    pub fn redacted(mut self, redactor: &Redactor) -> Self {
+        if redactor.is_empty() {
+            return self;
+        }
+        self.message = redactor.redact_text(&self.message).0;
+        for (_, value) in &mut self.metadata {
+            *value = redactor.redact_text(value).0;
+        }
+        self
     }
 
     pub fn retry_after(mut self, delay: std::time::Duration) -> Self {

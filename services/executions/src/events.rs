@@ -45,6 +45,12 @@ impl EventWriter {
         self
     }
 
+    /// The secrets kept out of this execution's events, for whatever else is derived
+    /// from the agent's output (errors, records).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
     /// Counts every committed event in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);

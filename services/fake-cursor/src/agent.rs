@@ -513,7 +513,8 @@ impl Agent {
                     json!(n)
                 });
                 let mut msg = json!({"jsonrpc": "2.0", "id": id, "method": method});
-                if let Some(p) = params {
+                if let Some(mut p) = params {
+                    env_values_in_strings(&mut p);
                     msg["params"] = p;
                 }
                 self.send(&msg);
@@ -544,7 +545,7 @@ impl Agent {
                 return Flow::EndTurn;
             }
             Step::Exit { code, stderr } => {
-                if let Some(text) = stderr {
+                if let Some(text) = stderr.as_deref().map(with_env_values) {
                     let mut err = io::stderr().lock();
                     let _ = err.write_all(text.as_bytes());
                     if !text.ends_with('\n') {
@@ -944,6 +945,33 @@ fn listed_sessions(cwd: Option<&str>) -> Vec<Value> {
         .collect();
     sessions.sort_by(|a, b| a["sessionId"].as_str().cmp(&b["sessionId"].as_str()));
     sessions
+}
+
+/// `text` with each `${NAME}` replaced by `$NAME`'s value (empty when unset): an agent
+/// that prints what it was given, e.g. its credential, on stderr.
+pub fn with_env_values(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        out.push_str(&std::env::var(&rest[start + 2..start + 2 + len]).unwrap_or_default());
+        rest = &rest[start + 3 + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// [`with_env_values`] in every string of `value`.
+fn env_values_in_strings(value: &mut Value) {
+    match value {
+        Value::String(text) if text.contains("${") => *text = with_env_values(text),
+        Value::Array(items) => items.iter_mut().for_each(env_values_in_strings),
+        Value::Object(map) => map.values_mut().for_each(env_values_in_strings),
+        _ => {}
+    }
 }
 
 fn replace_in_strings(value: &mut Value, from: &str, to: &str) {

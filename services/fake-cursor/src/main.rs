@@ -120,7 +120,7 @@ fn main() {
     if let Some(code) = sc.startup_exit_code {
         if let Some(text) = &sc.startup_stderr {
             use std::io::Write;
-            let _ = std::io::stderr().write_all(text.as_bytes());
+            let _ = std::io::stderr().write_all(agent::with_env_values(text).as_bytes());
         }
         log(&format!("exiting with {code} on start, as scripted"));
         std::process::exit(code);

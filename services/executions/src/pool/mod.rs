@@ -30,6 +30,7 @@ pub use profile::{FINGERPRINT_DISPLAY_CHARS, ProfileOrigin};
 pub use slot::IDLE_PROBE_METHOD;
 pub(crate) use slot::{StartFailure, StartTimings, exit_message};
 
+use crate::credential::redactor_for;
 use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::metrics::Metrics;
@@ -692,6 +693,10 @@ impl PoolInner {
             probe_interval: self.config.probe_interval,
             probe_timeout: self.config.probe_timeout,
             stop_grace: self.launch.stop_grace,
+            redactor: redactor_for(
+                state.profiles.get(&profile_id).and_then(|p| p.credential.as_ref()),
+                &[],
+            ),
         };
         let pool = Arc::downgrade(self);
         self.changed.notify_waiters();

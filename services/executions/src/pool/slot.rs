@@ -5,11 +5,13 @@
 use std::time::{Duration, Instant};
 
 use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError};
+use cursor_runner_activity::Redactor;
 use cursor_runner_supervisor::agent_users::AgentLease;
 use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
 use serde_json::json;
 use tokio::sync::oneshot;
 
+use crate::credential::redactor_for;
 use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake;
@@ -59,6 +61,7 @@ pub(crate) async fn start_process(
     ticket: &SlotTicket,
     credential: Option<BoundCredential>,
 ) -> Result<StartedProcess, StartFailure> {
+    let redactor = redactor_for(credential.as_ref(), &[]);
     let slot_id = ticket.slot_id.as_str();
     let identity = ticket.identity.as_ref().map(AgentLease::identity);
     if config.agent_users.is_some() && identity.is_none() {
@@ -111,10 +114,10 @@ pub(crate) async fn start_process(
             connection.close_stdin().await;
             let exit = process.stop(config.stop_grace).await;
             if error.reason == Reason::AgentExited {
-                error.message = exit_message(&exit, &process.stderr_tail());
+                error.message = exit_message(&exit, &process.stderr_tail(), &redactor);
             }
             Err(StartFailure {
-                error,
+                error: error.redacted(&redactor),
                 process: Some(FailedProcess {
                     pid: process.pid(),
                     exit,
@@ -124,14 +127,15 @@ pub(crate) async fn start_process(
     }
 }
 
-/// The exit status and stderr tail, for a failure message.
-pub(crate) fn exit_message(exit: &ExitProof, stderr_tail: &str) -> String {
+/// The exit status and stderr tail, for a failure message; the tail is the agent's own
+/// output, so the secrets it was handed are redacted from it.
+pub(crate) fn exit_message(exit: &ExitProof, stderr_tail: &str, redactor: &Redactor) -> String {
     let status = match (exit.exit_code, exit.signal) {
         (Some(code), _) => format!("exit code {code}"),
         (None, Some(signal)) => format!("signal {signal}"),
         (None, None) => "unknown status".into(),
     };
-    let tail = stderr_tail.trim();
+    let (tail, _) = redactor.redact_text(stderr_tail.trim());
     if tail.is_empty() {
         format!("the agent exited ({status})")
     } else {
@@ -157,6 +161,8 @@ pub(crate) struct IdleRules {
     pub probe_interval: Option<Duration>,
     pub probe_timeout: Duration,
     pub stop_grace: Duration,
+    /// The profile's credential, kept out of what the idle agent's death reports.
+    pub redactor: Redactor,
 }
 
 /// A process with no session, waiting for a lease.
@@ -205,7 +211,7 @@ pub(crate) async fn watch_idle<T>(
                         Some(exit) => exit,
                         None => idle.process.stop(rules.stop_grace).await,
                     };
-                    let message = exit_message(&exit, &idle.process.stderr_tail());
+                    let message = exit_message(&exit, &idle.process.stderr_tail(), &rules.redactor);
                     return (IdleEnd::Died { message }, along);
                 }
                 // Nothing may be asked of a client with no session.
