@@ -1,4 +1,7 @@
 use cursor_runner_e2e::*;
+use cursor_runner_executions::retention::{self, Retention};
+use cursor_runner_store::{IdempotencyClaim, IdempotencyKey};
+use std::time::Duration;
 use tonic::Code;
 
 on_both_backends!(
@@ -6,6 +9,8 @@ on_both_backends!(
     a_request_id_reused_with_another_body_is_refused,
     a_mutating_call_without_a_request_id_is_refused,
     a_retried_start_turn_returns_the_same_turn_and_sends_one_prompt,
+    completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never,
+    past_its_retention_a_request_id_runs_again_as_a_new_call,
 );
 
 async fn a_retried_create_execution_yields_one_execution_and_one_agent_process(backend: Backend) {
@@ -84,5 +89,66 @@ async fn a_retried_start_turn_returns_the_same_turn_and_sends_one_prompt(backend
         .filter(|m| m["method"] == "session/prompt")
         .count();
     assert_eq!(prompts, 1);
+    service.shutdown().await;
+}
+
+fn key(request_id: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        tenant_id: TENANT.into(),
+        operation: "CreateExecution".into(),
+        request_id: request_id.into(),
+    }
+}
+
+async fn completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let store = service.store.as_ref();
+    assert_eq!(store.claim_idempotency(&key("running"), "d").await.unwrap(), IdempotencyClaim::Claimed);
+    assert_eq!(store.claim_idempotency(&key("done"), "d").await.unwrap(), IdempotencyClaim::Claimed);
+    store.complete_idempotency(&key("done"), &serde_json::json!({"executionId": "x"})).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        retention::sweep_idempotency(store, Duration::from_secs(3600)).await,
+        0,
+        "younger than the retention: kept"
+    );
+    assert_eq!(retention::sweep_idempotency(store, Duration::ZERO).await, 1, "older: pruned");
+    assert_eq!(
+        store.claim_idempotency(&key("done"), "another body").await.unwrap(),
+        IdempotencyClaim::Claimed,
+        "its request id is free again"
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("running"), "d").await.unwrap(),
+        IdempotencyClaim::InFlight,
+        "a key in flight is never pruned"
+    );
+    service.shutdown().await;
+}
+
+async fn past_its_retention_a_request_id_runs_again_as_a_new_call(backend: Backend) {
+    let service = TestService::start_with(
+        backend,
+        "demo.json",
+        Options {
+            idempotency_retention: Some(Retention {
+                keep: Duration::ZERO,
+                sweep_every: Duration::from_millis(50),
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = service.client().await;
+    let first = create_execution(&mut client, &service, "create-1").await;
+    let mut again = first.clone();
+    for _ in 0..200 {
+        again = create_execution(&mut client, &service, "create-1").await;
+        if again.execution_id != first.execution_id {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_ne!(again.execution_id, first.execution_id, "the key was pruned and the call ran anew");
     service.shutdown().await;
 }

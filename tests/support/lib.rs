@@ -325,6 +325,8 @@ pub struct Options {
     pub tenant_limits: cursor_runner_executions::limits::TenantLimits,
     /// Pruning of acknowledged events.
     pub retention: Option<cursor_runner_executions::retention::Retention>,
+    /// Pruning of completed idempotency keys (`None`: the engine's default).
+    pub idempotency_retention: Option<cursor_runner_executions::retention::Retention>,
     /// Capture every execution's raw wire traffic here.
     pub wire_capture_dir: Option<PathBuf>,
     /// Run agents under their own provisioned uids (when the tests run as root).
@@ -348,6 +350,7 @@ impl Default for Options {
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: Default::default(),
             retention: None,
+            idempotency_retention: None,
             wire_capture_dir: None,
             agent_uid_separation: true,
             on_workspace_violation: Default::default(),
@@ -418,6 +421,9 @@ impl TestService {
         config.mcp_allowlist = options.mcp_allowlist.clone();
         config.tenant_limits = options.tenant_limits.clone();
         config.retention = options.retention;
+        if let Some(retention) = options.idempotency_retention {
+            config.idempotency_retention = Some(retention);
+        }
         config.wire_capture_dir = options.wire_capture_dir.clone();
         config.agent_users = users;
         config.on_workspace_violation = options.on_workspace_violation;

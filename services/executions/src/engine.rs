@@ -88,6 +88,8 @@ pub struct EngineConfig {
     pub tenant_limits: TenantLimits,
     /// Pruning of acknowledged events past a period; `None` keeps every event.
     pub retention: Option<Retention>,
+    /// How long completed calls answer retries of their `request_id`; `None` keeps them.
+    pub idempotency_retention: Option<Retention>,
     /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
     pub wire_capture_dir: Option<PathBuf>,
     /// The unprivileged accounts agents run as, one per process; `None`: agents run as
@@ -124,6 +126,10 @@ impl EngineConfig {
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: TenantLimits::default(),
             retention: None,
+            idempotency_retention: Some(Retention {
+                keep: retention::DEFAULT_IDEMPOTENCY_RETENTION,
+                sweep_every: retention::DEFAULT_SWEEP_INTERVAL,
+            }),
             wire_capture_dir: None,
             agent_users: None,
         }
@@ -268,6 +274,7 @@ impl Engine {
         });
         engine.store.observe_with(engine.metrics.clone());
         engine.recover_after_restart().await?;
+        engine.complete_abandoned_calls().await?;
         let mut background = vec![tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine)))];
         if let Some(retention) = engine.config.retention {
             background.push(retention::start(
@@ -275,6 +282,9 @@ impl Engine {
                 retention,
                 engine.metrics.clone(),
             ));
+        }
+        if let Some(retention) = engine.config.idempotency_retention {
+            background.push(retention::start_idempotency(engine.store.clone(), retention));
         }
         *lock(&engine.background) = background;
         Ok(engine)
@@ -1474,6 +1484,23 @@ impl Engine {
             .get_turn(tenant_id, id)
             .await?
             .ok_or_else(|| EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found")))
+    }
+
+    /// A key still `in_flight` at start-up belongs to a call that died with the previous
+    /// incarnation (one service per database): it gets a final, typed outcome, so a retry
+    /// is neither refused for ever ("in flight elsewhere") nor run a second time.
+    async fn complete_abandoned_calls(&self) -> Result<(), EngineError> {
+        let interrupted = EngineError::new(
+            ErrorKind::Aborted,
+            Reason::RequestInterrupted,
+            "the service stopped while this call ran; what it had begun was settled at restart; \
+             send a new request_id to try again",
+        );
+        let completed = self.store.complete_abandoned_idempotency(&interrupted.to_json()).await?;
+        if completed > 0 {
+            tracing::warn!(completed, "calls interrupted by the previous incarnation were completed as REQUEST_INTERRUPTED");
+        }
+        Ok(())
     }
 
     async fn recover_after_restart(&self) -> Result<(), EngineError> {

@@ -3,6 +3,10 @@
 //! batches. The newest event of an execution is never pruned, so sequence numbers keep
 //! counting up from it. A stream that asks for pruned events is told the oldest one
 //! still kept (`OUT_OF_RANGE`), never handed a gap.
+//!
+//! Idempotency keys are kept the same way: a completed call's outcome answers retries of
+//! its `request_id` for the retention period, then the key is deleted in bounded batches
+//! and the `request_id` is free again. A key still in flight is never deleted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +21,12 @@ pub const PRUNE_BATCH: i64 = 1000;
 pub const PRUNE_BATCHES_PER_SWEEP: u32 = 10;
 /// Executions read per page while sweeping.
 const SWEEP_PAGE: i64 = 500;
+/// Completed idempotency keys deleted per statement.
+pub const IDEMPOTENCY_PRUNE_BATCH: i64 = 1000;
+/// How long a completed call's outcome answers retries of its `request_id`, by default.
+pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// How often the retention sweeps run, by default.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 
 /// How long acknowledged events are kept, and how often the sweep runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,14 +88,61 @@ async fn prune_one(store: &dyn Store, execution_id: &str, acked: i64, cutoff_ms:
     pruned
 }
 
+/// One sweep of completed idempotency keys older than `keep`; the number deleted.
+pub async fn sweep_idempotency(store: &dyn Store, keep: Duration) -> u64 {
+    let cutoff = now_ms() - i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+    let mut pruned = 0;
+    for _ in 0..PRUNE_BATCHES_PER_SWEEP {
+        match store.prune_idempotency(cutoff, IDEMPOTENCY_PRUNE_BATCH).await {
+            Ok(n) => {
+                pruned += n;
+                if n < IDEMPOTENCY_PRUNE_BATCH as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "idempotency retention: pruning failed; next sweep retries");
+                break;
+            }
+        }
+    }
+    if pruned > 0 {
+        tracing::debug!(pruned, "idempotency retention sweep");
+    }
+    pruned
+}
+
 /// Runs [`sweep`] every `sweep_every` until the engine is dropped.
 pub fn start(store: Arc<dyn Store>, retention: Retention, metrics: Arc<Metrics>) -> tokio::task::JoinHandle<()> {
+    every(retention.sweep_every, move || {
+        let (store, metrics) = (store.clone(), metrics.clone());
+        async move {
+            sweep(store.as_ref(), retention, &metrics).await;
+        }
+    })
+}
+
+/// Runs [`sweep_idempotency`] every `sweep_every` until the engine is dropped.
+pub fn start_idempotency(store: Arc<dyn Store>, retention: Retention) -> tokio::task::JoinHandle<()> {
+    every(retention.sweep_every, move || {
+        let store = store.clone();
+        async move {
+            sweep_idempotency(store.as_ref(), retention.keep).await;
+        }
+    })
+}
+
+fn every<F, Fut>(interval: Duration, mut run: F) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(retention.sweep_every);
+        let mut every = tokio::time::interval(interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            sweep(store.as_ref(), retention, &metrics).await;
+            run().await;
         }
     })
 }

@@ -162,7 +162,11 @@ struct ServeArgs {
     /// control plane has not acknowledged, never an execution's newest); 0 keeps every event.
     #[arg(long, env = "CURSOR_RUNNER_EVENT_RETENTION_SECS", default_value_t = 7 * 24 * 3600)]
     event_retention_secs: u64,
-    /// How often the retention sweep runs.
+    /// How long a completed call's outcome answers retries of its `request_id`; after it the
+    /// key is deleted (in bounded batches) and the `request_id` is free again. 0 keeps every key.
+    #[arg(long, env = "CURSOR_RUNNER_IDEMPOTENCY_RETENTION_SECS", default_value_t = 24 * 3600)]
+    idempotency_retention_secs: u64,
+    /// How often the retention sweeps (events, idempotency keys) run.
     #[arg(long, env = "CURSOR_RUNNER_RETENTION_SWEEP_SECS", default_value_t = 300)]
     retention_sweep_secs: u64,
     /// Capture each execution's raw wire traffic (both directions, secrets redacted, at
@@ -325,10 +329,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.pid_namespace = args.pid_namespace;
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
-    config.retention = (args.event_retention_secs > 0).then(|| cursor_runner_executions::retention::Retention {
-        keep: std::time::Duration::from_secs(args.event_retention_secs),
-        sweep_every: std::time::Duration::from_secs(args.retention_sweep_secs.max(1)),
-    });
+    let retention = |keep_secs: u64| {
+        (keep_secs > 0).then(|| cursor_runner_executions::retention::Retention {
+            keep: std::time::Duration::from_secs(keep_secs),
+            sweep_every: std::time::Duration::from_secs(args.retention_sweep_secs.max(1)),
+        })
+    };
+    config.retention = retention(args.event_retention_secs);
+    config.idempotency_retention = retention(args.idempotency_retention_secs);
     config.wire_capture_dir = args.wire_capture_dir.clone();
     config.on_workspace_violation = match args.on_workspace_violation {
         WorkspaceViolation::Stop => cursor_runner_executions::ViolationAction::StopTurn,

@@ -21,11 +21,20 @@ fn service(database_url: &str, dirs: &ServiceDirs, failpoint: Option<&str>) -> S
 }
 
 fn service_with_env(database_url: &str, dirs: &ServiceDirs, env: Vec<(String, String)>) -> ServiceProcess {
+    service_playing(database_url, dirs, "demo.json", env)
+}
+
+fn service_playing(
+    database_url: &str,
+    dirs: &ServiceDirs,
+    scenario: &str,
+    env: Vec<(String, String)>,
+) -> ServiceProcess {
     ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
         state_dir: dirs.root.path(),
-        scenario: "demo.json",
+        scenario,
         record: &dirs.record,
         env,
         args: Vec::new(),
@@ -238,4 +247,70 @@ async fn a_retried_answer_inside_the_pipe_write_window_waits_for_delivery_on_sql
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_answer_inside_the_recorded_window_waits_for_delivery() {
     a_retry_inside_the_window_waits_for_the_first_answer(Backend::Postgres, "answer_recorded_before_pipe_write").await;
+}
+
+/// The service dies inside a `CreateExecution` (its agent is still starting). After the
+/// restart the request id is neither poisoned ("in flight elsewhere", for ever) nor run
+/// twice: every retry gets the same final, typed outcome, and a new request id works.
+async fn a_crash_inside_a_call_resolves_its_request_id_at_restart(backend: Backend) {
+    let database = TestDatabase::create(backend).await;
+    let dirs = ServiceDirs::new();
+    let first = service_playing(&database.url, &dirs, "initialize_never.json", Vec::new());
+    let mut client = first.client().await;
+    let request = proto::CreateExecutionRequest {
+        request_id: "create-1".into(),
+        workspace: dirs.workspace.display().to_string(),
+        ..Default::default()
+    };
+    let mut creating = client.clone();
+    let call = request.clone();
+    let pending = tokio::spawn(async move { creating.create_execution(call).await });
+    // The call is inside the launch once the agent was asked to initialize.
+    eventually("the agent to be asked to initialize", || {
+        std::fs::read_to_string(&dirs.record).is_ok_and(|r| r.contains("\"initialize\""))
+    })
+    .await;
+    first.kill();
+    let _ = pending.await;
+
+    let second = service_playing(&database.url, &dirs, "demo.json", Vec::new());
+    let mut client = second.client().await;
+    for _ in 0..2 {
+        assert_refused(
+            client.create_execution(request.clone()).await,
+            tonic::Code::Aborted,
+            "REQUEST_INTERRUPTED",
+        );
+    }
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .executions;
+    assert_eq!(listed.len(), 1, "the interrupted call's execution is kept, settled");
+    assert_ne!(listed[0].state, proto::ExecutionState::Starting as i32, "{:?}", listed[0]);
+    let fresh = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-2".into(),
+            ..request
+        })
+        .await
+        .expect("a new request id runs")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(fresh.state, proto::ExecutionState::Ready as i32);
+    second.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_inside_a_call_resolves_its_request_id_at_restart_on_postgres() {
+    a_crash_inside_a_call_resolves_its_request_id_at_restart(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_inside_a_call_resolves_its_request_id_at_restart_on_sqlite() {
+    a_crash_inside_a_call_resolves_its_request_id_at_restart(Backend::Sqlite).await;
 }

@@ -72,6 +72,12 @@ pub trait Store: Send + Sync + 'static {
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;
     /// Drops a claim whose call failed before it changed anything, so a retry may run.
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
+    /// Completes every claim still `in_flight` with `response`: at start-up, when the calls
+    /// that made them died with the previous incarnation. The number completed.
+    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64>;
+    /// Deletes at most `limit` completed keys created before `created_before_ms` (never one
+    /// in flight); the number deleted.
+    async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64>;
 
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()>;
     /// Writes the mutable columns, fenced by the row's generation.

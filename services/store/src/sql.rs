@@ -208,6 +208,29 @@ impl Store for SqlStore {
         Ok(())
     }
 
+    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
+        Ok(on_pool!(self, |pool| sqlx::query(
+            "UPDATE idempotency_keys SET state = 'done', response = $1 WHERE state = 'in_flight'"
+        )
+        .bind(response.to_string())
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
+    async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
+        Ok(on_pool!(self, |pool| sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (tenant_id, operation, request_id) IN \
+             (SELECT tenant_id, operation, request_id FROM idempotency_keys \
+              WHERE state = 'done' AND created_at_ms < $1 ORDER BY created_at_ms LIMIT $2)"
+        )
+        .bind(created_before_ms)
+        .bind(limit)
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
     async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         on_pool!(self, |pool| {
             sqlx::query(
