@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
+    StoreError,
     TurnRecord, now_ms,
 };
 use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
@@ -251,6 +252,9 @@ impl Engine {
     /// Starts the engine and settles what a previous incarnation left live: its agents
     /// are gone, so their turns fail and their pending interactions expire (never replayed).
     pub async fn start(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Arc<Self>, EngineError> {
+        // Before anything that acts on what a previous incarnation left (its processes,
+        // its live executions, its calls): those must not be another live replica's.
+        claim_sole_service(store.as_ref()).await?;
         // Sweeps what a SIGKILLed previous incarnation left running, before anything launches.
         config.guardian = Some(Guardian::start(GuardianConfig {
             state_dir: config.state_dir.clone(),
@@ -1605,6 +1609,22 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
         "plan" => InteractionKind::Plan,
         "permission" => InteractionKind::Permission,
         _ => InteractionKind::Question,
+    }
+}
+
+/// How long start-up waits for the database's previous service (e.g. a pod still
+/// stopping) to let go before it refuses to start.
+pub const SOLE_SERVICE_WAIT: Duration = Duration::from_secs(5);
+
+async fn claim_sole_service(store: &dyn Store) -> Result<(), EngineError> {
+    let deadline = tokio::time::Instant::now() + SOLE_SERVICE_WAIT;
+    loop {
+        match store.claim_sole_service().await {
+            Err(StoreError::AnotherService) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other.map_err(EngineError::from),
+        }
     }
 }
 

@@ -66,6 +66,7 @@ reasons! {
     RequestIdRequired => "REQUEST_ID_REQUIRED": "A mutating call carries no `request_id`.",
     RequestIdReused => "REQUEST_ID_REUSED": "The `request_id` was used before with a different request body.",
     RequestInFlight => "REQUEST_IN_FLIGHT": "A call with this `request_id` is still running in another incarnation of the service.",
+    AnotherService => "ANOTHER_SERVICE": "Start-up only: another service process holds the database (one per database until replicas can share one).",
     RequestInterrupted => "REQUEST_INTERRUPTED": "The service stopped while a call with this `request_id` ran; what it had begun was settled at restart. Final for this `request_id`: send a new one to try again.",
     InvalidArgument => "INVALID_ARGUMENT": "A field is missing or malformed; the message names it.",
         WorkspaceInvalid => "WORKSPACE_INVALID": "The workspace is not an absolute path to an existing directory.",
@@ -233,6 +234,7 @@ impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Fenced => Self::precondition(Reason::ExecutionFenced, e.to_string()),
+            StoreError::AnotherService => Self::precondition(Reason::AnotherService, e.to_string()),
             _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
         }
     }

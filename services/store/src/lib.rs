@@ -27,6 +27,12 @@ pub enum StoreError {
     Migration(String),
     #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]
     UnsupportedUrl(String),
+    /// Another service process holds this database (one per database until scale-out).
+    #[error(
+        "another cursor-runner serves this database; until replicas can share one, run a single \
+         service per database (stop the other, or wait for it to exit)"
+    )]
+    AnotherService,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -67,6 +73,11 @@ pub trait Store: Send + Sync + 'static {
     /// Reports every later operation (its method name, duration and success) to
     /// `observer`; the first observer set stays.
     fn observe_with(&self, observer: Arc<dyn StoreObserver>);
+
+    /// Makes this process the only service on the database for as long as it lives (a
+    /// PostgreSQL session advisory lock; an exclusive lock on a file beside the SQLite
+    /// database). [`StoreError::AnotherService`] while another process holds it.
+    async fn claim_sole_service(&self) -> StoreResult<()>;
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;

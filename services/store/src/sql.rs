@@ -55,7 +55,28 @@ fn operation_name(path: &'static str) -> &'static str {
 pub struct SqlStore {
     pool: Pool,
     observer: std::sync::OnceLock<Arc<dyn StoreObserver>>,
+    /// Where the sole-service claim is made: a dedicated PostgreSQL connection's options,
+    /// or the SQLite file's lock file (`None`: in memory, nothing to share).
+    claim_target: ClaimTarget,
+    /// The held claim: the connection that holds the advisory lock, or the locked file.
+    claim: tokio::sync::Mutex<Option<SoleServiceClaim>>,
 }
+
+enum ClaimTarget {
+    Postgres(PgConnectOptions),
+    SqliteFile(std::path::PathBuf),
+    None,
+}
+
+/// Kept, never read: the claim lasts as long as the value does.
+#[allow(dead_code)]
+enum SoleServiceClaim {
+    Postgres(PgConnection),
+    SqliteFile(std::fs::File),
+}
+
+/// The advisory lock key of the sole-service claim (`cursor-r` in ASCII).
+const SOLE_SERVICE_LOCK_KEY: i64 = 0x6375_7273_6f72_2d72;
 
 impl SqlStore {
     fn observe(&self, operation: &'static str, took: std::time::Duration, ok: bool) {
@@ -68,8 +89,10 @@ impl SqlStore {
 impl SqlStore {
     /// `postgres://…` or `sqlite:PATH` / `sqlite::memory:`; migrations run on connect.
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        let claim_target;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?;
+            claim_target = ClaimTarget::Postgres(options.clone());
             // The pool retries a refused or unauthenticated connection until its acquire
             // timeout and then reports only "pool timed out"; one direct connection first
             // fails at once with the server's real answer.
@@ -88,6 +111,13 @@ impl SqlStore {
                 .foreign_keys(true);
             // An in-memory database lives in one connection; a file may have several.
             let max = if url.contains(":memory:") { 1 } else { 4 };
+            claim_target = if url.contains(":memory:") {
+                ClaimTarget::None
+            } else {
+                let mut lock = options.get_filename().as_os_str().to_owned();
+                lock.push(".service-lock");
+                ClaimTarget::SqliteFile(lock.into())
+            };
             Pool::Sqlite(
                 SqlitePoolOptions::new()
                     .max_connections(max)
@@ -100,6 +130,8 @@ impl SqlStore {
         let store = Self {
             pool,
             observer: std::sync::OnceLock::new(),
+            claim_target,
+            claim: tokio::sync::Mutex::new(None),
         };
         store.migrate().await?;
         Ok(store)
@@ -138,6 +170,44 @@ impl Store for SqlStore {
             Pool::Postgres(_) => "postgres",
             Pool::Sqlite(_) => "sqlite",
         }
+    }
+
+    async fn claim_sole_service(&self) -> StoreResult<()> {
+        let mut held = self.claim.lock().await;
+        if held.is_some() {
+            return Ok(());
+        }
+        *held = match &self.claim_target {
+            ClaimTarget::None => return Ok(()),
+            ClaimTarget::Postgres(options) => {
+                let mut connection = PgConnection::connect_with(options).await?;
+                let (locked,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+                    .bind(SOLE_SERVICE_LOCK_KEY)
+                    .fetch_one(&mut connection)
+                    .await?;
+                if !locked {
+                    connection.close().await?;
+                    return Err(StoreError::AnotherService);
+                }
+                Some(SoleServiceClaim::Postgres(connection))
+            }
+            ClaimTarget::SqliteFile(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| StoreError::Database(format!("{}: {e}", path.display())))?;
+                match file.try_lock() {
+                    Ok(()) => Some(SoleServiceClaim::SqliteFile(file)),
+                    Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::AnotherService),
+                    Err(std::fs::TryLockError::Error(e)) => {
+                        return Err(StoreError::Database(format!("{}: {e}", path.display())));
+                    }
+                }
+            }
+        };
+        Ok(())
     }
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
