@@ -158,9 +158,7 @@ async fn a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_ma
     service.shutdown().await;
 }
 
-async fn a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_refusal_and_every_row(
-    backend: Backend,
-) {
+async fn a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_refusal_and_every_row(backend: Backend) {
     let service = TestService::start(backend, "credential_on_stderr_at_start.json").await;
     let mut client = service.client().await;
     let request = proto::CreateExecutionRequest {
@@ -174,7 +172,11 @@ async fn a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_r
         !format!("{refusal:?}").contains(CANARY),
         "not in the error: {refusal:?}"
     );
-    assert!(refusal.message().contains(MARKER), "said, not hidden: {}", refusal.message());
+    assert!(
+        refusal.message().contains(MARKER),
+        "said, not hidden: {}",
+        refusal.message()
+    );
     // The stored result of the call (its idempotency row) is what a retry reads back.
     let retried = client.create_execution(request).await.unwrap_err();
     assert!(!format!("{retried:?}").contains(CANARY), "not in the retried error");
@@ -191,21 +193,25 @@ async fn a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_r
     );
     assert!(!format!("{listed:?}").contains(CANARY), "not in the execution record");
     let dump = service.database().dump();
-    assert!(dump.contains(&listed.executions[0].execution_id), "the dump holds the rows");
+    assert!(
+        dump.contains(&listed.executions[0].execution_id),
+        "the dump holds the rows"
+    );
     assert!(!dump.contains(CANARY), "not in any row");
     service.shutdown().await;
 }
 
-async fn a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row(
-    backend: Backend,
-) {
+async fn a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row(backend: Backend) {
     let service = TestService::start(backend, "credential_on_stderr_mid_turn.json").await;
     let mut client = service.client().await;
     let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
     let all = events.until_turn_settles().await;
     let failed = all.last().unwrap();
     assert_eq!(failed.event_type, "turn.failed");
-    assert!(payload(failed)["message"].as_str().unwrap().contains(MARKER), "{failed:?}");
+    assert!(
+        payload(failed)["message"].as_str().unwrap().contains(MARKER),
+        "{failed:?}"
+    );
     assert!(!format!("{all:?}").contains(CANARY), "not in the stream");
     let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     assert!(lost.failure_message.contains(MARKER), "{lost:?}");
@@ -235,7 +241,10 @@ async fn a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answ
     assert!(!created.to_string().contains(CANARY), "not in the event: {created}");
     assert!(created.to_string().contains(MARKER), "said, not hidden: {created}");
     let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
-    assert!(!format!("{interaction:?}").contains(CANARY), "not in the interaction record");
+    assert!(
+        !format!("{interaction:?}").contains(CANARY),
+        "not in the interaction record"
+    );
     let answered = client
         .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
         .await

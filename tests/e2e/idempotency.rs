@@ -103,16 +103,29 @@ fn key(request_id: &str) -> IdempotencyKey {
 async fn completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let store = service.store.as_ref();
-    assert_eq!(store.claim_idempotency(&key("running"), "d").await.unwrap(), IdempotencyClaim::Claimed);
-    assert_eq!(store.claim_idempotency(&key("done"), "d").await.unwrap(), IdempotencyClaim::Claimed);
-    store.complete_idempotency(&key("done"), &serde_json::json!({"executionId": "x"})).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("running"), "d").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("done"), "d").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    store
+        .complete_idempotency(&key("done"), &serde_json::json!({"executionId": "x"}))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
         retention::sweep_idempotency(store, Duration::from_secs(3600)).await,
         0,
         "younger than the retention: kept"
     );
-    assert_eq!(retention::sweep_idempotency(store, Duration::ZERO).await, 1, "older: pruned");
+    assert_eq!(
+        retention::sweep_idempotency(store, Duration::ZERO).await,
+        1,
+        "older: pruned"
+    );
     assert_eq!(
         store.claim_idempotency(&key("done"), "another body").await.unwrap(),
         IdempotencyClaim::Claimed,
@@ -149,6 +162,9 @@ async fn past_its_retention_a_request_id_runs_again_as_a_new_call(backend: Backe
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert_ne!(again.execution_id, first.execution_id, "the key was pruned and the call ran anew");
+    assert_ne!(
+        again.execution_id, first.execution_id,
+        "the key was pruned and the call ran anew"
+    );
     service.shutdown().await;
 }

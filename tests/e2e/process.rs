@@ -13,7 +13,113 @@ on_both_backends!(
     project_config_created_during_a_turn_is_reported_and_stops_the_turn,
     in_warn_mode_project_config_during_a_turn_is_reported_and_the_turn_goes_on,
     an_agent_ignoring_stdin_eof_and_sigterm_is_killed_at_the_end_of_the_stop_ladder,
+    project_config_that_stopped_a_turn_also_refuses_the_next_one,
+    project_config_created_between_turns_refuses_the_next_turn_until_it_is_gone,
+    an_enterprise_hooks_file_appearing_mid_session_is_reported_and_refuses_the_next_turn,
 );
+
+fn prompts_received(service: &TestService) -> usize {
+    service
+        .agent_received()
+        .iter()
+        .filter(|m| m["method"] == "session/prompt")
+        .count()
+}
+
+async fn project_config_that_stopped_a_turn_also_refuses_the_next_one(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    std::fs::create_dir_all(service.workspace.join(".cursor")).unwrap();
+    std::fs::write(service.workspace.join(".cursor/mcp.json"), "{}").unwrap();
+    assert_eq!(
+        events.until_turn_settles().await.last().unwrap().event_type,
+        "turn.cancelled"
+    );
+    let refusal = start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refusal.code(), reason(&refusal).as_str()),
+        (Code::FailedPrecondition, "WORKSPACE_POLICY")
+    );
+    assert!(refusal.message().contains(".cursor/mcp.json"), "{}", refusal.message());
+    assert_eq!(prompts_received(&service), 1, "the agent got no second prompt");
+    service.shutdown().await;
+}
+
+async fn project_config_created_between_turns_refuses_the_next_turn_until_it_is_gone(backend: Backend) {
+    let service = TestService::start(backend, "two_turns.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn(&mut client, &service).await;
+    assert_eq!(
+        events.until_turn_settles().await.last().unwrap().event_type,
+        "turn.completed"
+    );
+    let hooks = service.workspace.join(".cursor/hooks.json");
+    std::fs::create_dir_all(hooks.parent().unwrap()).unwrap();
+    std::fs::write(&hooks, "{}").unwrap();
+    let refusal = start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refusal.code(), reason(&refusal).as_str()),
+        (Code::FailedPrecondition, "WORKSPACE_POLICY")
+    );
+    assert!(
+        refusal.message().contains(".cursor/hooks.json"),
+        "{}",
+        refusal.message()
+    );
+    assert_eq!(prompts_received(&service), 1, "the agent got no second prompt");
+    std::fs::remove_file(&hooks).unwrap();
+    let turn = start_turn(&mut client, &execution.execution_id, "turn-2").await;
+    assert!(
+        turn.is_ok(),
+        "a refusal left the request id free, and the workspace is clean: {turn:?}"
+    );
+    assert_eq!(
+        events.until_turn_settles().await.last().unwrap().event_type,
+        "turn.completed"
+    );
+    service.shutdown().await;
+}
+
+async fn an_enterprise_hooks_file_appearing_mid_session_is_reported_and_refuses_the_next_turn(backend: Backend) {
+    let host = tempfile::tempdir().unwrap();
+    let hooks = host.path().join("etc/cursor/hooks.json");
+    let service = TestService::start_with(
+        backend,
+        "long_turn.json",
+        Options {
+            enterprise_hooks: Some(hooks.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    std::fs::create_dir_all(hooks.parent().unwrap()).unwrap();
+    std::fs::write(&hooks, "{}").unwrap();
+    let settled = events.until_turn_settles().await;
+    let notice = settled
+        .iter()
+        .find(|e| e.event_type == "provider.notice.recorded" && payload(e)["category"] == "workspace_policy_violation")
+        .expect("the violation is reported");
+    assert!(
+        payload(notice)["summary"].as_str().unwrap().contains("hooks.json"),
+        "{notice:?}"
+    );
+    assert_eq!(settled.last().unwrap().event_type, "turn.cancelled");
+    let refusal = start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refusal), "WORKSPACE_POLICY");
+    assert_eq!(prompts_received(&service), 1);
+    service.shutdown().await;
+}
 
 async fn project_config_created_during_a_turn_is_reported_and_stops_the_turn(backend: Backend) {
     let service = TestService::start(backend, "long_turn.json").await;

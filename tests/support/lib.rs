@@ -111,14 +111,20 @@ impl TestDatabase {
         match &self._dir {
             Some(dir) => ["test.db", "test.db-wal"]
                 .iter()
-                .map(|file| String::from_utf8_lossy(&std::fs::read(dir.path().join(file)).unwrap_or_default()).into_owned())
+                .map(|file| {
+                    String::from_utf8_lossy(&std::fs::read(dir.path().join(file)).unwrap_or_default()).into_owned()
+                })
                 .collect(),
             None => {
                 let out = std::process::Command::new("pg_dump")
                     .args(["--data-only", "--dbname", &self.url])
                     .output()
                     .expect("pg_dump");
-                assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "pg_dump: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 String::from_utf8_lossy(&out.stdout).into_owned()
             }
         }
@@ -333,6 +339,8 @@ pub struct Options {
     pub agent_uid_separation: bool,
     /// What refused configuration appearing mid-session does.
     pub on_workspace_violation: cursor_runner_executions::ViolationAction,
+    /// Where the host's enterprise hooks file is looked for (`None`: the real one).
+    pub enterprise_hooks: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -354,6 +362,7 @@ impl Default for Options {
             wire_capture_dir: None,
             agent_uid_separation: true,
             on_workspace_violation: Default::default(),
+            enterprise_hooks: None,
         }
     }
 }
@@ -427,6 +436,9 @@ impl TestService {
         config.wire_capture_dir = options.wire_capture_dir.clone();
         config.agent_users = users;
         config.on_workspace_violation = options.on_workspace_violation;
+        if let Some(hooks) = &options.enterprise_hooks {
+            config.workspace_policy.enterprise_hooks = hooks.clone();
+        }
         let engine = Engine::start(store.clone(), config).await.expect("engine");
         let listener = cursor_runner_api::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -139,7 +139,10 @@ mod tests {
     fn a_json_document_is_redacted_inside_its_strings_and_left_as_is_without_a_secret() {
         let text = json!({"prompt": format!("use {KEY}?"), "id": "q1"}).to_string();
         let redacted: Value = serde_json::from_str(&redactor().redact_json_text(text)).unwrap();
-        assert_eq!(redacted, json!({"prompt": "use [redacted:CURSOR_API_KEY]?", "id": "q1"}));
+        assert_eq!(
+            redacted,
+            json!({"prompt": "use [redacted:CURSOR_API_KEY]?", "id": "q1"})
+        );
         let clean = r#"{"b": 1,  "a": "x"}"#.to_owned();
         assert_eq!(redactor().redact_json_text(clean.clone()), clean, "byte for byte");
         assert_eq!(

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempts;
-use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending};
+use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending, policy_refusal};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::{self, SessionStart};
@@ -558,6 +558,15 @@ impl Actor {
         }
     }
 
+    /// The workspace policy again, before every prompt: the watch narrows the race, this
+    /// closes it for the next turn (a violation between turns, or one the watch missed).
+    fn check_workspace(&self) -> Result<(), EngineError> {
+        self.config
+            .workspace_policy
+            .check(std::path::Path::new(&self.record.workspace))
+            .map_err(policy_refusal)
+    }
+
     /// Configuration that would load code appeared in the workspace during the session.
     async fn on_workspace_violation(&mut self, violation: Violation) -> Result<Ending, EngineError> {
         let stop = self.config.on_workspace_violation == ViolationAction::StopTurn;
@@ -812,6 +821,11 @@ impl Actor {
             )));
             return Ok(());
         }
+        // Refused before the running turn is touched: it goes on.
+        if let Err(refusal) = self.check_workspace() {
+            let _ = reply.send(Err(refusal));
+            return Ok(());
+        }
         let Some(turn) = self.turn.as_mut() else {
             return Ok(());
         };
@@ -840,6 +854,7 @@ impl Actor {
             )
             .with("turn_id", turn.record.id.clone()));
         }
+        self.check_workspace()?;
         let bound = ExecutionLimits::of(&self.record).next_turn(&self.record)?;
         let turn_number = self.record.turn_count + 1;
         let record = TurnRecord {

@@ -2,8 +2,8 @@
 //! to the control-plane session the execution serves, reaches the agent. Everything
 //! is checked before anything is launched.
 
-pub use cursor_runner_supervisor::Secret;
 use cursor_runner_activity::Redactor;
+pub use cursor_runner_supervisor::Secret;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
 use crate::error::{EngineError, Reason};

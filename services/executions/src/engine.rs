@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
-    StoreError,
-    TurnRecord, now_ms,
+    StoreError, TurnRecord, now_ms,
 };
 use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
 
@@ -1500,9 +1499,15 @@ impl Engine {
             "the service stopped while this call ran; what it had begun was settled at restart; \
              send a new request_id to try again",
         );
-        let completed = self.store.complete_abandoned_idempotency(&interrupted.to_json()).await?;
+        let completed = self
+            .store
+            .complete_abandoned_idempotency(&interrupted.to_json())
+            .await?;
         if completed > 0 {
-            tracing::warn!(completed, "calls interrupted by the previous incarnation were completed as REQUEST_INTERRUPTED");
+            tracing::warn!(
+                completed,
+                "calls interrupted by the previous incarnation were completed as REQUEST_INTERRUPTED"
+            );
         }
         Ok(())
     }

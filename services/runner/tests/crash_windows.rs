@@ -289,7 +289,12 @@ async fn a_crash_inside_a_call_resolves_its_request_id_at_restart(backend: Backe
         .into_inner()
         .executions;
     assert_eq!(listed.len(), 1, "the interrupted call's execution is kept, settled");
-    assert_ne!(listed[0].state, proto::ExecutionState::Starting as i32, "{:?}", listed[0]);
+    assert_ne!(
+        listed[0].state,
+        proto::ExecutionState::Starting as i32,
+        "{:?}",
+        listed[0]
+    );
     let fresh = client
         .create_execution(proto::CreateExecutionRequest {
             request_id: "create-2".into(),

@@ -42,7 +42,10 @@ async fn a_second_service_on_the_same_database_is_refused_and_the_first_goes_on(
         .interaction
         .unwrap();
     assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
-    assert_eq!(events.until_turn_settles().await.last().unwrap().event_type, "turn.completed");
+    assert_eq!(
+        events.until_turn_settles().await.last().unwrap().event_type,
+        "turn.completed"
+    );
     first.stop();
     database.drop_database().await;
 }

@@ -50,6 +50,14 @@ pub struct WatchGuard {
     watcher: &'static WorkspaceWatcher,
 }
 
+#[cfg(test)]
+impl WatchGuard {
+    /// Whether the session's current violation was reported (and not cleared since).
+    fn reported(&self) -> bool {
+        self.watcher.lock().sessions.get(&self.id).is_some_and(|s| s.reported)
+    }
+}
+
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         self.watcher.unwatch(self.id);
@@ -128,12 +136,14 @@ impl WorkspaceWatcher {
             let Some(session) = state.sessions.get_mut(&id) else {
                 continue;
             };
-            if session.reported {
-                continue;
-            }
-            if let Err(refusal) = session.policy.check(&session.workspace) {
-                session.reported = true;
-                let _ = session.notify.send(refusal);
+            match session.policy.check(&session.workspace) {
+                Err(refusal) if !session.reported => {
+                    session.reported = true;
+                    let _ = session.notify.send(refusal);
+                }
+                Err(_) => {}
+                // Cleared: a violation that comes back later is reported again.
+                Ok(()) => session.reported = false,
             }
         }
     }
@@ -158,6 +168,16 @@ impl State {
                 }
             }
             paths.push(dir);
+        }
+        // The host's enterprise hooks file: its directory, or the nearest one that exists
+        // (its creation then shows as an event there, and the next refresh goes deeper).
+        if let Some(dir) = session
+            .policy
+            .enterprise_hooks
+            .parent()
+            .and_then(|p| p.ancestors().find(|a| a.is_dir()))
+        {
+            paths.push(dir.to_path_buf());
         }
         let mask = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_MOVED_TO
@@ -246,6 +266,47 @@ mod tests {
                 .is_err(),
             "reported once"
         );
+    }
+
+    #[tokio::test]
+    async fn the_enterprise_hooks_file_appearing_is_reported_even_when_its_directory_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let hooks = dir.path().join("etc/cursor/hooks.json");
+        let policy = WorkspacePolicy {
+            enterprise_hooks: hooks.clone(),
+        };
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let (_guard, mut rx) = WorkspaceWatcher::global().unwrap().watch(&workspace, policy).unwrap();
+        std::fs::create_dir_all(hooks.parent().unwrap()).unwrap();
+        std::fs::write(&hooks, "{}").unwrap();
+        let violation = next(&mut rx).await.expect("reported");
+        assert_eq!(violation.path(), hooks.as_path(), "{violation}");
+    }
+
+    #[tokio::test]
+    async fn a_violation_cleared_and_made_again_is_reported_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = WorkspacePolicy {
+            enterprise_hooks: dir.path().join("no-hooks.json"),
+        };
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(workspace.join(".cursor")).unwrap();
+        let (guard, mut rx) = WorkspaceWatcher::global().unwrap().watch(&workspace, policy).unwrap();
+        let config = workspace.join(".cursor/mcp.json");
+        std::fs::write(&config, "{}").unwrap();
+        assert!(next(&mut rx).await.is_some(), "reported");
+        std::fs::remove_file(&config).unwrap();
+        let cleared = async {
+            while guard.reported() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), cleared)
+            .await
+            .expect("the removal clears it");
+        std::fs::write(&config, "{}").unwrap();
+        assert!(next(&mut rx).await.is_some(), "reported again");
     }
 
     #[tokio::test]

@@ -693,10 +693,7 @@ impl PoolInner {
             probe_interval: self.config.probe_interval,
             probe_timeout: self.config.probe_timeout,
             stop_grace: self.launch.stop_grace,
-            redactor: redactor_for(
-                state.profiles.get(&profile_id).and_then(|p| p.credential.as_ref()),
-                &[],
-            ),
+            redactor: redactor_for(state.profiles.get(&profile_id).and_then(|p| p.credential.as_ref()), &[]),
         };
         let pool = Arc::downgrade(self);
         self.changed.notify_waiters();
