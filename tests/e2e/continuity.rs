@@ -14,7 +14,70 @@ on_both_backends!(
     a_session_whose_history_the_agent_lacks_is_session_not_found,
     list_sessions_shows_only_the_tenants_own_sessions,
     a_recovery_applies_the_recorded_model_again_and_checks_its_echo,
+    config_planted_in_a_kept_home_refuses_loading_its_session,
+    hooks_planted_in_a_kept_home_refuse_recovering_its_execution,
 );
+
+/// The private home an execution's agent ran in (kept: it holds the session).
+fn home_of(service: &TestService, execution: &proto::Execution) -> std::path::PathBuf {
+    service
+        .state_dir()
+        .join("homes")
+        .join(&execution.lease.as_ref().expect("a lease").slot_id)
+}
+
+fn launches(service: &TestService) -> usize {
+    methods_received(service, "initialize").len()
+}
+
+async fn config_planted_in_a_kept_home_refuses_loading_its_session(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let recorded = create_execution(&mut client, &service, "create-1").await;
+    close(&mut client, &recorded.execution_id, "close-1").await;
+    // What the previous agent could have left in its own home.
+    let planted = home_of(&service, &recorded).join(".cursor/mcp.json");
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    std::fs::write(&planted, r#"{"mcpServers": {"x": {"command": "/bin/sh"}}}"#).unwrap();
+    let before = launches(&service);
+    let refusal = client
+        .create_execution(load_request(&service, "create-2", &recorded.session_id))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refusal.code(), reason(&refusal).as_str()),
+        (Code::FailedPrecondition, "WORKSPACE_POLICY")
+    );
+    assert!(refusal.message().contains(".cursor/mcp.json"), "{}", refusal.message());
+    assert_eq!(launches(&service), before, "no agent was started in that home");
+    service.shutdown().await;
+}
+
+async fn hooks_planted_in_a_kept_home_refuse_recovering_its_execution(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("runtime_request.created").await;
+    let planted = home_of(&service, &execution).join(".claude/settings.json");
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    std::fs::write(&planted, r#"{"hooks": {"PreToolUse": []}}"#).unwrap();
+    let pid = execution.pid.unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    events.until_turn_settles().await;
+    execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
+    let before = launches(&service);
+    let refusal = recover(&mut client, &execution.execution_id, "recover-1")
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refusal), "WORKSPACE_POLICY");
+    assert!(
+        refusal.message().contains(".claude/settings.json"),
+        "{}",
+        refusal.message()
+    );
+    assert_eq!(launches(&service), before, "no agent was started in that home");
+    service.shutdown().await;
+}
 
 const REPLAYED_TEXT: &str = "Replayed history: never streamed again.";
 

@@ -619,7 +619,13 @@ impl Engine {
                 format!("session `{session_id}` was recorded with other MCP servers"),
             ));
         }
-        recorded
+        self.kept_home(&recorded, session_id)
+    }
+
+    /// The home a recorded session was kept in, checked like a workspace before it is
+    /// reused: its previous agent could have planted user-level config there.
+    fn kept_home(&self, recorded: &ExecutionRecord, session_id: &str) -> Result<PathBuf, EngineError> {
+        let home = recorded
             .lease
             .as_deref()
             .and_then(LeaseInfo::from_json)
@@ -631,7 +637,9 @@ impl Engine {
                     format!("the history of session `{session_id}` is no longer on this node"),
                 )
                 .with("session_id", session_id)
-            })
+            })?;
+        self.config.workspace_policy.check_home(&home).map_err(policy_refusal)?;
+        Ok(home)
     }
 
     /// `RecoverExecution`: after its agent died, a new process — under a new generation,
@@ -701,19 +709,7 @@ impl Engine {
         let mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
         // The credential presented again is the one later turns are attributed to.
         record.credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
-        let home = record
-            .lease
-            .as_deref()
-            .and_then(LeaseInfo::from_json)
-            .map(|l| PathBuf::from(l.home))
-            .filter(|home| home.is_dir())
-            .ok_or_else(|| {
-                EngineError::precondition(
-                    Reason::SessionNotFound,
-                    format!("the history of session `{session_id}` is no longer on this node"),
-                )
-                .with("session_id", session_id.clone())
-            })?;
+        let home = self.kept_home(&record, &session_id)?;
         let redactor = redactor_for(credential.as_ref(), &mcp_servers);
         let admitted = Instant::now();
         let reservation = self

@@ -85,15 +85,20 @@ impl WorkspacePolicy {
         let real = std::fs::canonicalize(workspace)
             .map_err(|e| WorkspaceRefusal::Unresolvable(workspace.to_path_buf(), e.to_string()))?;
         for dir in directories_to_check(&real) {
-            for relative in REFUSED_PATHS {
-                let path = dir.join(relative);
-                if present(&path) {
-                    return Err(WorkspaceRefusal::ConfigPresent(path));
-                }
-            }
-            for relative in SETTINGS_FILES {
-                check_settings(&dir.join(relative))?;
-            }
+            check_dir(&dir)?;
+        }
+        Ok(())
+    }
+}
+
+impl WorkspacePolicy {
+    /// Admits a kept agent home for reuse (a session load or recovery) or names the first
+    /// offending path: the same user-level files an agent could have planted there
+    /// (`.cursor/mcp.json`, hooks, plugins, Claude settings with hooks or plugins), in the
+    /// home itself and in its XDG config directory.
+    pub fn check_home(&self, home: &Path) -> Result<(), WorkspaceRefusal> {
+        for dir in [home.to_path_buf(), home.join(".config")] {
+            check_dir(&dir)?;
         }
         Ok(())
     }
@@ -107,6 +112,20 @@ pub(crate) fn directories_to_check(real: &Path) -> Vec<PathBuf> {
         Some(root) => chain[..=root].to_vec(),
         None => vec![real.to_path_buf()],
     }
+}
+
+/// The refused files and settings of one directory.
+fn check_dir(dir: &Path) -> Result<(), WorkspaceRefusal> {
+    for relative in REFUSED_PATHS {
+        let path = dir.join(relative);
+        if present(&path) {
+            return Err(WorkspaceRefusal::ConfigPresent(path));
+        }
+    }
+    for relative in SETTINGS_FILES {
+        check_settings(&dir.join(relative))?;
+    }
+    Ok(())
 }
 
 /// Present in any form, including a dangling symbolic link.
