@@ -14,6 +14,7 @@ on_both_backends!(
     the_active_time_budget_cancels_the_running_turn_and_refuses_the_next,
     a_tenants_policy_caps_the_limits_an_execution_asks_for,
     each_turn_is_attributed_and_unknown_usage_stays_unknown_in_the_total,
+    a_hung_agent_past_its_deadline_is_stopped_and_the_turn_names_the_deadline_not_the_cancel,
 );
 
 fn limited(limits: proto::ExecutionLimits) -> proto::CreateExecutionRequest {
@@ -219,5 +220,31 @@ async fn each_turn_is_attributed_and_unknown_usage_stays_unknown_in_the_total(ba
         })
         .await;
     assert_refused(foreign, Code::NotFound, "EXECUTION_NOT_FOUND");
+    service.shutdown().await;
+}
+
+async fn a_hung_agent_past_its_deadline_is_stopped_and_the_turn_names_the_deadline_not_the_cancel(backend: Backend) {
+    let service = TestService::start_with(
+        backend,
+        "hangs_mid_turn.json",
+        Options {
+            cancel_grace: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = service.client().await;
+    let limits = proto::ExecutionLimits {
+        turn_deadline: millis(300),
+        ..Default::default()
+    };
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, limited(limits)).await;
+    let last = events.until_turn_settles().await.pop().unwrap();
+    assert_eq!(last.event_type, "turn.interrupted");
+    assert_eq!(payload(&last)["failureReason"], "deadline_exceeded", "the cause, not the ladder");
+    let message = payload(&last)["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("deadline") && message.contains("stopped"), "{message}");
+    let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
+    assert_eq!(lost.failure_reason, "cancel_timeout", "the execution says why its agent is gone");
     service.shutdown().await;
 }

@@ -1481,15 +1481,7 @@ impl Actor {
                     TurnState::Interrupted,
                     Some("cancelled".to_owned()),
                     Some(reason),
-                    Some(
-                        match reason {
-                            TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
-                            TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
-                            TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
-                            _ => "replaced by a new turn (replace_active)",
-                        }
-                        .to_owned(),
-                    ),
+                    Some(interruption_message(reason).to_owned()),
                 ),
                 Some("cancelled") => (TurnState::Cancelled, Some("cancelled".to_owned()), None, None),
                 Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
@@ -1587,14 +1579,22 @@ impl Actor {
         // The execution is marked lost before the turn's terminal event, so a client
         // reacting to that event already reads the final state.
         self.mark_lost("cancel_timeout").await?;
+        // The turn reports why it was cancelled (a deadline, a budget, a drain, a
+        // replacement) when the service did it; the stop ladder is how it ended.
+        let cause = self.turn.as_ref().and_then(|t| t.interrupted_by);
+        let ladder = format!(
+            "the agent did not settle within {:?} of the cancel; it was stopped",
+            self.config.cancel_grace
+        );
+        let message = match cause {
+            Some(cause) => format!("{}; {ladder}", interruption_message(cause)),
+            None => ladder,
+        };
         self.settle_turn(
             TurnState::Interrupted,
             None,
-            Some(TurnFailureReason::CancelTimeout),
-            Some(format!(
-                "the agent did not settle within {:?} of the cancel; it was stopped",
-                self.config.cancel_grace
-            )),
+            Some(cause.unwrap_or(TurnFailureReason::CancelTimeout)),
+            Some(message),
         )
         .await?;
         Ok(Ending::Stop)
@@ -1874,6 +1874,16 @@ fn kind_name(kind: InteractionKind) -> &'static str {
         InteractionKind::Question => "question",
         InteractionKind::Plan => "plan",
         InteractionKind::Permission => "permission",
+    }
+}
+
+/// Why the service cancelled a turn, in words.
+fn interruption_message(reason: TurnFailureReason) -> &'static str {
+    match reason {
+        TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
+        TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
+        TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
+        _ => "replaced by a new turn (replace_active)",
     }
 }
 
