@@ -15,6 +15,7 @@ on_both_backends!(
     a_tenants_policy_caps_the_limits_an_execution_asks_for,
     each_turn_is_attributed_and_unknown_usage_stays_unknown_in_the_total,
     a_hung_agent_past_its_deadline_is_stopped_and_the_turn_names_the_deadline_not_the_cancel,
+    an_execution_that_names_no_deadline_gets_the_default_one,
 );
 
 fn limited(limits: proto::ExecutionLimits) -> proto::CreateExecutionRequest {
@@ -241,10 +242,40 @@ async fn a_hung_agent_past_its_deadline_is_stopped_and_the_turn_names_the_deadli
     let (execution, _, mut events) = begin_turn_with(&mut client, &service, limited(limits)).await;
     let last = events.until_turn_settles().await.pop().unwrap();
     assert_eq!(last.event_type, "turn.interrupted");
-    assert_eq!(payload(&last)["failureReason"], "deadline_exceeded", "the cause, not the ladder");
+    assert_eq!(
+        payload(&last)["failureReason"],
+        "deadline_exceeded",
+        "the cause, not the ladder"
+    );
     let message = payload(&last)["message"].as_str().unwrap_or_default().to_owned();
     assert!(message.contains("deadline") && message.contains("stopped"), "{message}");
     let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
-    assert_eq!(lost.failure_reason, "cancel_timeout", "the execution says why its agent is gone");
+    assert_eq!(
+        lost.failure_reason, "cancel_timeout",
+        "the execution says why its agent is gone"
+    );
+    service.shutdown().await;
+}
+
+async fn an_execution_that_names_no_deadline_gets_the_default_one(backend: Backend) {
+    let service = TestService::start_with(
+        backend,
+        "long_turn.json",
+        Options {
+            default_turn_deadline: Some(Duration::from_millis(300)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn(&mut client, &service).await;
+    let shown = get_execution(&mut client, &execution.execution_id)
+        .await
+        .limits
+        .unwrap();
+    assert_eq!(shown.turn_deadline, millis(300), "the default is recorded and shown");
+    let last = events.until_turn_settles().await.pop().unwrap();
+    assert_eq!(last.event_type, "turn.interrupted");
+    assert_eq!(payload(&last)["failureReason"], "deadline_exceeded");
     service.shutdown().await;
 }

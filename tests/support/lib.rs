@@ -339,6 +339,8 @@ pub struct Options {
     pub agent_uid_separation: bool,
     /// What refused configuration appearing mid-session does.
     pub on_workspace_violation: cursor_runner_executions::ViolationAction,
+    /// The turn deadline of executions that name none (`None`: the engine's default).
+    pub default_turn_deadline: Option<Duration>,
     /// Where the host's enterprise hooks file is looked for (`None`: the real one).
     pub enterprise_hooks: Option<PathBuf>,
 }
@@ -363,6 +365,7 @@ impl Default for Options {
             agent_uid_separation: true,
             on_workspace_violation: Default::default(),
             enterprise_hooks: None,
+            default_turn_deadline: None,
         }
     }
 }
@@ -436,6 +439,9 @@ impl TestService {
         config.wire_capture_dir = options.wire_capture_dir.clone();
         config.agent_users = users;
         config.on_workspace_violation = options.on_workspace_violation;
+        if let Some(deadline) = options.default_turn_deadline {
+            config.default_turn_deadline = Some(deadline);
+        }
         if let Some(hooks) = &options.enterprise_hooks {
             config.workspace_policy.enterprise_hooks = hooks.clone();
         }

@@ -88,6 +88,8 @@ pub struct EngineConfig {
     pub tenant_limits: TenantLimits,
     /// Pruning of acknowledged events past a period; `None` keeps every event.
     pub retention: Option<Retention>,
+    /// The turn deadline of an execution whose request and tenant name none; `None`: none.
+    pub default_turn_deadline: Option<Duration>,
     /// How long completed calls answer retries of their `request_id`; `None` keeps them.
     pub idempotency_retention: Option<Retention>,
     /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
@@ -126,6 +128,7 @@ impl EngineConfig {
             mcp_allowlist: McpAllowlist::default(),
             tenant_limits: TenantLimits::default(),
             retention: None,
+            default_turn_deadline: Some(crate::limits::DEFAULT_TURN_DEADLINE),
             idempotency_retention: Some(Retention {
                 keep: retention::DEFAULT_IDEMPOTENCY_RETENTION,
                 sweep_every: retention::DEFAULT_SWEEP_INTERVAL,
@@ -492,7 +495,8 @@ impl Engine {
             mut mcp_servers,
             limits,
         } = admitted;
-        let limits = limits.capped_by(self.config.tenant_limits.for_tenant(tenant_id));
+        let mut limits = limits.capped_by(self.config.tenant_limits.for_tenant(tenant_id));
+        limits.turn_deadline = limits.turn_deadline.or(self.config.default_turn_deadline);
         let credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
         let workspace = workspace.display().to_string();
         let (start, home) = match load_session_id {

@@ -16,6 +16,9 @@ use crate::error::{EngineError, ErrorKind, Reason};
 pub const MAX_LIMIT_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The most turns an execution may be limited to.
 pub const MAX_TURNS_LIMIT: u32 = 1_000_000;
+/// The turn deadline of an execution that names none (and whose tenant sets none): a hung
+/// agent cannot hold a turn `running` for ever.
+pub const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 
 /// An execution's limits; `None` is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

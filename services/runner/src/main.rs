@@ -162,6 +162,10 @@ struct ServeArgs {
     /// control plane has not acknowledged, never an execution's newest); 0 keeps every event.
     #[arg(long, env = "CURSOR_RUNNER_EVENT_RETENTION_SECS", default_value_t = 7 * 24 * 3600)]
     event_retention_secs: u64,
+    /// The turn deadline of an execution whose request and tenant policy name none; a turn
+    /// past it is cancelled (`deadline_exceeded`). 0: no default.
+    #[arg(long, env = "CURSOR_RUNNER_DEFAULT_TURN_DEADLINE_SECS", default_value_t = 2 * 3600)]
+    default_turn_deadline_secs: u64,
     /// How long a completed call's outcome answers retries of its `request_id`; after it the
     /// key is deleted (in bounded batches) and the `request_id` is free again. 0 keeps every key.
     #[arg(long, env = "CURSOR_RUNNER_IDEMPOTENCY_RETENTION_SECS", default_value_t = 24 * 3600)]
@@ -336,6 +340,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         })
     };
     config.retention = retention(args.event_retention_secs);
+    config.default_turn_deadline =
+        (args.default_turn_deadline_secs > 0).then(|| std::time::Duration::from_secs(args.default_turn_deadline_secs));
     config.idempotency_retention = retention(args.idempotency_retention_secs);
     config.wire_capture_dir = args.wire_capture_dir.clone();
     config.on_workspace_violation = match args.on_workspace_violation {
