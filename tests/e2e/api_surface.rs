@@ -11,7 +11,62 @@ on_both_backends!(
     grpc_web_over_http1_reaches_the_same_services,
     health_reports_the_runner_service_serving,
     get_capabilities_serves_the_list_the_docs_table_is_rendered_from,
+    an_oversized_request_id_is_refused_naming_the_field_and_nothing_is_stored,
+    an_oversized_decline_reason_is_refused_and_the_question_stays_pending,
 );
+
+async fn an_oversized_request_id_is_refused_naming_the_field_and_nothing_is_stored(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let huge = "r".repeat(1024 * 1024);
+    let refusal = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: huge.clone(),
+            workspace: service.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refusal.code(), reason(&refusal).as_str()),
+        (tonic::Code::InvalidArgument, "FIELD_TOO_LONG")
+    );
+    assert!(refusal.message().contains("request_id"), "{}", refusal.message());
+    assert!(!service.database().dump().contains(&huge[..1024]), "not stored");
+    assert!(service.agent_received().is_empty(), "nothing was launched");
+    service.shutdown().await;
+}
+
+async fn an_oversized_decline_reason_is_refused_and_the_question_stays_pending(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let decline = |reason: String| proto::AnswerInteractionRequest {
+        request_id: "decline-1".into(),
+        interaction_id: created["interactionId"].as_str().unwrap().into(),
+        etag: created["etag"].as_str().unwrap().into(),
+        answer: Some(proto::answer_interaction_request::Answer::Decline(
+            proto::DeclineAnswer { reason },
+        )),
+    };
+    let refusal = client
+        .answer_interaction(decline("x".repeat(100 * 1024)))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refusal), "FIELD_TOO_LONG");
+    assert!(refusal.message().contains("decline.reason"), "{}", refusal.message());
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(interaction.state, proto::InteractionState::Pending as i32);
+    assert!(
+        !service
+            .agent_received()
+            .iter()
+            .any(|m| m["id"] == 0 && m.get("method").is_none()),
+        "nothing reached the agent"
+    );
+    service.shutdown().await;
+}
 
 async fn get_capabilities_serves_the_list_the_docs_table_is_rendered_from(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;

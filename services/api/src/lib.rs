@@ -3,6 +3,7 @@
 
 mod admin;
 pub mod auth;
+pub mod bounds;
 mod convert;
 mod refusals;
 mod service;

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::bounds::Bounded;
 use crate::convert;
 use crate::pb;
 use crate::status::to_status;
@@ -57,6 +58,13 @@ fn tenant<T>(request: &Request<T>) -> Result<String, Status> {
         return Err(refuse("x-tenant-id must have 1 to 128 characters"));
     }
     Ok(tenant.to_owned())
+}
+
+/// The caller's tenant, once the request's fields are within their bounds.
+fn admit<T: Bounded>(request: &Request<T>) -> Result<String, Status> {
+    let tenant_id = tenant(request)?;
+    request.get_ref().check_bounds()?;
+    Ok(tenant_id)
 }
 
 /// A digest of the request body without its `request_id`, to tell a retry from reuse.
@@ -105,7 +113,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::CreateExecutionRequest>,
     ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         // The secret never enters the idempotency digest (rows keep digests only, but a
         // digest of a secret is still derived from it).
@@ -148,7 +156,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::GetExecutionRequest>,
     ) -> Result<Response<pb::GetExecutionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let record = self
@@ -165,7 +173,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::ListExecutionsRequest>,
     ) -> Result<Response<pb::ListExecutionsResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         let (page, next) = self
             .engine
@@ -182,7 +190,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::CloseExecutionRequest>,
     ) -> Result<Response<pb::CloseExecutionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
@@ -200,7 +208,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::StartTurnRequest>,
     ) -> Result<Response<pb::StartTurnResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
@@ -225,7 +233,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::CancelTurnRequest>,
     ) -> Result<Response<pb::CancelTurnResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         required("turn_id", &body.turn_id)?;
@@ -246,7 +254,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::StreamEventsRequest>,
     ) -> Result<Response<Self::StreamEventsStream>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let items = self
@@ -277,7 +285,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::AckEventsRequest>,
     ) -> Result<Response<pb::AckEventsResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let acked = self
@@ -292,7 +300,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::ListTurnsRequest>,
     ) -> Result<Response<pb::ListTurnsResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         let execution = self
             .engine
@@ -320,7 +328,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::ListInteractionsRequest>,
     ) -> Result<Response<pb::ListInteractionsResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         let state = pb::InteractionState::try_from(body.state).map_err(|_| {
             to_status(EngineError::invalid(
@@ -349,7 +357,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::GetInteractionRequest>,
     ) -> Result<Response<pb::GetInteractionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("interaction_id", &body.interaction_id)?;
         let record = self
@@ -366,7 +374,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::GetCapabilitiesRequest>,
     ) -> Result<Response<pb::GetCapabilitiesResponse>, Status> {
-        tenant(&request)?;
+        admit(&request)?;
         let capabilities = cursor_runner_executions::capabilities::capabilities()
             .into_iter()
             .map(|entry| pb::Capability {
@@ -398,7 +406,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         let (page, next) = self
             .engine
@@ -415,7 +423,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::RecoverExecutionRequest>,
     ) -> Result<Response<pb::RecoverExecutionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| {
@@ -439,7 +447,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::ListModelsRequest>,
     ) -> Result<Response<pb::ListModelsResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let catalog = self
@@ -451,7 +459,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
     }
 
     async fn set_model(&self, request: Request<pb::SetModelRequest>) -> Result<Response<pb::SetModelResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         required("model", &body.model)?;
@@ -472,7 +480,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
     }
 
     async fn set_mode(&self, request: Request<pb::SetModeRequest>) -> Result<Response<pb::SetModeResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         required("mode", &body.mode)?;
@@ -495,7 +503,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::SetConfigOptionRequest>,
     ) -> Result<Response<pb::SetConfigOptionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
@@ -513,7 +521,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         &self,
         request: Request<pb::AnswerInteractionRequest>,
     ) -> Result<Response<pb::AnswerInteractionResponse>, Status> {
-        let tenant_id = tenant(&request)?;
+        let tenant_id = admit(&request)?;
         let body = request.into_inner();
         required("interaction_id", &body.interaction_id)?;
         required("etag", &body.etag)?;

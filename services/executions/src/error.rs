@@ -69,6 +69,7 @@ reasons! {
     AnotherService => "ANOTHER_SERVICE": "Start-up only: another service process holds the database (one per database until replicas can share one).",
     RequestInterrupted => "REQUEST_INTERRUPTED": "The service stopped while a call with this `request_id` ran; what it had begun was settled at restart. Final for this `request_id`: send a new one to try again.",
     InvalidArgument => "INVALID_ARGUMENT": "A field is missing or malformed; the message names it.",
+    FieldTooLong => "FIELD_TOO_LONG": "A string field (or a list) of the request is over its bound; the metadata names the field and the bound.",
         WorkspaceInvalid => "WORKSPACE_INVALID": "The workspace is not an absolute path to an existing directory.",
         CredentialWrongProvider => "CREDENTIAL_WRONG_PROVIDER": "The credential binding names another provider than `cursor`.",
     CredentialWrongSession => "CREDENTIAL_WRONG_SESSION": "The credential is not bound to the execution's `control_session_id`.",
