@@ -731,12 +731,16 @@ impl Subscriber {
             .expect("frame set")
     }
 
+    /// The next event within `WAIT` (heartbeats and caught-up frames do not extend it).
     pub async fn next_event(&mut self) -> pb::ActivityEvent {
-        loop {
-            if let Frame::Event(event) = self.next_frame().await {
-                return event;
+        let next = async {
+            loop {
+                if let Frame::Event(event) = self.next_frame().await {
+                    return event;
+                }
             }
-        }
+        };
+        tokio::time::timeout(WAIT, next).await.expect("an event in time")
     }
 
     /// Events up to and including the first whose type is `event_type`.

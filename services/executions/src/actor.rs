@@ -1205,6 +1205,7 @@ impl Actor {
             updated_at_ms: now,
         };
         // Persist before expose: the row commits before the event is appended.
+        failpoint("interaction_before_persist").await;
         match self.store.insert_interaction(&record).await {
             Ok(()) => {}
             // The agent reused a request id of this process: never answer two requests
@@ -1569,9 +1570,12 @@ impl Actor {
             TurnState::Interrupted => ActivityPayload::TurnInterrupted(settled),
             TurnState::Failed => ActivityPayload::TurnFailed(settled),
         });
-        self.events.emit(Some(&turn_id), payloads).await?;
+        // The execution row first: a client reacting to the terminal event reads the
+        // execution as the turn left it (active time, no active turn).
         self.record.active_turn_id = None;
-        self.save_record().await
+        self.save_record().await?;
+        self.events.emit(Some(&turn_id), payloads).await?;
+        Ok(())
     }
 
     async fn on_cancel_timeout(&mut self) -> Result<Ending, EngineError> {

@@ -74,7 +74,8 @@ pub(crate) enum SessionStart {
     },
 }
 
-/// Re-checks the workspace policy, then `session/load {sessionId, cwd, mcpServers: []}`.
+/// Re-checks the workspace policy, then `session/load {sessionId, cwd, mcpServers}` with the
+/// runner-owned servers the session was recorded with (the same list `session/new` got).
 /// The agent replays the session's history as `session/update`s before it answers:
 /// they are read off (the reader must never block on a full queue while the answer
 /// waits behind them) and counted, not shown again. Returns the session and that count.

@@ -256,7 +256,7 @@ async fn a_crash_inside_a_call_resolves_its_request_id_at_restart(backend: Backe
     let database = TestDatabase::create(backend).await;
     let dirs = ServiceDirs::new();
     let first = service_playing(&database.url, &dirs, "initialize_never.json", Vec::new());
-    let mut client = first.client().await;
+    let client = first.client().await;
     let request = proto::CreateExecutionRequest {
         request_id: "create-1".into(),
         workspace: dirs.workspace.display().to_string(),
@@ -318,4 +318,55 @@ async fn a_crash_inside_a_call_resolves_its_request_id_at_restart_on_postgres() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_inside_a_call_resolves_its_request_id_at_restart_on_sqlite() {
     a_crash_inside_a_call_resolves_its_request_id_at_restart(Backend::Sqlite).await;
+}
+
+/// Persist before expose, able to fail: while the service is held just before it commits an
+/// agent's question, no subscriber can see the question and no listing shows it; once the
+/// row is committed, the event follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_invisible_to_subscribers_until_its_row_is_committed() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let held = service_with_env(
+        &database.url,
+        &dirs,
+        vec![
+            (
+                "CURSOR_RUNNER_FAILPOINT".to_owned(),
+                "interaction_before_persist".to_owned(),
+            ),
+            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "4000".to_owned()),
+        ],
+    );
+    let mut client = held.client().await;
+    let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    held.wait_for_stderr("failpoint reached: interaction_before_persist");
+    let mut fresh = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    loop {
+        match fresh.next_frame().await {
+            proto::stream_events_response::Frame::Event(event) => {
+                assert_ne!(
+                    event.event_type, "runtime_request.created",
+                    "exposed before it was persisted"
+                );
+            }
+            proto::stream_events_response::Frame::CaughtUp(_) => break,
+            _ => {}
+        }
+    }
+    let listed = client
+        .list_interactions(proto::ListInteractionsRequest {
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(listed.is_empty(), "no row yet: {listed:?}");
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(interaction.state, proto::InteractionState::Pending as i32);
+    held.stop();
+    database.drop_database().await;
 }

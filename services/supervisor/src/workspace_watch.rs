@@ -169,16 +169,26 @@ impl State {
             }
             paths.push(dir);
         }
-        // The host's enterprise hooks file: its directory, or the nearest one that exists
-        // (its creation then shows as an event there, and the next refresh goes deeper).
-        if let Some(dir) = session
-            .policy
-            .enterprise_hooks
-            .parent()
-            .and_then(|p| p.ancestors().find(|a| a.is_dir()))
-        {
-            paths.push(dir.to_path_buf());
+        let hooks_dir = session.policy.enterprise_hooks.parent().map(Path::to_path_buf);
+        for path in paths.into_iter().filter(|p| p.is_dir()) {
+            self.add_watch(id, &path);
         }
+        // The host's enterprise hooks file: its directory, or the nearest one that exists.
+        // A directory created between the look and the watch would hide the file's creation,
+        // so look again after each watch until the nearest existing one is watched.
+        let mut watched: Option<PathBuf> = None;
+        while let Some(nearest) = hooks_dir
+            .as_deref()
+            .and_then(|p| p.ancestors().find(|a| a.is_dir()))
+            .map(Path::to_path_buf)
+            .filter(|nearest| watched.as_ref() != Some(nearest))
+        {
+            self.add_watch(id, &nearest);
+            watched = Some(nearest);
+        }
+    }
+
+    fn add_watch(&mut self, id: u64, path: &Path) {
         let mask = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_MOVED_TO
             | AddWatchFlags::IN_CLOSE_WRITE
@@ -186,14 +196,12 @@ impl State {
             | AddWatchFlags::IN_ATTRIB
             | AddWatchFlags::IN_DELETE
             | AddWatchFlags::IN_MOVED_FROM;
-        for path in paths.into_iter().filter(|p| p.is_dir()) {
-            if let Ok(wd) = self.inotify.add_watch(&path, mask) {
-                let raw = wd.as_raw();
-                self.descriptors.insert(raw, wd);
-                self.users.entry(raw).or_default().insert(id);
-                if let Some(session) = self.sessions.get_mut(&id) {
-                    session.watches.insert(raw);
-                }
+        if let Ok(wd) = self.inotify.add_watch(path, mask) {
+            let raw = wd.as_raw();
+            self.descriptors.insert(raw, wd);
+            self.users.entry(raw).or_default().insert(id);
+            if let Some(session) = self.sessions.get_mut(&id) {
+                session.watches.insert(raw);
             }
         }
     }
