@@ -63,7 +63,7 @@ pub struct SqlStore {
 }
 
 enum ClaimTarget {
-    Postgres(PgConnectOptions),
+    Postgres(Box<PgConnectOptions>),
     SqliteFile(std::path::PathBuf),
     None,
 }
@@ -92,7 +92,7 @@ impl SqlStore {
         let claim_target;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?;
-            claim_target = ClaimTarget::Postgres(options.clone());
+            claim_target = ClaimTarget::Postgres(Box::new(options.clone()));
             // The pool retries a refused or unauthenticated connection until its acquire
             // timeout and then reports only "pool timed out"; one direct connection first
             // fails at once with the server's real answer.
