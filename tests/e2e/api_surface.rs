@@ -13,6 +13,7 @@ on_both_backends!(
     get_capabilities_serves_the_list_the_docs_table_is_rendered_from,
     an_oversized_request_id_is_refused_naming_the_field_and_nothing_is_stored,
     an_oversized_decline_reason_is_refused_and_the_question_stays_pending,
+    a_request_message_at_the_transport_bound_is_read_and_one_byte_over_is_refused_typed,
 );
 
 async fn an_oversized_request_id_is_refused_naming_the_field_and_nothing_is_stored(backend: Backend) {
@@ -545,4 +546,50 @@ fn dechunk(head: &str, body: Vec<u8>) -> Vec<u8> {
         out.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
         rest = &rest[line_end + 2 + size + 2..];
     }
+}
+
+/// A `CreateExecution` whose encoding is exactly `bytes` long (its request id fills it).
+fn create_request_of_encoded_length(bytes: usize) -> proto::CreateExecutionRequest {
+    use prost::Message;
+    let mut request = proto::CreateExecutionRequest {
+        request_id: String::new(),
+        ..Default::default()
+    };
+    let mut id_len = bytes;
+    loop {
+        request.request_id = "r".repeat(id_len);
+        match request.encoded_len() {
+            len if len == bytes => return request,
+            len if len > bytes => id_len -= len - bytes,
+            _ => id_len += 1,
+        }
+    }
+}
+
+async fn a_request_message_at_the_transport_bound_is_read_and_one_byte_over_is_refused_typed(
+    backend: Backend,
+) {
+    use cursor_runner_api::bounds::MAX_REQUEST_BYTES;
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let at_bound = client
+        .create_execution(create_request_of_encoded_length(MAX_REQUEST_BYTES))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&at_bound), "FIELD_TOO_LONG", "read, then its field refused");
+    let over = client
+        .create_execution(create_request_of_encoded_length(MAX_REQUEST_BYTES + 1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (over.code(), reason(&over).as_str()),
+        (Code::ResourceExhausted, "MESSAGE_TOO_LARGE"),
+        "{over:?}"
+    );
+    assert_eq!(
+        error_metadata(&over, "max_bytes").as_deref(),
+        Some(MAX_REQUEST_BYTES.to_string().as_str())
+    );
+    assert!(service.agent_received().is_empty(), "nothing was launched");
+    service.shutdown().await;
 }

@@ -799,6 +799,12 @@ pub fn reason(status: &tonic::Status) -> String {
         .unwrap_or_default()
 }
 
+/// One `ErrorInfo.metadata` value of a status.
+pub fn error_metadata(status: &tonic::Status, key: &str) -> Option<String> {
+    use tonic_types::StatusExt;
+    status.get_error_details().error_info()?.metadata.get(key).cloned()
+}
+
 /// Asserts a status code and `ErrorInfo.reason`.
 #[track_caller]
 pub fn assert_refused(result: Result<impl std::fmt::Debug, tonic::Status>, code: tonic::Code, expected_reason: &str) {

@@ -23,6 +23,10 @@ pub const MAX_SECRET_BYTES: usize = 16 * 1024;
 pub const MAX_REASON_BYTES: usize = 4096;
 /// Entries of a repeated or map field (MCP servers, model parameters, selections, option ids).
 pub const MAX_ENTRIES: usize = 64;
+/// One encoded request message, as the transport decodes it: over this is
+/// `RESOURCE_EXHAUSTED` / `MESSAGE_TOO_LARGE` before any field is looked at. It leaves room
+/// for the largest prompt (`MAX_IMAGE_BYTES` of image, base64-encoded) and is gRPC's default.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// A request whose string fields are checked against their bounds.
 pub trait Bounded {

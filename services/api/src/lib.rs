@@ -157,12 +157,14 @@ pub async fn serve_with(
         .layer(AuthLayer::new(options.auth))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(
-            engine.clone(),
-        )))
-        .add_service(pb::admin_service_server::AdminServiceServer::new(AdminApi::new(
-            engine.clone(),
-        )))
+        .add_service(
+            pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(engine.clone()))
+                .max_decoding_message_size(bounds::MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            pb::admin_service_server::AdminServiceServer::new(AdminApi::new(engine.clone()))
+                .max_decoding_message_size(bounds::MAX_REQUEST_BYTES),
+        )
         .serve_with_incoming_shutdown(tls::incoming(listener, options.tls), async {
             let _ = stop_rx.await;
         });

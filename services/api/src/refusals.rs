@@ -1,7 +1,10 @@
 //! Counts every refused call by its `ErrorInfo` reason, at the one place every response
 //! passes — authentication refusals, translation errors and the engine's alike — so
 //! `cursor_runner_requests_refused_total{reason}` cannot miss a path. Reasons come from
-//! the closed catalog; an unknown one is counted as `INTERNAL`.
+//! the closed catalog; an unknown one is counted as `INTERNAL`. The transport's own
+//! refusals (a message over `MAX_REQUEST_BYTES`, one that does not decode) get their
+//! catalog reason here first (`status::transport_status`), so they are counted and
+//! returned like every other refusal.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,6 +12,8 @@ use std::sync::Arc;
 
 use cursor_runner_executions::{Metrics, Reason};
 use tonic_types::StatusExt;
+
+use crate::status::transport_status;
 
 #[derive(Clone)]
 pub struct RefusalLayer {
@@ -55,11 +60,21 @@ where
         let metrics = self.metrics.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
-            let response = response.await?;
+            let mut response = response.await?;
             // A refusal is a trailers-only response: its status is in the headers.
-            if let Some(status) = tonic::Status::from_header_map(response.headers())
+            if let Some(mut status) = tonic::Status::from_header_map(response.headers())
                 && status.code() != tonic::Code::Ok
             {
+                if let Some(typed) = transport_status(&status) {
+                    let headers = response.headers_mut();
+                    for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+                        headers.remove(name);
+                    }
+                    if typed.add_header(headers).is_ok() {
+                        response.extensions_mut().insert(typed.clone());
+                        status = typed;
+                    }
+                }
                 let reason = status
                     .get_error_details()
                     .error_info()

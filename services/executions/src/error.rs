@@ -70,6 +70,8 @@ reasons! {
     RequestInterrupted => "REQUEST_INTERRUPTED": "The service stopped while a call with this `request_id` ran; what it had begun was settled at restart. Final for this `request_id`: send a new one to try again.",
     InvalidArgument => "INVALID_ARGUMENT": "A field is missing or malformed; the message names it.",
     FieldTooLong => "FIELD_TOO_LONG": "A string field (or a list) of the request is over its bound; the metadata names the field and the bound.",
+    MessageTooLarge => "MESSAGE_TOO_LARGE": "The encoded request message is over the transport's bound (4 MiB); nothing in it was read. Metadata `max_bytes`.",
+    MessageMalformed => "MESSAGE_MALFORMED": "The request message could not be decoded as the method's protobuf type; nothing in it was read.",
         WorkspaceInvalid => "WORKSPACE_INVALID": "The workspace is not an absolute path to an existing directory.",
         CredentialWrongProvider => "CREDENTIAL_WRONG_PROVIDER": "The credential binding names another provider than `cursor`.",
     CredentialWrongSession => "CREDENTIAL_WRONG_SESSION": "The credential is not bound to the execution's `control_session_id`.",
