@@ -14,6 +14,8 @@ use crate::{Client, TENANT, WAIT, connect, fake_agent, scenario};
 pub struct ServiceSettings<'a> {
     /// The `cursor-runner` binary (`env!("CARGO_BIN_EXE_cursor-runner")` in its tests).
     pub binary: &'a Path,
+    /// Set in the service's environment; empty: none is (the test names the store another
+    /// way, e.g. `--database-url-file` in `args`).
     pub database_url: &'a str,
     pub state_dir: &'a Path,
     /// The fake agent's scenario file name under `fixtures/scenarios`.
@@ -48,11 +50,14 @@ impl ServiceProcess {
             .arg("--state-dir")
             .arg(settings.state_dir)
             .args(&settings.args)
-            .env("CURSOR_RUNNER_DATABASE_URL", settings.database_url)
+            .env_remove("CURSOR_RUNNER_DATABASE_URL")
             .env("CURSOR_RUNNER_LOG", "warn")
             .envs(settings.env)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if !settings.database_url.is_empty() {
+            command.env("CURSOR_RUNNER_DATABASE_URL", settings.database_url);
+        }
         let mut child = command.spawn().expect("cursor-runner serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, stderr_lines) = mpsc::channel();

@@ -27,8 +27,8 @@ pub struct DoctorArgs {
     distribution_manifest: Option<PathBuf>,
     #[arg(long, env = "CURSOR_RUNNER_DISTRIBUTION_DIR")]
     distribution_dir: Option<PathBuf>,
-    #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
-    database_url: Option<String>,
+    #[command(flatten)]
+    database: crate::database_url::DatabaseArgs,
     /// Run the credential-free probe of the agent and write its result as JSON.
     #[arg(long)]
     probe: bool,
@@ -44,7 +44,7 @@ struct Check {
     detail: String,
 }
 
-pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
+pub async fn run(args: DoctorArgs, url_on_command_line: bool) -> anyhow::Result<bool> {
     if args.probe {
         let command = agent_command(&args)?.context("--probe needs --agent-command or a distribution")?;
         let report = probe(command).await?;
@@ -134,7 +134,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
             (false, _) => "unavailable: not root, so agents run as the service's own uid".into(),
         },
     });
-    if let Some(url) = &args.database_url {
+    if let Some(url) = &args.database.url(url_on_command_line)? {
         let store = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, cursor_runner_store::connect(url)).await;
         let (ok, detail) = match store {
             Ok(Ok(store)) => (true, store.backend().to_owned()),
@@ -147,7 +147,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
             required: true,
             detail,
         });
-        if url.starts_with("postgres") && !url_has_password(url) {
+        if url.starts_with("postgres") && !crate::database_url::has_password(url) {
             checks.push(Check {
                 name: "database requires a password",
                 ok: false,
@@ -165,16 +165,6 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
         println!("{mark} {:<30} {}", check.name, check.detail);
     }
     Ok(checks.iter().all(|c| c.ok || !c.required))
-}
-
-fn url_has_password(url: &str) -> bool {
-    let Some((_, rest)) = url.split_once("://") else {
-        return false;
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    authority
-        .rsplit_once('@')
-        .is_some_and(|(credentials, _)| credentials.contains(':'))
 }
 
 fn agent_command(args: &DoctorArgs) -> anyhow::Result<Option<AgentCommand>> {

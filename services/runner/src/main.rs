@@ -1,5 +1,6 @@
 //! `cursor-runner`: serve the gRPC API, run migrations, or run the demo.
 
+mod database_url;
 mod demo;
 mod distribution;
 mod doctor;
@@ -10,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cursor_runner_executions::{Engine, EngineConfig, PoolConfig, RestartIntensity, WarmProfile};
 use cursor_runner_supervisor::distribution::VerifyMode;
 use cursor_runner_supervisor::{AgentCommand, PinnedDistribution};
@@ -40,10 +41,7 @@ enum Command {
     /// Serve the gRPC API.
     Serve(Box<ServeArgs>),
     /// Create or upgrade the database schema, then exit.
-    Migrate {
-        #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
-        database_url: String,
-    },
+    Migrate(database_url::DatabaseArgs),
     /// Serve in-process on the embedded store, run a scripted turn against the fake
     /// agent, answer its question through the API, and print the event stream.
     Demo(demo::DemoArgs),
@@ -115,9 +113,9 @@ struct ServeArgs {
     /// private network). Without it, a non-loopback listener needs TLS.
     #[arg(long, env = "CURSOR_RUNNER_ALLOW_PLAINTEXT")]
     allow_plaintext: bool,
-    /// `postgres://…` (production) or `sqlite:PATH` (single node). Default: SQLite in the state directory.
-    #[arg(long, env = "CURSOR_RUNNER_DATABASE_URL")]
-    database_url: Option<String>,
+    /// The store (default: SQLite in the state directory).
+    #[command(flatten)]
+    database: database_url::DatabaseArgs,
     /// The agent command line, e.g. `/opt/cursor/node /opt/cursor/index.js acp` or a fake agent.
     #[arg(
         long,
@@ -166,6 +164,10 @@ struct ServeArgs {
     /// past it is cancelled (`deadline_exceeded`). 0: no default.
     #[arg(long, env = "CURSOR_RUNNER_DEFAULT_TURN_DEADLINE_SECS", default_value_t = 2 * 3600)]
     default_turn_deadline_secs: u64,
+    /// How long a turn may go without a message from the agent, while no question, plan
+    /// or permission waits on a human, before it is cancelled (`agent_idle`). 0: off.
+    #[arg(long, env = "CURSOR_RUNNER_TURN_IDLE_TIMEOUT_SECS", default_value_t = 15 * 60)]
+    turn_idle_timeout_secs: u64,
     /// How long a completed call's outcome answers retries of its `request_id`; after it the
     /// key is deleted (in bounded batches) and the `request_id` is free again. 0 keeps every key.
     #[arg(long, env = "CURSOR_RUNNER_IDEMPOTENCY_RETENTION_SECS", default_value_t = 24 * 3600)]
@@ -256,14 +258,19 @@ fn main() -> anyhow::Result<()> {
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent-init") {
         cursor_runner_supervisor::agent_init::main(std::env::args_os().skip(2));
     }
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let url_on_command_line = database_url::url_given_on_command_line(&matches);
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         // Dropped at the end of the command: spans still batched are flushed.
         let _telemetry = telemetry::init(cli.log_format)?;
         match cli.command {
-            Command::Serve(args) => serve(*args).await,
-            Command::Migrate { database_url } => {
+            Command::Serve(args) => serve(*args, url_on_command_line).await,
+            Command::Migrate(database) => {
+                let database_url = database
+                    .url(url_on_command_line)?
+                    .context("give --database-url, CURSOR_RUNNER_DATABASE_URL or --database-url-file")?;
                 cursor_runner_store::connect(&database_url).await.context("migrating")?;
                 println!("migrations applied");
                 Ok(())
@@ -283,7 +290,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
             Command::Doctor(args) => {
-                if doctor::run(args).await? {
+                if doctor::run(args, url_on_command_line).await? {
                     Ok(())
                 } else {
                     std::process::exit(1)
@@ -293,15 +300,16 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    // Refused before anything starts: unusable tokens or TLS files, plaintext off loopback.
+async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()> {
+    // Refused before anything starts: a database password on the command line, unusable
+    // tokens or TLS files, plaintext off loopback.
+    let database_url = args.database.url(url_on_command_line)?;
     let options = serve_options(&args)?;
     std::fs::create_dir_all(&args.state_dir).with_context(|| format!("creating {}", args.state_dir.display()))?;
     let state_dir = std::fs::canonicalize(&args.state_dir)?;
     let agent_users = agent_users(&args, &state_dir)?;
-    let database_url = args
-        .database_url
-        .unwrap_or_else(|| format!("sqlite:{}", state_dir.join("cursor-runner.db").display()));
+    let database_url =
+        database_url.unwrap_or_else(|| format!("sqlite:{}", state_dir.join("cursor-runner.db").display()));
     let store = cursor_runner_store::connect(&database_url)
         .await
         .context("opening the store")?;
@@ -342,6 +350,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.retention = retention(args.event_retention_secs);
     config.default_turn_deadline =
         (args.default_turn_deadline_secs > 0).then(|| std::time::Duration::from_secs(args.default_turn_deadline_secs));
+    config.turn_idle_timeout =
+        (args.turn_idle_timeout_secs > 0).then(|| std::time::Duration::from_secs(args.turn_idle_timeout_secs));
     config.idempotency_retention = retention(args.idempotency_retention_secs);
     config.wire_capture_dir = args.wire_capture_dir.clone();
     config.on_workspace_violation = match args.on_workspace_violation {
