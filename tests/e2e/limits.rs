@@ -16,6 +16,9 @@ on_both_backends!(
     each_turn_is_attributed_and_unknown_usage_stays_unknown_in_the_total,
     a_hung_agent_past_its_deadline_is_stopped_and_the_turn_names_the_deadline_not_the_cancel,
     an_execution_that_names_no_deadline_gets_the_default_one,
+    an_agent_silent_past_the_idle_timeout_is_cancelled_and_the_turn_says_agent_idle,
+    an_agent_that_keeps_talking_is_never_idle,
+    a_question_waiting_on_a_human_past_the_idle_timeout_does_not_make_the_agent_idle,
 );
 
 fn limited(limits: proto::ExecutionLimits) -> proto::CreateExecutionRequest {
@@ -277,5 +280,78 @@ async fn an_execution_that_names_no_deadline_gets_the_default_one(backend: Backe
     let last = events.until_turn_settles().await.pop().unwrap();
     assert_eq!(last.event_type, "turn.interrupted");
     assert_eq!(payload(&last)["failureReason"], "deadline_exceeded");
+    service.shutdown().await;
+}
+
+fn idle_after(ms: u64) -> Options {
+    Options {
+        turn_idle_timeout: Some(Duration::from_millis(ms)),
+        cancel_grace: Duration::from_millis(300),
+        ..Default::default()
+    }
+}
+
+async fn an_agent_silent_past_the_idle_timeout_is_cancelled_and_the_turn_says_agent_idle(backend: Backend) {
+    let service = TestService::start_with(backend, "hangs_mid_turn.json", idle_after(400)).await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let last = events.until_turn_settles().await.pop().unwrap();
+    assert_eq!(last.event_type, "turn.interrupted");
+    assert_eq!(payload(&last)["failureReason"], "agent_idle", "the cause, not the ladder");
+    let message = payload(&last)["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("idle"), "{message}");
+    assert!(
+        service
+            .agent_received()
+            .iter()
+            .any(|m| m["method"] == "session/cancel"),
+        "the agent was asked to cancel first"
+    );
+    service.shutdown().await;
+}
+
+async fn an_agent_that_keeps_talking_is_never_idle(backend: Backend) {
+    // Chunks every 150 ms for 3 s: three timeouts in all, never silent for one.
+    let service = TestService::start_with(backend, "steady_talker.json", idle_after(1000)).await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let last = events.until_turn_settles().await.pop().unwrap();
+    assert_eq!(last.event_type, "turn.completed", "{:?}", payload(&last));
+    service.shutdown().await;
+}
+
+async fn a_question_waiting_on_a_human_past_the_idle_timeout_does_not_make_the_agent_idle(backend: Backend) {
+    let service = TestService::start_with(backend, "demo.json", idle_after(300)).await;
+    let mut client = service.client().await;
+    let (_, turn, mut events) = begin_turn(&mut client, &service).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let answered = client
+        .answer_interaction(proto::AnswerInteractionRequest {
+            request_id: "answer-1".into(),
+            interaction_id: created["interactionId"].as_str().unwrap().into(),
+            etag: created["etag"].as_str().unwrap().into(),
+            answer: Some(proto::answer_interaction_request::Answer::Questions(
+                proto::QuestionAnswer {
+                    selections: vec![proto::QuestionSelection {
+                        question_id: "question-1".into(),
+                        option_ids: vec!["option-1".into()],
+                    }],
+                },
+            )),
+        })
+        .await
+        .expect("the question is still pending after four idle timeouts")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
+    let last = events.until_turn_settles().await.pop().unwrap();
+    assert_eq!(
+        (last.event_type.as_str(), last.turn_id.as_str()),
+        ("turn.completed", turn.turn_id.as_str()),
+        "{:?}",
+        payload(&last)
+    );
     service.shutdown().await;
 }

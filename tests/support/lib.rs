@@ -341,6 +341,8 @@ pub struct Options {
     pub on_workspace_violation: cursor_runner_executions::ViolationAction,
     /// The turn deadline of executions that name none (`None`: the engine's default).
     pub default_turn_deadline: Option<Duration>,
+    /// The idle-output watchdog (`None`: the engine's default).
+    pub turn_idle_timeout: Option<Duration>,
     /// Where the host's enterprise hooks file is looked for (`None`: the real one).
     pub enterprise_hooks: Option<PathBuf>,
 }
@@ -366,6 +368,7 @@ impl Default for Options {
             on_workspace_violation: Default::default(),
             enterprise_hooks: None,
             default_turn_deadline: None,
+            turn_idle_timeout: None,
         }
     }
 }
@@ -441,6 +444,9 @@ impl TestService {
         config.on_workspace_violation = options.on_workspace_violation;
         if let Some(deadline) = options.default_turn_deadline {
             config.default_turn_deadline = Some(deadline);
+        }
+        if let Some(idle) = options.turn_idle_timeout {
+            config.turn_idle_timeout = Some(idle);
         }
         if let Some(hooks) = &options.enterprise_hooks {
             config.workspace_policy.enterprise_hooks = hooks.clone();

@@ -218,6 +218,9 @@ pub enum TurnFailureReason {
     DeadlineExceeded,
     /// The execution's active-time budget ran out during the turn, which was cancelled.
     BudgetExhausted,
+    /// The agent sent nothing for the idle timeout while no human was being asked
+    /// anything, and the turn was cancelled.
+    AgentIdle,
 }
 
 impl TurnFailureReason {
@@ -233,6 +236,7 @@ impl TurnFailureReason {
             Self::ServiceDraining => "service_draining",
             Self::DeadlineExceeded => "deadline_exceeded",
             Self::BudgetExhausted => "budget_exhausted",
+            Self::AgentIdle => "agent_idle",
         }
     }
 }

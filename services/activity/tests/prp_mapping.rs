@@ -107,6 +107,7 @@ fn payload_enums() -> Vec<(&'static str, Vec<String>)> {
             ServiceDraining,
             DeadlineExceeded,
             BudgetExhausted,
+            AgentIdle,
         ),
     ]
 }

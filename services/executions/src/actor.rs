@@ -106,6 +106,9 @@ struct ActiveTurn {
     /// When a bound before spend cancels the turn, and which (`deadline_exceeded`,
     /// `budget_exhausted`); taken once it fires.
     bound: Option<(Instant, TurnFailureReason)>,
+    /// The last sign of life on the turn: a message from the agent, or the end of a
+    /// wait on a human. The idle watchdog counts from here.
+    last_activity: Instant,
     /// The turn's span, a child of the `StartTurn` call's (so of the caller's trace);
     /// ends when the turn settles.
     span: tracing::Span,
@@ -613,23 +616,38 @@ impl Actor {
                 .filter(|t| t.cancel_deadline.is_none())
                 .and_then(|t| t.bound)
                 .map(|(at, _)| at);
+            // Silence while a human is being asked is not the agent hanging.
+            let waiting_on_human = !self.pending.is_empty();
+            let idle_due = self
+                .turn
+                .as_ref()
+                .filter(|t| t.cancel_deadline.is_none() && !waiting_on_human)
+                .zip(self.config.turn_idle_timeout)
+                .map(|(t, idle)| t.last_activity + idle);
             // What the agent sends during a turn is handled inside the turn's span.
             let turn_span = self.turn.as_ref().map_or_else(tracing::Span::none, |t| t.span.clone());
             let ending = tokio::select! {
                 Some((command, span)) = commands.recv() => self.on_command(command).instrument(span).await,
                 () = sleep_until(drain_due) => self.on_drain_deadline().await,
                 () = sleep_until(bound_due) => self.on_turn_bound().await,
-                message = inbound.recv() => match message {
-                    Some(Inbound::Closed { .. }) | None => self.on_process_lost().instrument(turn_span.clone()).await,
-                    Some(Inbound::Notification { method, params }) if method == "session/update" => {
-                        self.on_updates(params, &mut inbound).instrument(turn_span.clone()).await
+                () = sleep_until(idle_due) => self.on_turn_idle().await,
+                message = inbound.recv() => {
+                    self.touch_turn();
+                    match message {
+                        Some(Inbound::Closed { .. }) | None => self.on_process_lost().instrument(turn_span.clone()).await,
+                        Some(Inbound::Notification { method, params }) if method == "session/update" => {
+                            self.on_updates(params, &mut inbound).instrument(turn_span.clone()).await
+                        }
+                        Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
                     }
-                    Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
                 },
                                 () = sleep_until(deadline) => self.on_cancel_timeout().await,
                                 () = sleep_until(handoff) => self.on_handoff_due().await,
                 Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
             };
+            if waiting_on_human {
+                self.touch_turn();
+            }
             if self.events.is_fenced() {
                 self.stop_fenced().await;
                 break;
@@ -802,6 +820,25 @@ impl Actor {
         Ok(Ending::Continue)
     }
 
+    /// The agent sent nothing for the idle timeout and nothing waits on a human: the
+    /// turn is cancelled through the normal path and settles `interrupted` (`agent_idle`);
+    /// an agent too hung to settle it is stopped by the cancel ladder.
+    async fn on_turn_idle(&mut self) -> Result<Ending, EngineError> {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+            return Ok(Ending::Continue);
+        };
+        turn.interrupted_by = Some(TurnFailureReason::AgentIdle);
+        let turn_id = turn.record.id.clone();
+        self.cancel_turn_with(&turn_id, TurnFailureReason::AgentIdle.as_str()).await?;
+        Ok(Ending::Continue)
+    }
+
+    fn touch_turn(&mut self) {
+        if let Some(turn) = self.turn.as_mut() {
+            turn.last_activity = Instant::now();
+        }
+    }
+
     /// Draining and no turn runs (or waits to): close now.
     async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
         if self.drain.is_none() || self.turn.is_some() || self.queued_start.is_some() {
@@ -911,6 +948,7 @@ impl Actor {
             interrupted_by: None,
             cancel_deadline: None,
             bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
+            last_activity: Instant::now(),
             span,
         });
         Ok(record)
@@ -1887,6 +1925,7 @@ fn interruption_message(reason: TurnFailureReason) -> &'static str {
         TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
         TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
         TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
+        TurnFailureReason::AgentIdle => "cancelled: the agent sent nothing for the idle timeout",
         _ => "replaced by a new turn (replace_active)",
     }
 }

@@ -90,6 +90,8 @@ pub struct EngineConfig {
     pub retention: Option<Retention>,
     /// The turn deadline of an execution whose request and tenant name none; `None`: none.
     pub default_turn_deadline: Option<Duration>,
+    /// The idle-output watchdog of every turn (`agent_idle`); `None`: off.
+    pub turn_idle_timeout: Option<Duration>,
     /// How long completed calls answer retries of their `request_id`; `None` keeps them.
     pub idempotency_retention: Option<Retention>,
     /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
@@ -129,6 +131,7 @@ impl EngineConfig {
             tenant_limits: TenantLimits::default(),
             retention: None,
             default_turn_deadline: Some(crate::limits::DEFAULT_TURN_DEADLINE),
+            turn_idle_timeout: Some(crate::limits::DEFAULT_TURN_IDLE_TIMEOUT),
             idempotency_retention: Some(Retention {
                 keep: retention::DEFAULT_IDEMPOTENCY_RETENTION,
                 sweep_every: retention::DEFAULT_SWEEP_INTERVAL,

@@ -19,6 +19,10 @@ pub const MAX_TURNS_LIMIT: u32 = 1_000_000;
 /// The turn deadline of an execution that names none (and whose tenant sets none): a hung
 /// agent cannot hold a turn `running` for ever.
 pub const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(2 * 3600);
+/// How long a turn may go without a single message from the agent, while nothing waits
+/// on a human, before it is cancelled (`agent_idle`): long enough for a silent build or
+/// test run, short enough that a hung agent is noticed well before the deadline.
+pub const DEFAULT_TURN_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// An execution's limits; `None` is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
