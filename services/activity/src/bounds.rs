@@ -10,6 +10,15 @@ pub const MAX_ITEM_TEXT_CHARS: usize = 64 * 1024;
 pub const MAX_TOOL_OUTPUT_BYTES: usize = 64 * 1024;
 /// Serialized raw tool input kept in an event.
 pub const MAX_RAW_INPUT_BYTES: usize = 16 * 1024;
+/// Containers (arrays, objects) nested in a raw tool value that the path walk descends
+/// into: serde_json's own parser allows no deeper, so only a value built in code can
+/// exceed it. A deeper value cannot be vouched for and is dropped whole.
+pub const MAX_RAW_VALUE_DEPTH: usize = 128;
+/// JSON values (containers and scalars; object keys are not values) the path walk visits
+/// in one raw tool value. Every value but the outermost takes at least a byte and a
+/// separator, so nothing within [`MAX_RAW_INPUT_BYTES`] has more: the walk never drops
+/// what the byte bound would keep, and it stops early on what that bound drops anyway.
+pub const MAX_RAW_VALUE_NODES: usize = MAX_RAW_INPUT_BYTES / 2;
 /// Steps one `plan.updated` snapshot may carry (PRP `steps[≤256]`); beyond it the
 /// checklist is cut and a `partial` notice is emitted.
 pub const MAX_PLAN_STEPS: usize = 256;

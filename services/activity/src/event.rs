@@ -352,10 +352,22 @@ pub struct ToolExecution {
     /// The raw input changed after the tool was first reported.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub input_updated: bool,
+    /// ACP `rawInput` as sent, but for its path-only strings (see `raw_paths_rewritten`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
+    /// The raw input was dropped: over [`crate::MAX_RAW_INPUT_BYTES`] once its paths were
+    /// rewritten, or past the path walk's bounds ([`crate::MAX_RAW_VALUE_DEPTH`],
+    /// [`crate::MAX_RAW_VALUE_NODES`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub raw_input_truncated: bool,
+    /// Strings of `raw_input`, and of the `rawOutput` text kept as `output`, that were
+    /// wholly a path inside the workspace and are now workspace-relative.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub raw_paths_rewritten: u32,
+    /// … that were wholly a path not provably inside the workspace and are now
+    /// [`crate::OUTSIDE_WORKSPACE_MARKER`] (counted in the outside-workspace notice too).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub raw_paths_omitted: u32,
     /// Only from a validated integer `rawOutput.exitCode`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
@@ -403,6 +415,8 @@ impl ToolExecution {
             input_updated: false,
             raw_input: None,
             raw_input_truncated: false,
+            raw_paths_rewritten: 0,
+            raw_paths_omitted: 0,
             exit_code: None,
             failure_source: None,
             output: None,

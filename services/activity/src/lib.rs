@@ -10,6 +10,7 @@ mod event;
 mod field_audit;
 mod normalizer;
 mod paths;
+mod raw_paths;
 mod redact;
 mod sanitize;
 #[cfg(test)]
@@ -18,14 +19,15 @@ mod test_rng;
 pub use bounds::{
     BoundedOutput, BoundedText, MAX_ACTIVITY_SUMMARY_CHARS, MAX_CHILDREN_PER_TURN, MAX_CONFIG_OPTION_VALUES,
     MAX_CONFIG_OPTIONS, MAX_DELEGATION_TASK_CHARS, MAX_DIFF_TEXT_BYTES, MAX_ITEM_TEXT_CHARS, MAX_METADATA_TEXT_CHARS,
-    MAX_NAME_CHARS, MAX_PATH_CHARS, MAX_PLAN_STEPS, MAX_RAW_INPUT_BYTES, MAX_SESSION_COMMANDS, MAX_STEP_BODY_CHARS,
-    MAX_SUPPRESSION_NOTICES, MAX_TOOL_ARTIFACTS, MAX_TOOL_DIFFS, MAX_TOOL_LOCATIONS, MAX_TOOL_OUTPUT_BYTES,
-    MAX_URI_CHARS, bound_output, bound_text,
+    MAX_NAME_CHARS, MAX_PATH_CHARS, MAX_PLAN_STEPS, MAX_RAW_INPUT_BYTES, MAX_RAW_VALUE_DEPTH, MAX_RAW_VALUE_NODES,
+    MAX_SESSION_COMMANDS, MAX_STEP_BODY_CHARS, MAX_SUPPRESSION_NOTICES, MAX_TOOL_ARTIFACTS, MAX_TOOL_DIFFS,
+    MAX_TOOL_LOCATIONS, MAX_TOOL_OUTPUT_BYTES, MAX_URI_CHARS, bound_output, bound_text,
 };
 pub use children::{ChildRef, Suppression};
 pub use coalesce::{MAX_COALESCED_DELTA_BYTES, coalesce_deltas};
 pub use event::*;
 pub use field_audit::unconsumed_fields;
 pub use normalizer::{TurnEnding, TurnNormalizer, USAGE_UNAVAILABLE_REASON};
+pub use raw_paths::OUTSIDE_WORKSPACE_MARKER;
 pub use redact::{MIN_REDACTED_SECRET_CHARS, Redactor};
 pub use sanitize::{SanitizedText, sanitize_display};

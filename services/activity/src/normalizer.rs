@@ -33,6 +33,7 @@ use crate::checklist::Checklist;
 use crate::children::{ChildRef, Children, Route, Suppression};
 use crate::event::*;
 use crate::paths::{file_uri_path, workspace_relative};
+use crate::raw_paths::{PathRewrites, rewrite_paths};
 use crate::sanitize::{display_text, is_identifier, safe_tag, sanitize_display};
 
 /// `providerCostUnavailableReason` when the agent reported no usage during the turn.
@@ -429,7 +430,7 @@ impl Transcript {
             state.tool.operation = operation(kind);
         }
         if let Some(raw_input) = fields.raw_input {
-            state.set_input(raw_input, known);
+            state.set_input(raw_input, known, workspace);
         }
         if let Some(locations) = update.get("locations").and_then(Value::as_array) {
             state.set_locations(locations, workspace);
@@ -438,7 +439,7 @@ impl Transcript {
             state.set_content(content, workspace);
         }
         if let Some(raw_output) = fields.raw_output.as_ref() {
-            state.set_raw_output(raw_output);
+            state.set_raw_output(raw_output, workspace);
         }
         let became_terminal = fields.status.is_some_and(|status| state.set_status(status));
         state.refresh();
@@ -533,7 +534,11 @@ struct ToolState {
     terminal: bool,
     title_sanitized: bool,
     paths_sanitized: bool,
-    /// Paths omitted as not inside the workspace, in the current locations + content.
+    /// Path-only strings changed in the kept raw input / the kept raw output text.
+    raw_input_paths: PathRewrites,
+    raw_output_paths: PathRewrites,
+    /// Paths omitted as not inside the workspace, in the current locations, content,
+    /// raw input and raw output text.
     outside: u32,
     outside_locations: u32,
     outside_content: u32,
@@ -552,6 +557,8 @@ impl ToolState {
             terminal: false,
             title_sanitized: false,
             paths_sanitized: false,
+            raw_input_paths: PathRewrites::default(),
+            raw_output_paths: PathRewrites::default(),
             outside: 0,
             outside_locations: 0,
             outside_content: 0,
@@ -559,14 +566,18 @@ impl ToolState {
         }
     }
 
-    /// Records raw input; a change after the tool was first reported sets `input_updated`.
-    fn set_input(&mut self, raw: Value, after_start: bool) {
+    /// Records raw input; a change after the tool was first reported sets `input_updated`
+    /// (judged on the input as sent, before its paths are rewritten).
+    fn set_input(&mut self, raw: Value, after_start: bool, workspace: Option<&Path>) {
         let digest: [u8; 32] = Sha256::digest(serde_json::to_vec(&raw).unwrap_or_default()).into();
         if after_start && self.input_digest != Some(digest) {
             self.tool.input_updated = true;
         }
         self.input_digest = Some(digest);
-        (self.tool.raw_input, self.tool.raw_input_truncated) = bound_raw_input(raw);
+        let kept = bound_raw_input(raw, workspace);
+        self.tool.raw_input_truncated = kept.is_none();
+        (self.tool.raw_input, self.raw_input_paths) =
+            kept.map_or((None, PathRewrites::default()), |(input, paths)| (Some(input), paths));
     }
 
     fn set_locations(&mut self, locations: &[Value], workspace: Option<&Path>) {
@@ -736,15 +747,23 @@ impl ToolState {
         Some(clean.text)
     }
 
-    /// Text from `stdout`/`output`/`stderr`, a validated exit code, and the failure
-    /// the output shows.
-    fn set_raw_output(&mut self, raw: &Value) {
+    /// Text from `stdout`/`output`/`stderr` (each path-only one rewritten: only this text
+    /// of `rawOutput` reaches an event), a validated exit code, and the failure the
+    /// output shows.
+    fn set_raw_output(&mut self, raw: &Value, workspace: Option<&Path>) {
+        let mut paths = PathRewrites::default();
         let text: String = ["stdout", "output", "stderr"]
             .iter()
             .filter_map(|key| raw.get(*key).and_then(Value::as_str))
+            .map(|text| {
+                let mut text = text.to_owned();
+                paths.apply(&mut text, workspace);
+                text
+            })
             .collect();
         if !text.is_empty() {
             self.raw_text = Some(bound_output(&text));
+            self.raw_output_paths = paths;
         }
         if let Some(code) = validated_exit_code(raw) {
             self.tool.exit_code = Some(code);
@@ -789,7 +808,10 @@ impl ToolState {
         self.tool.output = output;
         self.tool.output_source = source;
         self.tool.sanitized = self.title_sanitized || self.paths_sanitized;
-        self.outside = self.outside_locations + self.outside_content;
+        let (input, output) = (self.raw_input_paths, self.raw_output_paths);
+        self.tool.raw_paths_rewritten = input.rewritten + output.rewritten;
+        self.tool.raw_paths_omitted = input.omitted + output.omitted;
+        self.outside = self.outside_locations + self.outside_content + self.tool.raw_paths_omitted;
     }
 }
 
@@ -999,13 +1021,13 @@ fn operation(kind: acp::ToolKind) -> ToolOperation {
     }
 }
 
-fn bound_raw_input(value: Value) -> (Option<Value>, bool) {
+/// Raw input with its path-only strings rewritten, and what changed; `None` when it is
+/// dropped: past the walk's bounds, or over [`MAX_RAW_INPUT_BYTES`] once rewritten (the
+/// marker can be longer than the path it replaces).
+fn bound_raw_input(mut value: Value, workspace: Option<&Path>) -> Option<(Value, PathRewrites)> {
+    let paths = rewrite_paths(&mut value, workspace).ok()?;
     let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(usize::MAX);
-    if size <= MAX_RAW_INPUT_BYTES {
-        (Some(value), false)
-    } else {
-        (None, true)
-    }
+    (size <= MAX_RAW_INPUT_BYTES).then_some((value, paths))
 }
 
 /// An exit code only when `rawOutput.exitCode` is a JSON integer in the `i32` range.
