@@ -26,6 +26,7 @@ pub mod throughput;
 pub use processes::*;
 pub mod agent_users;
 pub mod pki;
+pub mod private_postgres;
 pub mod typescript;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 
@@ -795,6 +796,12 @@ pub fn types(events: &[pb::ActivityEvent]) -> Vec<&str> {
     events.iter().map(|e| e.event_type.as_str()).collect()
 }
 
+/// The `RetryInfo.retry_delay` of a status, if it says when to retry.
+pub fn retry_delay(status: &tonic::Status) -> Option<Duration> {
+    use tonic_types::StatusExt;
+    status.get_details_retry_info().and_then(|info| info.retry_delay)
+}
+
 /// The `ErrorInfo.reason` of a status.
 pub fn reason(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
@@ -844,7 +851,7 @@ pub async fn health_becomes(
     health: &mut tonic_health::pb::health_client::HealthClient<Channel>,
     expected: tonic_health::pb::health_check_response::ServingStatus,
 ) {
-    // The store is pinged every HEALTH_PROBE_INTERVAL, each ping bounded by HEALTH_PROBE_TIMEOUT.
+    // The store is pinged every STORE_PROBE_INTERVAL, each ping bounded by STORE_PROBE_TIMEOUT.
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let now = health

@@ -221,6 +221,9 @@ pub enum TurnFailureReason {
     /// The agent sent nothing for the idle timeout while no human was being asked
     /// anything, and the turn was cancelled.
     AgentIdle,
+    /// The store stayed unreachable past the outage limit: the agent was stopped, and the
+    /// turn was settled once the store was back.
+    StoreUnavailable,
 }
 
 impl TurnFailureReason {
@@ -237,6 +240,7 @@ impl TurnFailureReason {
             Self::DeadlineExceeded => "deadline_exceeded",
             Self::BudgetExhausted => "budget_exhausted",
             Self::AgentIdle => "agent_idle",
+            Self::StoreUnavailable => "store_unavailable",
         }
     }
 }

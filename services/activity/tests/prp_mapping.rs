@@ -108,6 +108,7 @@ fn payload_enums() -> Vec<(&'static str, Vec<String>)> {
             DeadlineExceeded,
             BudgetExhausted,
             AgentIdle,
+            StoreUnavailable,
         ),
     ]
 }

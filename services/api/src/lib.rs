@@ -35,10 +35,18 @@ use tokio::net::TcpListener;
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often health pings the store.
-pub const HEALTH_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+pub const STORE_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A store ping slower than this counts as unreachable.
-pub const HEALTH_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+pub const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Readiness follows the store within this: a ping starts at most one interval after the
+/// store stops (or starts) answering and ends within its timeout.
+pub const READINESS_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+const _: () = assert!(STORE_PROBE_INTERVAL.as_millis() + STORE_PROBE_TIMEOUT.as_millis() <= READINESS_BOUND.as_millis());
+
+/// How often the slower readiness checks run (a pinned distribution's files, the pool).
+pub const HEALTH_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The name `grpc.health.v1` reports the runner service under.
 pub const RUNNER_SERVICE_NAME: &str = "cursor_runner.v1.RunnerService";
@@ -56,9 +64,18 @@ type RunnerServer = pb::runner_service_server::RunnerServiceServer<RunnerApi>;
 async fn report_health(engine: Arc<Engine>, reporter: tonic_health::server::HealthReporter) {
     let mut draining = engine.draining();
     let (mut alive, mut ready) = (true, true);
-    let mut probe = tokio::time::interval(HEALTH_PROBE_INTERVAL);
+    let mut probe = tokio::time::interval(STORE_PROBE_INTERVAL);
+    let mut slow_checks_due = tokio::time::Instant::now();
+    let mut slow_problem = None;
     loop {
-        let problem = engine.readiness_problem(HEALTH_PROBE_TIMEOUT).await;
+        if tokio::time::Instant::now() >= slow_checks_due {
+            slow_problem = engine.readiness_problem().await;
+            slow_checks_due = tokio::time::Instant::now() + HEALTH_PROBE_INTERVAL;
+        }
+        let problem = engine
+            .store_problem(STORE_PROBE_TIMEOUT)
+            .await
+            .or_else(|| slow_problem.clone());
         let now_alive = !*draining.borrow_and_update();
         let now_ready = now_alive && problem.is_none() && !*draining.borrow();
         if now_alive != alive {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cursor_runner_acp::cursor::{self, AskQuestionParams, CreatePlanParams};
 use cursor_runner_acp::{AcpConnection, AcpError, AgentRequest, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_activity::*;
-use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, StoreError, TurnRecord, now_ms};
+use cursor_runner_store::{ExecutionRecord, InteractionRecord, Patience, Store, StoreError, TurnRecord, now_ms};
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use cursor_runner_supervisor::workspace_watch::{Violation, WatchGuard, WorkspaceWatcher};
 use cursor_runner_supervisor::{AgentProcess, ExitProof};
@@ -660,13 +660,7 @@ impl Actor {
                 Ok(Ending::Continue) => {}
                 Ok(Ending::Stop) => break,
                 Err(e) => {
-                    let e = e.redacted(self.events.redactor());
-                    tracing::error!(execution_id = %self.record.id, error = %e, "execution actor failed; stopping its agent");
-                    let _ = self.stop_process("runner").await;
-                    self.record.state = ExecutionState::Lost.as_str().into();
-                    self.record.failure_reason = Some(e.reason.as_str().into());
-                    self.record.failure_message = Some(e.message);
-                    let _ = self.save_record().await;
+                    self.fail(e).await;
                     break;
                 }
             }
@@ -1672,6 +1666,51 @@ impl Actor {
         Ok(Ending::Stop)
     }
 
+    /// The actor cannot go on (the store stayed unavailable past the outage limit, or
+    /// refused a write for good): the agent is stopped and everything live settles as for
+    /// a lost process — pending interactions expire, the running turn fails, the execution
+    /// is `lost` — so no turn is left `running` without an owner. After a store outage
+    /// those writes wait until the store is back.
+    async fn fail(&mut self, error: EngineError) {
+        let error = error.redacted(self.events.redactor());
+        tracing::error!(execution_id = %self.record.id, error = %error, "execution actor failed; stopping its agent");
+        // First, so the agent never waits on a store that may be gone for long.
+        let exit = self.stop_agent().await;
+        if error.reason == Reason::StoreUnavailable {
+            self.store = self.store.with_patience(Patience::UntilBack);
+            if let Err(e) = self.events.resume_with(self.store.clone()).await {
+                tracing::error!(execution_id = %self.record.id, error = %e, "could not read the outbox's head back");
+            }
+        }
+        let failure = match error.reason {
+            Reason::StoreUnavailable => TurnFailureReason::StoreUnavailable,
+            Reason::ProtocolError => TurnFailureReason::ProtocolError,
+            _ => TurnFailureReason::ProviderLost,
+        };
+        if let Err(e) = self.settle_failed(exit, &error, failure).await {
+            tracing::error!(execution_id = %self.record.id, error = %e, "could not record the execution's failure");
+        }
+    }
+
+    async fn settle_failed(
+        &mut self,
+        exit: ExitProof,
+        error: &EngineError,
+        failure: TurnFailureReason,
+    ) -> Result<(), EngineError> {
+        self.events
+            .emit(None, vec![exited(self.process.pid(), exit, "runner")])
+            .await?;
+        self.settle_pending_lost().await?;
+        self.record.failure_message = Some(error.message.clone());
+        self.mark_lost(error.reason.as_str()).await?;
+        if self.turn.is_some() {
+            self.settle_turn(TurnState::Failed, None, Some(failure), Some(error.message.clone()))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The process is gone: pending interactions expire and are never re-sent.
     async fn settle_pending_lost(&mut self) -> Result<(), EngineError> {
         let mut pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
@@ -1728,13 +1767,18 @@ impl Actor {
 
     /// The stop ladder: close stdin, SIGTERM the group, grace, SIGKILL, reap.
     async fn stop_process(&mut self, initiated_by: &str) -> Result<ExitProof, EngineError> {
-        self.process.census_descendants();
-        self.connection.close_stdin().await;
-        let exit = self.process.stop(self.config.stop_grace).await;
+        let exit = self.stop_agent().await;
         self.events
             .emit(None, vec![exited(self.process.pid(), exit, initiated_by)])
             .await?;
         Ok(exit)
+    }
+
+    /// The stop ladder, recording nothing.
+    async fn stop_agent(&mut self) -> ExitProof {
+        self.process.census_descendants();
+        self.connection.close_stdin().await;
+        self.process.stop(self.config.stop_grace).await
     }
 
     async fn mark_lost(&mut self, reason: &str) -> Result<(), EngineError> {

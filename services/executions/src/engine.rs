@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
-    EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Store,
-    StoreError, TurnRecord, now_ms,
+    EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Patience,
+    Store, StoreError, TurnRecord, now_ms,
 };
 use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
 
@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
 use crate::attempts::UsageTotal;
+use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::SessionStart;
@@ -36,7 +37,6 @@ use crate::prompt::Prompt;
 use crate::retention::{self, Retention};
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
-use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 use cursor_runner_supervisor::agent_users::AgentUsers;
 
 pub type ExecutionView = ExecutionRecord;
@@ -92,6 +92,10 @@ pub struct EngineConfig {
     pub default_turn_deadline: Option<Duration>,
     /// The idle-output watchdog of every turn (`agent_idle`); `None`: off.
     pub turn_idle_timeout: Option<Duration>,
+    /// How long an execution's writes retry a store that does not answer (a database
+    /// restart) before the execution fails `STORE_UNAVAILABLE`; meanwhile its agent's
+    /// output waits in the pipe.
+    pub store_outage_limit: Duration,
     /// How long completed calls answer retries of their `request_id`; `None` keeps them.
     pub idempotency_retention: Option<Retention>,
     /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
@@ -132,6 +136,7 @@ impl EngineConfig {
             retention: None,
             default_turn_deadline: Some(crate::limits::DEFAULT_TURN_DEADLINE),
             turn_idle_timeout: Some(crate::limits::DEFAULT_TURN_IDLE_TIMEOUT),
+            store_outage_limit: crate::limits::DEFAULT_STORE_OUTAGE_LIMIT,
             idempotency_retention: Some(Retention {
                 keep: retention::DEFAULT_IDEMPOTENCY_RETENTION,
                 sweep_every: retention::DEFAULT_SWEEP_INTERVAL,
@@ -372,21 +377,30 @@ impl Engine {
         deadline
     }
 
+    /// The store as an execution's actor writes to it: riding out an outage up to
+    /// `store_outage_limit` (RPCs use the impatient one and fail fast).
+    fn execution_store(&self) -> Arc<dyn Store> {
+        self.store.with_patience(Patience::For(self.config.store_outage_limit))
+    }
+
     /// A cheap round trip to the store, for health.
     pub async fn store_reachable(&self) -> bool {
         self.store.get_execution("", "").await.is_ok()
     }
 
-    /// Why the service cannot serve new work right now, if it cannot: the store does
-    /// not answer (within `timeout`), the pinned distribution no longer verifies (quick
-    /// check), or every known pool profile is quarantined. Draining is reported apart.
-    pub async fn readiness_problem(&self, timeout: Duration) -> Option<String> {
-        if !tokio::time::timeout(timeout, self.store_reachable())
+    /// Why the service cannot serve new work right now for want of its store: it does
+    /// not answer a cheap round trip within `timeout`.
+    pub async fn store_problem(&self, timeout: Duration) -> Option<String> {
+        let reachable = tokio::time::timeout(timeout, self.store_reachable())
             .await
-            .unwrap_or(false)
-        {
-            return Some("the store does not answer".into());
-        }
+            .unwrap_or(false);
+        (!reachable).then(|| "the store does not answer".into())
+    }
+
+    /// Why the service cannot serve new work right now besides its store, if it cannot:
+    /// the pinned distribution no longer verifies (quick check), or every known pool
+    /// profile is quarantined. Draining is reported apart.
+    pub async fn readiness_problem(&self) -> Option<String> {
         if let Some(pinned) = self.config.agent_command.distribution.clone() {
             let verified = tokio::task::spawn_blocking(move || {
                 cursor_runner_supervisor::distribution::verify(
@@ -785,7 +799,7 @@ impl Engine {
             mcp_servers,
         } = binding;
         let head = self.store.head_sequence(&record.id).await?;
-        let mut events = EventWriter::new(self.store.clone(), record.id.clone(), record.generation, head)
+        let mut events = EventWriter::new(self.execution_store(), record.id.clone(), record.generation, head)
             .with_metrics(self.metrics.clone())
             .with_redactor(redactor.clone());
         let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
@@ -855,7 +869,7 @@ impl Engine {
             );
         }
         actor::launch(actor::Launch {
-            store: self.store.clone(),
+            store: self.execution_store(),
             config: self.config.clone(),
             pool: self.pool.clone(),
             record,
@@ -1416,6 +1430,9 @@ impl Engine {
                     in_flight.insert(key.clone(), (meta.request_digest.clone(), rx));
                     drop(in_flight);
                     let store = self.store.clone();
+                    // The outcome must be recorded, or the key would answer "in flight"
+                    // until the next start: it waits for the store if need be.
+                    let recorder = self.store.with_patience(Patience::UntilBack);
                     let digest = meta.request_digest.clone();
                     let owner_key = key.clone();
                     tokio::spawn(tracing::Instrument::in_current_span(async move {
@@ -1433,11 +1450,11 @@ impl Engine {
                             Ok(IdempotencyClaim::Claimed) => {
                                 let result = run().await;
                                 let recorded = match &result {
-                                    Ok(value) => store.complete_idempotency(&owner_key, value).await,
+                                    Ok(value) => recorder.complete_idempotency(&owner_key, value).await,
                                     // A refusal changed nothing: the key stays free, so the
                                     // caller may fix the request and send it again.
-                                    Err(e) if e.is_refusal() => store.release_idempotency(&owner_key).await,
-                                    Err(e) => store.complete_idempotency(&owner_key, &e.to_json()).await,
+                                    Err(e) if e.is_refusal() => recorder.release_idempotency(&owner_key).await,
+                                    Err(e) => recorder.complete_idempotency(&owner_key, &e.to_json()).await,
                                 };
                                 match recorded {
                                     Ok(()) => result,

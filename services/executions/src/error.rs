@@ -233,11 +233,16 @@ impl EngineError {
     }
 }
 
+/// The pause a call refused for a store outage suggests before it is retried (`RetryInfo`).
+pub const STORE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Fenced => Self::precondition(Reason::ExecutionFenced, e.to_string()),
             StoreError::AnotherService => Self::precondition(Reason::AnotherService, e.to_string()),
+            StoreError::Unavailable(_) => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
+                .retry_after(STORE_RETRY_AFTER),
             _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
         }
     }

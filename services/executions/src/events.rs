@@ -88,6 +88,19 @@ impl EventWriter {
         self.head.subscribe()
     }
 
+    /// Goes on writing through `store` (another patience of the same store) from the head
+    /// the outbox has: an append whose outcome was unknown (the connection was lost
+    /// mid-commit) may have landed, and then it counts.
+    pub async fn resume_with(&mut self, store: Arc<dyn Store>) -> Result<(), EngineError> {
+        self.store = store;
+        let head = self.store.head_sequence(&self.execution_id).await?;
+        if head >= self.next_sequence {
+            self.next_sequence = head + 1;
+            self.head.send_replace(head);
+        }
+        Ok(())
+    }
+
     /// Appends events in one statement; nothing is visible before the commit.
     pub async fn emit(&mut self, turn_id: Option<&str>, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
         if payloads.is_empty() {

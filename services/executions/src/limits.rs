@@ -23,6 +23,10 @@ pub const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 /// on a human, before it is cancelled (`agent_idle`): long enough for a silent build or
 /// test run, short enough that a hung agent is noticed well before the deadline.
 pub const DEFAULT_TURN_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long an execution rides out a store that does not answer before it fails: a
+/// database restart or fail-over takes seconds; an agent blocked on its output pipe for
+/// this long is still cheaper than a lost execution.
+pub const DEFAULT_STORE_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
 
 /// An execution's limits; `None` is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

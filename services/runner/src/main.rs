@@ -168,6 +168,11 @@ struct ServeArgs {
     /// or permission waits on a human, before it is cancelled (`agent_idle`). 0: off.
     #[arg(long, env = "CURSOR_RUNNER_TURN_IDLE_TIMEOUT_SECS", default_value_t = 15 * 60)]
     turn_idle_timeout_secs: u64,
+    /// How long an execution's writes retry a database that does not answer (a restart, a
+    /// fail-over) before the execution fails `STORE_UNAVAILABLE`; meanwhile the agent's
+    /// output waits in its pipe, and nothing is dropped.
+    #[arg(long, env = "CURSOR_RUNNER_STORE_OUTAGE_LIMIT_SECS", default_value_t = 30)]
+    store_outage_limit_secs: u64,
     /// How long a completed call's outcome answers retries of its `request_id`; after it the
     /// key is deleted (in bounded batches) and the `request_id` is free again. 0 keeps every key.
     #[arg(long, env = "CURSOR_RUNNER_IDEMPOTENCY_RETENTION_SECS", default_value_t = 24 * 3600)]
@@ -352,6 +357,7 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         (args.default_turn_deadline_secs > 0).then(|| std::time::Duration::from_secs(args.default_turn_deadline_secs));
     config.turn_idle_timeout =
         (args.turn_idle_timeout_secs > 0).then(|| std::time::Duration::from_secs(args.turn_idle_timeout_secs));
+    config.store_outage_limit = std::time::Duration::from_secs(args.store_outage_limit_secs);
     config.idempotency_retention = retention(args.idempotency_retention_secs);
     config.wire_capture_dir = args.wire_capture_dir.clone();
     config.on_workspace_violation = match args.on_workspace_violation {

@@ -4,7 +4,9 @@
 //! parameters, TEXT JSON, millisecond timestamps), so they cannot drift apart.
 
 mod records;
+mod retry;
 mod sql;
+mod transient;
 
 pub use records::*;
 pub use sql::SqlStore;
@@ -17,6 +19,11 @@ use async_trait::async_trait;
 pub enum StoreError {
     #[error("database error: {0}")]
     Database(String),
+    /// A failure that says nothing about the request and may pass: the connection was
+    /// refused, reset or shut down by the server, the pool had no connection in time, or
+    /// the database asked for the transaction to be retried.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
     #[error("a row with this identity already exists")]
     Duplicate,
     /// The write carried a generation that is no longer the execution's: another
@@ -39,10 +46,37 @@ impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::Database(db) if db.is_unique_violation() => Self::Duplicate,
+            _ if transient::is_transient(&e) => Self::Unavailable(e.to_string()),
             _ => Self::Database(e.to_string()),
         }
     }
 }
+
+impl StoreError {
+    /// Whether the same operation may succeed if tried again later.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// How long a store operation keeps retrying transient failures ([`StoreError::Unavailable`])
+/// before it reports one. Retries back off from `RETRY_FIRST_DELAY` to `RETRY_MAX_DELAY`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// Report the first one: a caller is waiting and is better served by a fast, typed
+    /// `UNAVAILABLE` it can retry.
+    None,
+    /// Retry for up to this long: an execution's own writes ride out a short outage
+    /// (a database restart) instead of failing a healthy execution.
+    For(std::time::Duration),
+    /// Retry until the store answers: a settlement that must land once it is back.
+    UntilBack,
+}
+
+/// The first pause before a transient failure is retried.
+pub const RETRY_FIRST_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest pause between two attempts.
+pub const RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -73,6 +107,10 @@ pub trait Store: Send + Sync + 'static {
     /// Reports every later operation (its method name, duration and success) to
     /// `observer`; the first observer set stays.
     fn observe_with(&self, observer: Arc<dyn StoreObserver>);
+
+    /// The same store (same connections, observer and claim) whose operations retry
+    /// transient failures as `patience` says. A fresh store has [`Patience::None`].
+    fn with_patience(&self, patience: Patience) -> Arc<dyn Store>;
 
     /// Makes this process the only service on the database for as long as it lives (a
     /// PostgreSQL session advisory lock; an exclusive lock on a file beside the SQLite

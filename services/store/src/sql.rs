@@ -16,32 +16,46 @@ static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migratio
 /// Connections a service opens to PostgreSQL.
 const PG_MAX_CONNECTIONS: u32 = 8;
 
+/// How long an operation waits for a connection before it fails `Unavailable`: while the
+/// database is down, a caller gets a typed answer it can retry instead of its own deadline.
+pub const PG_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 enum Pool {
     Postgres(PgPool),
     Sqlite(SqlitePool),
 }
 
-/// Runs the same expression against whichever pool this store has; the expression is
-/// compiled once per backend.
-/// Runs `$body` on whichever pool this store has, timing it for the observer under the
-/// name of the method it is in (a `Store` method: a small closed set).
+/// Runs `$body` on whichever pool this store has (the expression is compiled once per
+/// backend), timing each attempt for the observer under the name of the method it is in (a
+/// `Store` method: a small closed set), and retrying transient failures as the store's
+/// [`Patience`] says. `on_pool!(@attempts …)` yields `(outcome, retried)` for the methods
+/// that must tell "already there" after a retry from a real conflict.
 macro_rules! on_pool {
-    ($self:ident, |$pool:ident| $body:expr) => {{
+    ($self:ident, |$pool:ident| $body:expr) => {{ on_pool!(@attempts $self, |$pool| $body).0? }};
+    (@attempts $self:ident, |$pool:ident| $body:expr) => {{
         fn here() {}
-        let started = std::time::Instant::now();
-        let outcome: StoreResult<_> = async {
-            Ok(match &$self.pool {
-                Pool::Postgres($pool) => $body,
-                Pool::Sqlite($pool) => $body,
-            })
+        let operation = operation_name(std::any::type_name_of_val(&here));
+        let mut attempts = crate::retry::Attempts::new($self.patience, std::time::Instant::now());
+        loop {
+            let started = std::time::Instant::now();
+            let outcome: StoreResult<_> = async {
+                Ok(match &$self.shared.pool {
+                    Pool::Postgres($pool) => $body,
+                    Pool::Sqlite($pool) => $body,
+                })
+            }
+            .await;
+            $self.observe(operation, started.elapsed(), outcome.is_ok());
+            if let Err(e) = &outcome
+                && e.is_transient()
+                && let Some(pause) = attempts.after_transient_failure(std::time::Instant::now())
+            {
+                tracing::warn!(operation, error = %e, retry_in_ms = pause.as_millis() as u64, "store unavailable; retrying");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            break (outcome, attempts.retried());
         }
-        .await;
-        $self.observe(
-            operation_name(std::any::type_name_of_val(&here)),
-            started.elapsed(),
-            outcome.is_ok(),
-        );
-        outcome?
     }};
 }
 
@@ -53,6 +67,12 @@ fn operation_name(path: &'static str) -> &'static str {
 }
 
 pub struct SqlStore {
+    shared: Arc<Shared>,
+    patience: Patience,
+}
+
+/// What every patience of one store shares.
+struct Shared {
     pool: Pool,
     observer: std::sync::OnceLock<Arc<dyn StoreObserver>>,
     /// Where the sole-service claim is made: a dedicated PostgreSQL connection's options,
@@ -80,7 +100,7 @@ const SOLE_SERVICE_LOCK_KEY: i64 = 0x6375_7273_6f72_2d72;
 
 impl SqlStore {
     fn observe(&self, operation: &'static str, took: std::time::Duration, ok: bool) {
-        if let Some(observer) = self.observer.get() {
+        if let Some(observer) = self.shared.observer.get() {
             observer.observed(operation, took, ok);
         }
     }
@@ -100,6 +120,7 @@ impl SqlStore {
             Pool::Postgres(
                 PgPoolOptions::new()
                     .max_connections(PG_MAX_CONNECTIONS)
+                    .acquire_timeout(PG_ACQUIRE_TIMEOUT)
                     .connect_with(options)
                     .await?,
             )
@@ -128,21 +149,59 @@ impl SqlStore {
             return Err(StoreError::UnsupportedUrl(redact_url(url)));
         };
         let store = Self {
-            pool,
-            observer: std::sync::OnceLock::new(),
-            claim_target,
-            claim: tokio::sync::Mutex::new(None),
+            shared: Arc::new(Shared {
+                pool,
+                observer: std::sync::OnceLock::new(),
+                claim_target,
+                claim: tokio::sync::Mutex::new(None),
+            }),
+            patience: Patience::None,
         };
         store.migrate().await?;
         Ok(store)
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        let result = match &self.pool {
+        let result = match &self.shared.pool {
             Pool::Postgres(pool) => PG_MIGRATOR.run(pool).await,
             Pool::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await,
         };
         result.map_err(|e| StoreError::Migration(e.to_string()))
+    }
+}
+
+impl SqlStore {
+    /// A turn's state at `generation`, to tell whether a retried settlement had landed.
+    async fn turn_state(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
+        let row: Option<(String,)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state FROM turns WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?);
+        Ok(row.map(|(state,)| state))
+    }
+
+    /// An interaction's state and update time at `generation`, to tell whether a retried
+    /// transition had landed (the time tells this transition from an earlier one).
+    async fn interaction_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, updated_at_ms FROM interactions WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?))
+    }
+}
+
+/// An insert retried after a transient failure that finds its row already there: the
+/// failed attempt committed (the ids are the writer's own), so it succeeded.
+fn already_there_after_retry(outcome: StoreResult<u64>, retried: bool) -> StoreResult<()> {
+    match outcome {
+        Err(StoreError::Duplicate) if retried => Ok(()),
+        other => other.map(drop),
     }
 }
 
@@ -162,22 +221,29 @@ const TURN_COLUMNS: &str = "id, execution_id, tenant_id, generation, turn_number
 #[async_trait]
 impl Store for SqlStore {
     fn observe_with(&self, observer: Arc<dyn StoreObserver>) {
-        let _ = self.observer.set(observer);
+        let _ = self.shared.observer.set(observer);
+    }
+
+    fn with_patience(&self, patience: Patience) -> Arc<dyn Store> {
+        Arc::new(Self {
+            shared: self.shared.clone(),
+            patience,
+        })
     }
 
     fn backend(&self) -> &'static str {
-        match self.pool {
+        match self.shared.pool {
             Pool::Postgres(_) => "postgres",
             Pool::Sqlite(_) => "sqlite",
         }
     }
 
     async fn claim_sole_service(&self) -> StoreResult<()> {
-        let mut held = self.claim.lock().await;
+        let mut held = self.shared.claim.lock().await;
         if held.is_some() {
             return Ok(());
         }
-        *held = match &self.claim_target {
+        *held = match &self.shared.claim_target {
             ClaimTarget::None => return Ok(()),
             ClaimTarget::Postgres(options) => {
                 let mut connection = PgConnection::connect_with(options).await?;
@@ -435,7 +501,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
-        on_pool!(self, |pool| {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
@@ -458,11 +524,11 @@ impl Store for SqlStore {
         .await?
         .rows_affected()
         });
-        Ok(())
+        already_there_after_retry(outcome, retried)
     }
 
     async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
-        let n = on_pool!(self, |pool| {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
              WHERE id = $7 AND generation = $8 AND state = 'running'"
@@ -479,7 +545,12 @@ impl Store for SqlStore {
         .await?
         .rows_affected()
         });
-        Ok(n == 1)
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already ours.
+            _ if retried => Ok(self.turn_state(&t.id, t.generation).await?.as_deref() == Some(t.state.as_str())),
+            _ => Ok(false),
+        }
     }
 
     async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
@@ -512,7 +583,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
-        on_pool!(self, |pool| {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
@@ -539,11 +610,11 @@ impl Store for SqlStore {
         .await?
         .rows_affected()
         });
-        Ok(())
+        already_there_after_retry(outcome, retried)
     }
 
     async fn transition_interaction(&self, expected_state: &str, i: &InteractionRecord) -> StoreResult<bool> {
-        let n = on_pool!(self, |pool| {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
                 "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
              reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
@@ -565,7 +636,12 @@ impl Store for SqlStore {
             .await?
             .rows_affected()
         });
-        Ok(n == 1)
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already `next`.
+            _ if retried => Ok(self.interaction_state(&i.id, i.generation).await? == Some((i.state.clone(), i.updated_at_ms))),
+            _ => Ok(false),
+        }
     }
 
     async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
@@ -607,7 +683,7 @@ impl Store for SqlStore {
                 "one append carries one execution's events of one generation".into(),
             ));
         }
-        let appended = on_pool!(self, |pool| {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             let mut builder = QueryBuilder::new(
                 "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) SELECT * FROM (",
             );
@@ -632,10 +708,13 @@ impl Store for SqlStore {
                 .push(")");
             builder.build().execute(pool).await?.rows_affected()
         });
-        if appended == 0 {
-            return Err(StoreError::Fenced);
+        match outcome {
+            // The attempt that failed committed: the rows are ours (one writer per
+            // execution assigns these sequences).
+            Err(StoreError::Duplicate) if retried => Ok(()),
+            Ok(0) => Err(StoreError::Fenced),
+            other => other.map(drop),
         }
-        Ok(())
     }
 
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {

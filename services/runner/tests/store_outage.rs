@@ -1,0 +1,400 @@
+//! Database outages while turns stream, through the real binary and the gRPC API. Each test
+//! runs a PostgreSQL cluster of its own and stops or restarts it under a live service:
+//! executions ride out restarts (their writes wait, their agents' output waits in the pipe,
+//! nothing is dropped); past the outage limit an execution fails and its turn still settles
+//! once the database is back; readiness follows the database and calls fail fast and typed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cursor_runner_e2e::private_postgres::PrivatePostgres;
+use cursor_runner_e2e::*;
+use proto::stream_events_response::Frame;
+use serde_json::{Value, json};
+
+/// Restarts during the streaming test (the count).
+const RESTARTS: usize = 20;
+/// Executions streaming at once.
+const EXECUTIONS: usize = 3;
+/// How long a call is retried while it meets the outage before the test gives up.
+const CALL_PATIENCE: Duration = Duration::from_secs(60);
+/// The JSON-RPC id of turn `t`'s question is `QUESTION_ID_BASE + t`.
+const QUESTION_ID_BASE: u64 = 1000;
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_cursor-runner"))
+}
+
+/// A scenario of `turns` turns, each streaming a tool call every 40 ms, asking one
+/// question (its own JSON-RPC id) half-way, and ending normally.
+fn streaming_scenario(dir: &Path, turns: u64, updates_per_half: u64) -> PathBuf {
+    let half = |turn: u64, part: &str| -> Vec<Value> {
+        (0..updates_per_half)
+            .flat_map(|i| {
+                [
+                    json!({"update": {"sessionUpdate": "tool_call", "toolCallId": format!("tc-{turn}-{part}-{i}"),
+                        "title": "step", "kind": "execute", "status": "completed"}}),
+                    json!({"sleep_ms": 40}),
+                ]
+            })
+            .collect()
+    };
+    let turns: Vec<Value> = (0..turns)
+        .map(|t| {
+            let mut steps = half(t, "a");
+            steps.push(json!({"request": {"method": "cursor/ask_question", "id": QUESTION_ID_BASE + t, "params": {
+                "toolCallId": format!("tq-{t}"), "title": "Go on?",
+                "questions": [{"id": "q", "prompt": "Go on?", "allowMultiple": false,
+                    "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}}}));
+            steps.extend(half(t, "b"));
+            Value::Array(steps)
+        })
+        .collect();
+    let path = dir.join("streaming.json");
+    std::fs::write(&path, json!({"session_id": "sess-outage", "turns": turns}).to_string()).unwrap();
+    path
+}
+
+fn serve(pg: &PrivatePostgres, dirs: &ServiceDirs, scenario: &Path, args: &[&str]) -> ServiceProcess {
+    let url = pg.url();
+    ServiceProcess::start(ServiceSettings {
+        binary: binary(),
+        database_url: &url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().unwrap(),
+        record: &dirs.record,
+        env: Vec::new(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    })
+}
+
+/// Runs `call` until it returns anything but `UNAVAILABLE` (the outage's typed answer),
+/// within `CALL_PATIENCE`.
+async fn retrying<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let give_up = tokio::time::Instant::now() + CALL_PATIENCE;
+    loop {
+        match call().await {
+            Ok(value) => return value,
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                assert!(tokio::time::Instant::now() < give_up, "{what}: still unavailable: {status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{what}: {status:?}"),
+        }
+    }
+}
+
+/// A subscriber that resumes from its cursor whenever the stream ends (an outage ends it
+/// with `UNAVAILABLE`), and checks that what it sees is contiguous: no gap, no duplicate.
+struct ResumingSubscriber {
+    client: Client,
+    execution_id: String,
+    cursor: i64,
+    stream: Option<tonic::Streaming<proto::StreamEventsResponse>>,
+    seen_ids: HashSet<String>,
+    /// `next` ends at the first caught-up frame (a replay of what is stored).
+    stop_at_head: bool,
+}
+
+impl ResumingSubscriber {
+    fn new(client: Client, execution_id: &str) -> Self {
+        Self {
+            client,
+            execution_id: execution_id.into(),
+            cursor: 0,
+            stream: None,
+            seen_ids: HashSet::new(),
+            stop_at_head: false,
+        }
+    }
+
+    fn replay(client: Client, execution_id: &str) -> Self {
+        Self {
+            stop_at_head: true,
+            ..Self::new(client, execution_id)
+        }
+    }
+
+    async fn next_event(&mut self) -> proto::ActivityEvent {
+        self.next().await.expect("an event, not the head")
+    }
+
+    /// The next event, or `None` once the stream says it is caught up with the head.
+    async fn next(&mut self) -> Option<proto::ActivityEvent> {
+        let give_up = tokio::time::Instant::now() + CALL_PATIENCE;
+        loop {
+            assert!(tokio::time::Instant::now() < give_up, "no event on {}", self.execution_id);
+            let Some(stream) = &mut self.stream else {
+                let opened = self
+                    .client
+                    .stream_events(proto::StreamEventsRequest {
+                        execution_id: self.execution_id.clone(),
+                        after_sequence: self.cursor,
+                    })
+                    .await;
+                match opened {
+                    Ok(response) => self.stream = Some(response.into_inner()),
+                    Err(status) if status.code() == tonic::Code::Unavailable => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(status) => panic!("StreamEvents: {status:?}"),
+                }
+                continue;
+            };
+            match tokio::time::timeout(WAIT, stream.message()).await {
+                Ok(Ok(Some(response))) => match response.frame {
+                    Some(Frame::Event(event)) => {
+                        assert_eq!(event.sequence, self.cursor + 1, "contiguous on {}", self.execution_id);
+                        assert!(self.seen_ids.insert(event.event_id.clone()), "no event twice");
+                        self.cursor = event.sequence;
+                        return Some(event);
+                    }
+                    Some(Frame::CaughtUp(_)) if self.stop_at_head => return None,
+                    _ => {}
+                },
+                Ok(Ok(None)) => self.stream = None,
+                Ok(Err(status)) if status.code() == tonic::Code::Unavailable => self.stream = None,
+                Ok(Err(status)) => panic!("StreamEvents: {status:?}"),
+                Err(_) => panic!("no frame within {WAIT:?} on {}", self.execution_id),
+            }
+        }
+    }
+
+    async fn until(&mut self, mut done: impl FnMut(&proto::ActivityEvent) -> bool) -> proto::ActivityEvent {
+        loop {
+            let event = self.next_event().await;
+            if done(&event) {
+                return event;
+            }
+        }
+    }
+}
+
+/// One execution running turns, each answered once, until `stop` says enough: the number
+/// of turns it completed.
+async fn run_turns(
+    client: Client,
+    workspace: PathBuf,
+    index: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (String, u64) {
+    let execution = retrying("CreateExecution", || {
+        let mut client = client.clone();
+        let workspace = workspace.clone();
+        async move {
+            client
+                .create_execution(proto::CreateExecutionRequest {
+                    request_id: format!("create-{index}"),
+                    workspace: workspace.display().to_string(),
+                    ..Default::default()
+                })
+                .await
+        }
+    })
+    .await
+    .into_inner()
+    .execution
+    .unwrap();
+    let id = execution.execution_id.clone();
+    let mut events = ResumingSubscriber::new(client.clone(), &id);
+    let mut turns = 0;
+    while !*stop.borrow() {
+        let request_id = format!("turn-{index}-{turns}");
+        let turn = retrying("StartTurn", || {
+            let (mut client, id, request_id) = (client.clone(), id.clone(), request_id.clone());
+            async move {
+                client
+                    .start_turn(proto::StartTurnRequest {
+                        request_id,
+                        execution_id: id,
+                        prompt: vec![proto::PromptBlock {
+                            content: Some(proto::prompt_block::Content::Text("go".into())),
+                        }],
+                        ..Default::default()
+                    })
+                    .await
+            }
+        })
+        .await
+        .into_inner()
+        .turn
+        .unwrap();
+        let created = events.until(|e| e.event_type == "runtime_request.created").await;
+        let answer = one_question_answer(&payload(&created), &format!("answer-{index}-{turns}"), "option-1");
+        let answered = retrying("AnswerInteraction", || {
+            let (mut client, answer) = (client.clone(), answer.clone());
+            async move { client.answer_interaction(answer).await }
+        })
+        .await
+        .into_inner()
+        .interaction
+        .unwrap();
+        assert_eq!(answered.state, proto::InteractionState::Delivered as i32, "delivered, then returned");
+        let settled = events.until(|e| is_settlement(&e.event_type)).await;
+        assert_eq!(
+            (settled.event_type.as_str(), settled.turn_id.as_str()),
+            ("turn.completed", turn.turn_id.as_str()),
+            "{:?}",
+            payload(&settled)
+        );
+        turns += 1;
+    }
+    (id, turns)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn turns_ride_out_twenty_postgres_restarts_while_streaming_and_answering() {
+    let pg = PrivatePostgres::start();
+    let dirs = ServiceDirs::new();
+    let scenario = streaming_scenario(dirs.root.path(), 200, 12);
+    let service = serve(&pg, &dirs, &scenario, &[]);
+    let client = service.client().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let drivers: Vec<_> = (0..EXECUTIONS)
+        .map(|k| tokio::spawn(run_turns(client.clone(), dirs.workspace.clone(), k, stop_rx.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for _ in 0..RESTARTS {
+        let pg = &pg;
+        tokio::task::block_in_place(|| pg.restart());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    stop_tx.send_replace(true);
+    let mut ran = BTreeMap::new();
+    for driver in drivers {
+        let (id, turns) = driver.await.expect("driver");
+        assert!(turns > 0, "execution {id} ran turns");
+        ran.insert(id, turns);
+    }
+
+    let mut client = client;
+    for (id, turns) in &ran {
+        let execution = retrying("GetExecution", || {
+            let (mut client, id) = (client.clone(), id.clone());
+            async move { client.get_execution(proto::GetExecutionRequest { execution_id: id }).await }
+        })
+        .await
+        .into_inner()
+        .execution
+        .unwrap();
+        assert_eq!(execution.state, proto::ExecutionState::Ready as i32, "{id} was not lost");
+        let listed = client
+            .list_turns(proto::ListTurnsRequest {
+                execution_id: id.clone(),
+                page_size: 1000,
+                ..Default::default()
+            })
+            .await
+            .expect("ListTurns")
+            .into_inner();
+        assert_eq!(listed.turns.len() as u64, *turns);
+        assert!(
+            listed.turns.iter().all(|t| t.state == proto::TurnState::Completed as i32),
+            "no turn left running or failed on {id}"
+        );
+        // Replayed from the start: contiguous, each turn settled once, each answer resolved once.
+        let mut replay = ResumingSubscriber::replay(client.clone(), id);
+        let mut settled = 0;
+        let mut resolved = 0;
+        while let Some(event) = replay.next().await {
+            settled += u64::from(is_settlement(&event.event_type));
+            resolved += u64::from(event.event_type == "runtime_request.resolved");
+        }
+        assert_eq!((settled, resolved), (*turns, *turns), "on {id}");
+    }
+    // Each question reached the agent's stdin answered exactly once per execution that asked it.
+    let record = std::fs::read_to_string(&dirs.record).unwrap();
+    let mut answers: BTreeMap<u64, u64> = BTreeMap::new();
+    for line in record.lines().filter(|l| !l.trim().is_empty()) {
+        let message: Value = serde_json::from_str(line).unwrap();
+        if message.get("method").is_none()
+            && let Some(id) = message["id"].as_u64().filter(|id| *id >= QUESTION_ID_BASE)
+        {
+            *answers.entry(id - QUESTION_ID_BASE).or_default() += 1;
+        }
+    }
+    for (turn, count) in &answers {
+        let asked = ran.values().filter(|turns| **turns > *turn).count() as u64;
+        assert_eq!(*count, asked, "turn {turn}'s question: one answer per execution, never two");
+    }
+    service.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_outage_limit_the_execution_fails_and_its_turn_settles_once_the_store_is_back() {
+    let pg = PrivatePostgres::start();
+    let dirs = ServiceDirs::new();
+    let scenario = streaming_scenario(dirs.root.path(), 1, 200);
+    let service = serve(&pg, &dirs, &scenario, &["--store-outage-limit-secs", "1"]);
+    let mut client = service.client().await;
+    let (execution, turn, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
+    events.until(|e| e.event_type == "tool.execution.completed").await;
+
+    pg.stop();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    pg.start_server();
+
+    let settled = events.until(|e| is_settlement(&e.event_type)).await;
+    assert_eq!(
+        (settled.event_type.as_str(), settled.turn_id.as_str()),
+        ("turn.failed", turn.turn_id.as_str())
+    );
+    assert_eq!(payload(&settled)["failureReason"], "store_unavailable");
+    let record = retrying("GetExecution", || {
+        let (mut client, id) = (client.clone(), execution.execution_id.clone());
+        async move { client.get_execution(proto::GetExecutionRequest { execution_id: id }).await }
+    })
+    .await
+    .into_inner()
+    .execution
+    .unwrap();
+    assert_eq!(record.state, proto::ExecutionState::Lost as i32);
+    assert_eq!(record.failure_reason, "STORE_UNAVAILABLE");
+    assert!(!process_alive(execution.pid.unwrap()), "the agent was stopped");
+    service.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_retryable_status() {
+    let pg = PrivatePostgres::start();
+    let dirs = ServiceDirs::new();
+    let service = serve(&pg, &dirs, &scenario("demo.json"), &[]);
+    let mut client = service.client().await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", service.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    health_becomes(&mut health, tonic_health::pb::health_check_response::ServingStatus::Serving).await;
+
+    pg.stop();
+    let stopped = tokio::time::Instant::now();
+    health_becomes(&mut health, tonic_health::pb::health_check_response::ServingStatus::NotServing).await;
+    let noticed = stopped.elapsed();
+    // The bound, plus room for a loaded machine's scheduling.
+    assert!(
+        noticed <= cursor_runner_api::READINESS_BOUND + Duration::from_millis(1500),
+        "readiness followed the store after {noticed:?}"
+    );
+    let mut request = tonic::Request::new(proto::ListExecutionsRequest::default());
+    request.set_timeout(Duration::from_secs(15));
+    let refused = client.list_executions(request).await.expect_err("no store, no listing");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused), "STORE_UNAVAILABLE");
+    assert!(retry_delay(&refused).is_some(), "says when to retry");
+
+    pg.start_server();
+    health_becomes(&mut health, tonic_health::pb::health_check_response::ServingStatus::Serving).await;
+    client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .expect("served again");
+    service.kill();
+}

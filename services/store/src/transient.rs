@@ -1,0 +1,60 @@
+//! Which database failures are transient: they say nothing about the request, and the same
+//! operation may succeed once the database is back.
+
+use sqlx::postgres::PgDatabaseError;
+use sqlx::sqlite::SqliteError;
+
+/// PostgreSQL SQLSTATEs (or classes, by their first two characters) that pass.
+const TRANSIENT_PG_CLASSES: [&str; 1] = [
+    "08", // connection exception
+];
+const TRANSIENT_PG_CODES: [&str; 6] = [
+    "57P01", // admin_shutdown: the server is stopping (a restart, `pg_ctl stop -m fast`)
+    "57P02", // crash_shutdown
+    "57P03", // cannot_connect_now: the server is starting up or shutting down
+    "53300", // too_many_connections
+    "40001", // serialization_failure
+    "40P01", // deadlock_detected
+];
+/// SQLite's primary result codes for a database another connection holds.
+const SQLITE_BUSY: i64 = 5;
+const SQLITE_LOCKED: i64 = 6;
+
+pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
+                let code = pg.code();
+                TRANSIENT_PG_CODES.contains(&code) || TRANSIENT_PG_CLASSES.iter().any(|class| code.starts_with(class))
+            } else if db.try_downcast_ref::<SqliteError>().is_some() {
+                // Extended codes keep the primary code in their low byte.
+                let primary = db.code().and_then(|c| c.parse::<i64>().ok()).map(|c| c & 0xff);
+                matches!(primary, Some(SQLITE_BUSY | SQLITE_LOCKED))
+            } else {
+                false
+            }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_or_an_exhausted_pool_is_transient() {
+        assert!(is_transient(&sqlx::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused
+        ))));
+        assert!(is_transient(&sqlx::Error::PoolTimedOut));
+    }
+
+    #[test]
+    fn a_bad_request_or_a_missing_row_is_not() {
+        assert!(!is_transient(&sqlx::Error::RowNotFound));
+        assert!(!is_transient(&sqlx::Error::Protocol("unexpected message".into())));
+        assert!(!is_transient(&sqlx::Error::PoolClosed));
+    }
+}
