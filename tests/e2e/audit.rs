@@ -8,7 +8,74 @@ use serde_json::Value;
 on_both_backends!(
     fields_the_normalizer_does_not_read_are_counted_by_kind_and_field,
     the_wire_capture_holds_both_directions_with_secrets_redacted,
+    the_wire_capture_starts_at_the_first_byte_with_initialize,
+    a_start_that_fails_keeps_its_wire_traffic_under_the_slots_name,
 );
+
+/// The capture file's lines as (direction, parsed message).
+fn captured(path: &std::path::Path) -> Vec<(String, Value)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|l| {
+            let line = serde_json::from_str(l["line"].as_str().unwrap()).unwrap();
+            (l["dir"].as_str().unwrap().to_owned(), line)
+        })
+        .collect()
+}
+
+async fn the_wire_capture_starts_at_the_first_byte_with_initialize(backend: Backend) {
+    let capture = tempfile::tempdir().unwrap();
+    let options = Options {
+        wire_capture_dir: Some(capture.path().to_path_buf()),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "demo.json", options).await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let lines = captured(&capture.path().join(format!("{}.ndjson", execution.execution_id)));
+    let (dir, first) = &lines[0];
+    assert_eq!((dir.as_str(), &first["method"]), ("runner", &Value::from("initialize")));
+    let answered = lines
+        .iter()
+        .find(|(dir, m)| dir == "agent" && m["id"] == first["id"])
+        .expect("the agent's answer to initialize");
+    assert!(
+        answered.1["result"]["agentCapabilities"].is_object(),
+        "capabilities recorded: {}",
+        answered.1
+    );
+    service.shutdown().await;
+}
+
+async fn a_start_that_fails_keeps_its_wire_traffic_under_the_slots_name(backend: Backend) {
+    let capture = tempfile::tempdir().unwrap();
+    let options = Options {
+        wire_capture_dir: Some(capture.path().to_path_buf()),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "crash_on_start.json", options).await;
+    let mut client = service.client().await;
+    let refused = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: service.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await;
+    assert_refused(refused, tonic::Code::Unavailable, "AGENT_EXITED");
+    let files: Vec<_> = std::fs::read_dir(capture.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("slot-") && name.ends_with(".ndjson"), "{name}");
+    let lines = captured(&files[0]);
+    assert_eq!(lines[0].1["method"], "initialize", "what the runner said before the agent died");
+    service.shutdown().await;
+}
 
 async fn fields_the_normalizer_does_not_read_are_counted_by_kind_and_field(backend: Backend) {
     let service = TestService::start(backend, "extra_fields.json").await;

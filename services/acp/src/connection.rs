@@ -133,16 +133,15 @@ pub enum Direction {
     ToAgent,
 }
 
-/// Sees every line exactly as it crossed the pipe (a wire capture); set at any time.
+/// Sees every line exactly as it crossed the pipe (a wire capture), from the first.
 pub trait WireTap: Send + Sync {
     fn line(&self, direction: Direction, line: &[u8]);
 }
 
-type Tap = Arc<Mutex<Option<Arc<dyn WireTap>>>>;
+type Tap = Option<Arc<dyn WireTap>>;
 
 fn tap_line(tap: &Tap, direction: Direction, line: &[u8]) {
-    let current = tap.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    if let Some(tap) = current {
+    if let Some(tap) = tap {
         tap.line(direction, line);
     }
 }
@@ -160,9 +159,18 @@ impl AcpConnection {
         W: AsyncWrite + Unpin + Send + 'static,
         R: AsyncRead + Unpin + Send + 'static,
     {
+        Self::spawn_tapped(stdin, stdout, None)
+    }
+
+    /// [`AcpConnection::spawn`], showing every line, both ways, to `tap` from the first
+    /// byte on (a tap set later misses what was read before).
+    pub fn spawn_tapped<W, R>(stdin: W, stdout: R, tap: Option<Arc<dyn WireTap>>) -> (Self, InboundStream)
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+        R: AsyncRead + Unpin + Send + 'static,
+    {
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
-        let tap: Tap = Arc::new(Mutex::new(None));
         let shared = Arc::new(Shared {
             out: out_tx,
             pending: Mutex::new(HashMap::new()),
@@ -212,11 +220,6 @@ impl AcpConnection {
         let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
         let line = encode(&json!({"jsonrpc": "2.0", "method": method, "params": params}))?;
         send_flushed(&self.shared.out, line).await
-    }
-
-    /// Shows every later line, both ways, to `tap`.
-    pub fn set_tap(&self, tap: Arc<dyn WireTap>) {
-        *self.shared.tap.lock().unwrap_or_else(|p| p.into_inner()) = Some(tap);
     }
 
     /// Closes the agent's stdin after everything queued before it is written.

@@ -23,7 +23,6 @@ use tracing::Instrument;
 
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
 use crate::attempts::UsageTotal;
-use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::SessionStart;
@@ -832,11 +831,10 @@ impl Engine {
                 }
             },
         };
-        if let Some(dir) = &self.config.wire_capture_dir {
-            match WireCapture::create(dir, &record.id, redactor.clone(), MAX_WIRE_CAPTURE_BYTES) {
-                Ok(capture) => warm.connection.set_tap(Arc::new(capture)),
-                Err(e) => tracing::warn!(execution_id = %record.id, error = %e, "cannot open the wire capture"),
-            }
+        if let Some(capture) = &warm.ticket.capture
+            && let Err(e) = capture.lease_to(&record.id, redactor.clone())
+        {
+            tracing::warn!(execution_id = %record.id, error = %e, "cannot hand the wire capture over");
         }
         let leased = admitted.elapsed();
         tracing::Span::current()

@@ -35,6 +35,7 @@ use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::metrics::Metrics;
 use crate::state::{ProfileHealth, SlotState};
+use crate::wire_capture::WireCapture;
 use cursor_runner_supervisor::agent_users::{AgentLease, AgentUsers};
 use intensity::FailureWindow;
 use profile::{Fingerprinter, ProfileKey};
@@ -137,6 +138,9 @@ pub(crate) struct SlotTicket {
     /// The agent account this slot's process runs as, given back (and swept) when the
     /// slot ends; `None` when the service does not separate uids.
     pub identity: Option<AgentLease>,
+    /// The capture of this slot's wire traffic from its first byte (`--wire-capture-dir`),
+    /// handed to each execution that leases the process.
+    pub capture: Option<Arc<WireCapture>>,
 }
 
 impl SlotTicket {
@@ -546,14 +550,14 @@ impl ColdStart {
     /// Launches and `initialize`s the reserved slot's process. A failure counts against
     /// the profile's restart intensity and ends the slot.
     pub(crate) async fn start(self) -> Result<WarmProcess, StartFailure> {
-        let ColdStart { ticket, credential } = self;
+        let ColdStart { mut ticket, credential } = self;
         let Some(pool) = ticket.pool.upgrade() else {
             return Err(StartFailure {
                 error: EngineError::internal("the pool is gone"),
                 process: None,
             });
         };
-        let started = slot::start_process(&pool.launch, &ticket, credential).await;
+        let started = slot::start_process(&pool.launch, &mut ticket, credential).await;
         pool.metrics
             .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
         let mut state = pool.lock();
@@ -663,6 +667,7 @@ impl PoolInner {
             home,
             keep_home: false,
             identity: self.launch.agent_users.as_ref().and_then(AgentUsers::take),
+            capture: None,
         }
     }
 
@@ -830,11 +835,11 @@ impl PoolInner {
 }
 
 /// Starts a process for the pool (no execution is waiting for it).
-async fn warm_up(pool: Weak<PoolInner>, ticket: SlotTicket, credential: Option<BoundCredential>) {
+async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, credential: Option<BoundCredential>) {
     let Some(launch) = pool.upgrade().map(|p| p.launch.clone()) else {
         return;
     };
-    let started = slot::start_process(&launch, &ticket, credential).await;
+    let started = slot::start_process(&launch, &mut ticket, credential).await;
     let Some(pool) = pool.upgrade() else { return };
     pool.metrics
         .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError};
+use std::sync::Arc;
+
+use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError, WireTap};
 use cursor_runner_activity::Redactor;
 use cursor_runner_supervisor::agent_users::AgentLease;
 use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
@@ -16,6 +18,7 @@ use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake;
 use crate::pool::SlotTicket;
+use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 
 /// The method of the idle liveness probe. ACP reserves `_`-prefixed names for
 /// extensions and requires an agent that does not know one to answer `-32601`, so
@@ -58,7 +61,7 @@ pub(crate) struct StartFailure {
 /// reaped before this returns.
 pub(crate) async fn start_process(
     config: &EngineConfig,
-    ticket: &SlotTicket,
+    ticket: &mut SlotTicket,
     credential: Option<BoundCredential>,
 ) -> Result<StartedProcess, StartFailure> {
     let redactor = redactor_for(credential.as_ref(), &[]);
@@ -98,7 +101,16 @@ pub(crate) async fn start_process(
         process: None,
     })?;
     let spawn = began.elapsed();
-    let (connection, inbound) = AcpConnection::spawn(stdin, stdout);
+    // From the first byte: `initialize` is the evidence that matters most for a new build,
+    // and a start that fails keeps its traffic in `slot-<id>.ndjson`.
+    ticket.capture = config.wire_capture_dir.as_ref().and_then(|dir| {
+        WireCapture::for_slot(dir, slot_id, redactor.clone(), MAX_WIRE_CAPTURE_BYTES)
+            .inspect_err(|e| tracing::warn!(slot_id, error = %e, "cannot open the wire capture"))
+            .ok()
+            .map(Arc::new)
+    });
+    let tap = ticket.capture.clone().map(|c| c as Arc<dyn WireTap>);
+    let (connection, inbound) = AcpConnection::spawn_tapped(stdin, stdout, tap);
     match handshake::initialize(&connection, config.handshake_timeout).await {
         Ok(initialized) => Ok(StartedProcess {
             process,
