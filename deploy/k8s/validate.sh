@@ -2,8 +2,10 @@
 # Validates deploy/k8s offline: every resource kustomization.yaml lists (and no other
 # manifest may exist) against the pinned Kubernetes schema, strictly (unknown fields and
 # unknown kinds fail), then the cross-references a schema cannot see: selectors, ports,
-# probes, Secret and ConfigMap names, the grace period against the drain timings, and
-# every CURSOR_RUNNER_* name against the ones the binary reads. Exits non-zero on failure.
+# probes (and that README describes them as they are), Secret and ConfigMap names, the
+# grace period against the drain timings, a PodDisruptionBudget that lets a node drain
+# evict the pod, and every CURSOR_RUNNER_* name against the ones the binary reads. Exits
+# non-zero on failure.
 #
 # Needs python3; installs the PyPI package kubernetes-validate (pinned) if it is missing.
 # No cluster: `kubectl --dry-run=client` would need one.
@@ -92,8 +94,29 @@ for what, selector in [
         fail(f"{what} {selector} does not match the pod's labels {labels}")
 
 # One replica per database, replaced, never surged (see deployment.yaml).
-if deployment["spec"].get("replicas") != 1 or deployment["spec"].get("strategy", {}).get("type") != "Recreate":
+replicas = deployment["spec"].get("replicas", 1)
+if replicas != 1 or deployment["spec"].get("strategy", {}).get("type") != "Recreate":
     fail("the Deployment must run 1 replica with strategy Recreate")
+
+# The budget must allow one eviction at the replica count: a budget that allows none
+# (minAvailable: 1 with one replica) blocks every node drain (`kubectl drain` retries the
+# eviction forever). An eviction is a SIGTERM, i.e. a graceful drain of the pod.
+def budget_count(value, total, round_up):
+    if isinstance(value, str) and value.endswith("%"):
+        share = int(value[:-1]) * total
+        return -(-share // 100) if round_up else share // 100
+    return int(value)
+
+
+budget_spec = budget["spec"]
+if "minAvailable" in budget_spec:
+    allowed = replicas - budget_count(budget_spec["minAvailable"], replicas, True)
+elif "maxUnavailable" in budget_spec:
+    allowed = budget_count(budget_spec["maxUnavailable"], replicas, True)
+else:
+    allowed = replicas
+if allowed < 1:
+    fail(f"the PodDisruptionBudget allows {allowed} eviction(s) with {replicas} replica(s): it blocks every node drain")
 
 # ConfigMap, Secrets.
 config = {}
@@ -171,6 +194,24 @@ for probe, service_name in expected.items():
         fail(f"{probe}: port {grpc.get('port')} is not {listen_port}")
     if service_name is not None and grpc.get("service") != service_name:
         fail(f"{probe}: service {grpc.get('service')!r}, expected {service_name!r}")
+# README says which kind of probe the manifests use (it once said gRPC probes while they
+# were exec probes): its Kubernetes paragraph names `cursor-runner healthcheck` exec
+# probes, or `grpc:` probes, as the manifests do.
+readme = "../../README.md"
+if os.path.exists(readme):
+    kinds = {("exec" if "exec" in container.get(p, {}) else "grpc" if "grpc" in container.get(p, {}) else "other")
+             for p in expected}
+    text = open(readme).read()
+    paragraph = re.search(r"^- \*\*Kubernetes\*\*:.*?(?=^- \*\*|^## |\Z)", text, re.S | re.M)
+    paragraph = " ".join(paragraph.group(0).split()) if paragraph else ""
+    says_exec = "exec probes" in paragraph and "cursor-runner healthcheck" in paragraph
+    says_grpc = "`grpc:` probes" in paragraph or "Probes are gRPC" in paragraph
+    if kinds == {"exec"} and (not says_exec or says_grpc):
+        fail("README.md's Kubernetes paragraph must say the probes are exec probes running "
+             "`cursor-runner healthcheck` (and not gRPC probes), as deployment.yaml has them")
+    elif kinds == {"grpc"} and not says_grpc:
+        fail("README.md's Kubernetes paragraph must say the probes are `grpc:` probes, as deployment.yaml has them")
+
 for port in service["spec"]["ports"]:
     if port["targetPort"] not in ports:
         fail(f"Service port {port['name']}: targetPort {port['targetPort']} is no container port")
@@ -201,5 +242,6 @@ if "ALL" not in security.get("capabilities", {}).get("drop", []):
 
 if failures:
     sys.exit(f"{len(failures)} failure(s)")
-print(f"ok   cross-references: selectors, ports, probes, secrets, settings, grace {grace} s >= {drain} s + margin")
+print(f"ok   cross-references: selectors, ports, probes (as README says), secrets, settings, "
+      f"grace {grace} s >= {drain} s + margin, the budget allows {allowed} eviction(s)")
 PYTHON
