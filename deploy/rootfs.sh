@@ -77,9 +77,10 @@ mv -f "$root/usr/local/bin/cursor-runner.partial" "$root/usr/local/bin/cursor-ru
 runner=$root/usr/local/bin/cursor-runner
 
 # Configuration and the state dir, root only: agents must read neither the service's
-# configuration nor the agent homes (which hold credentials).
-# (Agents under their own uids, issue 11 / `setup-agent-users`, will need 0711 here to reach
-# their homes; today they run as the service's uid.)
+# configuration nor the agent homes (which hold credentials). Agents run under their own
+# uids (`setup-agent-users`, run by deploy/Dockerfile): `serve` opens the state dir to 0711
+# at start (and the homes' parent when it prepares a home) so each agent can pass through
+# to its own 0700 home but list nothing; this layout keeps it 0700 until then.
 parent "$root/etc"
 own 0700 "$root/etc/cursor-runner"
 parent "$root/var/lib"

@@ -355,3 +355,38 @@ fn a_pinned_distribution_is_materialized_verified_and_never_replaced() {
         String::from_utf8_lossy(&tampered.stderr)
     );
 }
+
+/// What the agent needs from the image besides the layout, by Debian package: TLS roots
+/// for Cursor's API and the workspaces' remotes, Git for the workspaces, and a Node
+/// runtime (an unpinned agent, MCP servers started with `node`).
+const RUNTIME_PACKAGES: [&str; 3] = ["ca-certificates", "git", "nodejs"];
+
+/// `deploy/Dockerfile`'s runtime stage (no Docker engine runs here, so it is read, not
+/// built): one `apt-get install` there names every package of [`RUNTIME_PACKAGES`].
+#[test]
+fn the_runtime_image_installs_ca_certificates_git_and_a_node_runtime() {
+    let dockerfile = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Dockerfile"))
+        .expect("deploy/Dockerfile");
+    let runtime = dockerfile
+        .split_once(" AS runtime")
+        .expect("a stage named runtime")
+        .1;
+    // Instructions, with line continuations joined.
+    let joined = runtime.replace("\\\n", " ");
+    let installs: Vec<&str> = joined
+        .lines()
+        .filter(|line| line.starts_with("RUN ") && line.contains("apt-get install"))
+        .collect();
+    let missing: Vec<&str> = RUNTIME_PACKAGES
+        .into_iter()
+        .filter(|package| {
+            !installs
+                .iter()
+                .any(|run| run.split_whitespace().any(|word| word == *package))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the runtime stage installs none of {missing:?}; its apt-get installs: {installs:?}"
+    );
+}

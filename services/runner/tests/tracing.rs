@@ -19,6 +19,8 @@ const CANARY: &str = "sk-canary-trace-1618-never-log";
 #[derive(Clone, Default)]
 struct Collector {
     spans: Arc<Mutex<Vec<Span>>>,
+    /// The resource attributes of every export, `key=value`.
+    resources: Arc<Mutex<Vec<Vec<String>>>>,
 }
 
 #[tonic::async_trait]
@@ -29,6 +31,14 @@ impl TraceService for Collector {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let mut spans = self.spans.lock().unwrap();
         for resource in request.into_inner().resource_spans {
+            if let Some(attributes) = &resource.resource {
+                let attributes = attributes
+                    .attributes
+                    .iter()
+                    .map(|a| format!("{}={}", a.key, any_value(a.value.as_ref())))
+                    .collect();
+                self.resources.lock().unwrap().push(attributes);
+            }
             for scope in resource.scope_spans {
                 spans.extend(scope.spans);
             }
@@ -40,17 +50,103 @@ impl TraceService for Collector {
 }
 
 fn attribute(span: &Span, key: &str) -> Option<String> {
-    span.attributes.iter().find(|a| a.key == key).and_then(|a| {
-        a.value.as_ref().and_then(|v| v.value.as_ref()).map(|v| {
-            use opentelemetry_proto::tonic::common::v1::any_value::Value;
-            match v {
-                Value::StringValue(s) => s.clone(),
-                Value::IntValue(i) => i.to_string(),
-                Value::BoolValue(b) => b.to_string(),
-                other => format!("{other:?}"),
-            }
-        })
-    })
+    span.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .filter(|a| a.value.as_ref().is_some_and(|v| v.value.is_some()))
+        .map(|a| any_value(a.value.as_ref()))
+}
+
+fn any_value(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}
+
+/// Starts the service exporting to an in-process collector with `env` besides the
+/// endpoint, makes one call, stops it (which flushes), and returns what was exported.
+async fn export_one_call(env: &[(&str, &str)]) -> Collector {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_address = listener.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let dirs = ServiceDirs::new();
+    // `grpc.request` is an info span: the harness's default filter (warn) would drop it.
+    let mut settings = vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            format!("http://{collector_address}"),
+        ),
+        ("CURSOR_RUNNER_LOG".to_owned(), "info".to_owned()),
+    ];
+    settings.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: "demo.json",
+        record: &dirs.record,
+        env: settings,
+        args: Vec::new(),
+    });
+    let mut client = service.client().await;
+    client
+        .get_capabilities(proto::GetCapabilitiesRequest::default())
+        .await
+        .expect("GetCapabilities");
+    drop(client);
+    service.stop();
+    server.abort();
+    collector
+}
+
+/// The standard `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` name the exported
+/// spans' resource (the SDK's precedence: the service name variable over the attribute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otel_service_name_and_resource_attributes_reach_exported_spans() {
+    let collector = export_one_call(&[
+        ("OTEL_SERVICE_NAME", "runner-eu-1"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment.name=staging,service.name=overridden",
+        ),
+    ])
+    .await;
+    let resources = collector.resources.lock().unwrap().clone();
+    assert!(!collector.spans.lock().unwrap().is_empty(), "no span exported");
+    for attributes in &resources {
+        assert!(attributes.contains(&"service.name=runner-eu-1".to_owned()), "{attributes:?}");
+        assert!(
+            attributes.contains(&"deployment.environment.name=staging".to_owned()),
+            "{attributes:?}"
+        );
+        assert!(
+            attributes.iter().any(|a| a.starts_with("service.version=")),
+            "{attributes:?}"
+        );
+    }
+}
+
+/// Without `OTEL_SERVICE_NAME` (nor `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), the
+/// service is `cursor-runner`, not the SDK's `unknown_service`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_otel_service_name_spans_are_cursor_runners() {
+    let collector = export_one_call(&[]).await;
+    let resources = collector.resources.lock().unwrap().clone();
+    assert!(!resources.is_empty(), "no span exported");
+    for attributes in &resources {
+        assert!(attributes.contains(&"service.name=cursor-runner".to_owned()), "{attributes:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,4 +287,11 @@ async fn a_turn_is_traced_under_the_callers_trace_and_the_agent_gets_it_too() {
         assert!(!text.contains(CANARY), "the credential leaked into: {text}");
     }
     database.drop_database().await;
+}
+
+/// `OTEL_TRACES_SAMPLER` is the SDK's: `always_off` exports no span at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otel_traces_sampler_always_off_exports_nothing() {
+    let collector = export_one_call(&[("OTEL_TRACES_SAMPLER", "always_off")]).await;
+    assert!(collector.spans.lock().unwrap().is_empty(), "sampled out, yet exported");
 }
