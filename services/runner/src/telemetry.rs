@@ -65,7 +65,10 @@ fn resource() -> Resource {
         .get(&opentelemetry::Key::from_static_str("service.version"))
         .is_some();
     let mut builder = Resource::builder();
-    match std::env::var("OTEL_SERVICE_NAME").ok().filter(|name| !name.trim().is_empty()) {
+    match std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|name| !name.trim().is_empty())
+    {
         Some(name) => builder = builder.with_service_name(name),
         None if !named => builder = builder.with_service_name(DEFAULT_SERVICE_NAME),
         None => {}

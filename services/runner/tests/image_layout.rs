@@ -367,10 +367,7 @@ const RUNTIME_PACKAGES: [&str; 3] = ["ca-certificates", "git", "nodejs"];
 fn the_runtime_image_installs_ca_certificates_git_and_a_node_runtime() {
     let dockerfile = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Dockerfile"))
         .expect("deploy/Dockerfile");
-    let runtime = dockerfile
-        .split_once(" AS runtime")
-        .expect("a stage named runtime")
-        .1;
+    let runtime = dockerfile.split_once(" AS runtime").expect("a stage named runtime").1;
     // Instructions, with line continuations joined.
     let joined = runtime.replace("\\\n", " ");
     let installs: Vec<&str> = joined

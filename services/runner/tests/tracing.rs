@@ -125,7 +125,10 @@ async fn otel_service_name_and_resource_attributes_reach_exported_spans() {
     let resources = collector.resources.lock().unwrap().clone();
     assert!(!collector.spans.lock().unwrap().is_empty(), "no span exported");
     for attributes in &resources {
-        assert!(attributes.contains(&"service.name=runner-eu-1".to_owned()), "{attributes:?}");
+        assert!(
+            attributes.contains(&"service.name=runner-eu-1".to_owned()),
+            "{attributes:?}"
+        );
         assert!(
             attributes.contains(&"deployment.environment.name=staging".to_owned()),
             "{attributes:?}"
@@ -145,7 +148,10 @@ async fn without_otel_service_name_spans_are_cursor_runners() {
     let resources = collector.resources.lock().unwrap().clone();
     assert!(!resources.is_empty(), "no span exported");
     for attributes in &resources {
-        assert!(attributes.contains(&"service.name=cursor-runner".to_owned()), "{attributes:?}");
+        assert!(
+            attributes.contains(&"service.name=cursor-runner".to_owned()),
+            "{attributes:?}"
+        );
     }
 }
 
