@@ -20,6 +20,8 @@ async fn readiness_is_not_serving_while_the_store_is_unreachable_and_recovers_wh
     health_becomes(&mut health, ServingStatus::Serving).await;
     service.database().set_unreachable(true).await;
     health_becomes(&mut health, ServingStatus::NotServing).await;
+    // The probe that found it sets the gauge the store alert watches, before health.
+    assert_eq!(samples(&service.metrics())["cursor_runner_store_reachable"], 0.0);
     // Liveness stays SERVING: a restart would kill every agent and fix nothing.
     let overall = health
         .check(HealthCheckRequest { service: String::new() })
@@ -30,6 +32,7 @@ async fn readiness_is_not_serving_while_the_store_is_unreachable_and_recovers_wh
     assert_eq!(overall, ServingStatus::Serving);
     service.database().set_unreachable(false).await;
     health_becomes(&mut health, ServingStatus::Serving).await;
+    assert_eq!(samples(&service.metrics())["cursor_runner_store_reachable"], 1.0);
     service.shutdown().await;
 }
 
@@ -204,8 +207,10 @@ async fn health_is_not_serving_once_draining_begins(backend: Backend) {
         let serving = health.check(status(name)).await.unwrap().into_inner().status();
         assert_eq!(serving, ServingStatus::Serving, "{name:?}");
     }
+    assert_eq!(samples(&service.metrics())["cursor_runner_draining"], 0.0);
     // Shutdown begins with ending the streams; the server still answers health.
     service.engine.end_streams();
+    assert_eq!(samples(&service.metrics())["cursor_runner_draining"], 1.0);
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let now = health

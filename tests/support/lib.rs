@@ -27,6 +27,7 @@ pub use processes::*;
 pub mod agent_users;
 pub mod pki;
 pub mod private_postgres;
+pub mod promtool;
 pub mod typescript;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 

@@ -50,6 +50,11 @@ const CONSUMED: &[(&str, &[&str])] = &[
     ("usage_update", &["sessionUpdate", "used", "size", "cost", "_meta"]),
 ];
 
+/// The update kinds whose fields are audited (a closed set: the metrics' `update_kind`).
+pub fn audited_update_kinds() -> impl Iterator<Item = &'static str> {
+    CONSUMED.iter().map(|(kind, _)| *kind)
+}
+
 /// For an update of a known kind, that kind and the top-level fields the normalizer does
 /// not read. `None` for other kinds: those become `unclassified_acp_*` notices whole.
 pub fn unconsumed_fields(update: &Value) -> Option<(&'static str, Vec<&str>)> {

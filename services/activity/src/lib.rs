@@ -26,7 +26,7 @@ pub use bounds::{
 pub use children::{ChildRef, Suppression};
 pub use coalesce::{MAX_COALESCED_DELTA_BYTES, coalesce_deltas};
 pub use event::*;
-pub use field_audit::unconsumed_fields;
+pub use field_audit::{audited_update_kinds, unconsumed_fields};
 pub use normalizer::{TurnEnding, TurnNormalizer, USAGE_UNAVAILABLE_REASON};
 pub use raw_paths::OUTSIDE_WORKSPACE_MARKER;
 pub use redact::{MIN_REDACTED_SECRET_CHARS, Redactor};

@@ -347,6 +347,7 @@ impl Engine {
     pub fn begin_drain(self: &Arc<Self>, deadline: Option<Duration>) -> Duration {
         let deadline = deadline.unwrap_or(self.config.drain_deadline);
         let first = !self.draining.send_replace(true);
+        self.metrics.draining();
         self.pool.drain();
         let until = tokio::time::Instant::now() + deadline;
         let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
@@ -393,6 +394,7 @@ impl Engine {
         let reachable = tokio::time::timeout(timeout, self.store_reachable())
             .await
             .unwrap_or(false);
+        self.metrics.store_reachable(reachable);
         (!reachable).then(|| "the store does not answer".into())
     }
 
@@ -1337,6 +1339,7 @@ impl Engine {
     /// their cursor), so a graceful server shutdown is not held open by tails.
     pub fn end_streams(&self) {
         self.draining.send_replace(true);
+        self.metrics.draining();
         self.closing_streams.send_replace(true);
     }
 

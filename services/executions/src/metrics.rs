@@ -3,7 +3,7 @@
 //! one place every canonical event passes after its commit ([`Metrics::observe`]),
 //! so a metric never counts something the outbox does not hold.
 
-use cursor_runner_activity::{ActivityPayload, EVENT_TYPES, InteractionKind};
+use cursor_runner_activity::{ActivityPayload, EVENT_TYPES, InteractionKind, audited_update_kinds};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -110,6 +110,12 @@ pub struct VersionLabel {
     pub version: &'static str,
 }
 
+/// A turn's terminal states (`state` of the turn metrics).
+const SETTLED_STATES: [&str; 4] = ["completed", "cancelled", "interrupted", "failed"];
+/// Interaction kinds and terminal states (`kind`, `state` of the interaction metrics).
+const INTERACTION_KINDS: [&str; 3] = ["question", "plan", "permission"];
+const INTERACTION_END_STATES: [&str; 3] = ["delivered", "cancelled", "expired"];
+
 /// Turn durations, seconds: from a quick answer to hours of work.
 const TURN_BUCKETS: [f64; 12] = [
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0,
@@ -176,6 +182,8 @@ pub struct Metrics {
     store_duration: Family<OperationLabel, Histogram>,
     store_errors: Family<OperationLabel, Counter>,
     unconsumed_fields: Family<UpdateFieldLabels, Counter>,
+    store_reachable: Gauge,
+    draining: Gauge,
     /// The (kind, field) series of `unconsumed_fields` so far: bounded, the rest is `other`.
     unconsumed_series: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
 }
@@ -367,6 +375,18 @@ impl Metrics {
             "Acknowledged events past the retention period deleted from the outbox",
             events_pruned.clone(),
         );
+        let store_reachable = Gauge::default();
+        registry.register(
+            "store_reachable",
+            "1 while the store answers the health probe's ping in time, 0 while it does not (0 until the first ping)",
+            store_reachable.clone(),
+        );
+        let draining = Gauge::default();
+        registry.register(
+            "draining",
+            "1 once a drain (SIGTERM or AdminService.Drain) or shutdown has begun, else 0",
+            draining.clone(),
+        );
         // Series of closed label sets exist from the start at zero, so a dashboard shows 0
         // (and `rate()` works from the first scrape) rather than "no data" until the first event.
         for state in crate::state::SlotState::ALL
@@ -381,7 +401,7 @@ impl Metrics {
                 pool_slots.get_or_create(&labels).set(0);
             }
         }
-        for state in ["completed", "cancelled", "interrupted", "failed"] {
+        for state in SETTLED_STATES {
             turns_settled.get_or_create(&StateLabel { state }).inc_by(0);
         }
         for cause in ["agent", "runner", "other"] {
@@ -401,7 +421,52 @@ impl Metrics {
         for what in ["execution", "answer", "event", "etag"] {
             fenced_writes.get_or_create(&WhatLabel { what }).inc_by(0);
         }
+        for family in EVENT_TYPES.iter().map(|t| event_family(t)).chain(["other"]) {
+            events_appended.get_or_create(&FamilyLabel { family }).inc_by(0);
+        }
+        for kind in INTERACTION_KINDS {
+            interactions_created.get_or_create(&KindLabel { kind }).inc_by(0);
+            for state in INTERACTION_END_STATES {
+                interactions_ended
+                    .get_or_create(&KindStateLabels { kind, state })
+                    .inc_by(0);
+                let _ = interaction_wait.get_or_create(&KindStateLabels { kind, state });
+            }
+        }
+        for answered_by in ["human", "policy", "other"] {
+            answers_delivered
+                .get_or_create(&AnsweredByLabel { answered_by })
+                .inc_by(0);
+        }
+        // Reasons are the error catalog: a closed set, so every one starts at 0 and the
+        // first refusal of a kind is an increase an alert's `increase()` sees.
+        for reason in Reason::ALL.iter().map(|r| r.as_str()) {
+            launches_refused.get_or_create(&ReasonLabel { reason }).inc_by(0);
+            pool_failures.get_or_create(&ReasonLabel { reason }).inc_by(0);
+            requests_refused.get_or_create(&ReasonLabel { reason }).inc_by(0);
+        }
+        for kind in ["warm", "cold"] {
+            let _ = lease_duration.get_or_create(&LeaseKindLabel { kind });
+        }
+        for phase in ["spawn", "initialize"] {
+            let _ = agent_start.get_or_create(&PhaseLabel { phase });
+        }
+        for state in SETTLED_STATES {
+            let _ = turn_duration.get_or_create(&StateLabel { state });
+        }
+        // Field names come from the agent (an open set); `other` of each audited kind is
+        // the one series known in advance.
+        for update_kind in audited_update_kinds() {
+            unconsumed_fields
+                .get_or_create(&UpdateFieldLabels {
+                    update_kind,
+                    field: "other".into(),
+                })
+                .inc_by(0);
+        }
         Self {
+            store_reachable,
+            draining,
             unconsumed_fields,
             unconsumed_series: std::sync::Mutex::new(std::collections::HashSet::new()),
             events_pruned,
@@ -587,6 +652,15 @@ impl Metrics {
             .inc();
     }
 
+    /// What the health probe's store ping found.
+    pub(crate) fn store_reachable(&self, reachable: bool) {
+        self.store_reachable.set(i64::from(reachable));
+    }
+
+    pub(crate) fn draining(&self) {
+        self.draining.set(1);
+    }
+
     pub(crate) fn events_pruned(&self, count: u64) {
         self.events_pruned.inc_by(count);
     }
@@ -676,8 +750,10 @@ impl cursor_runner_store::StoreObserver for Metrics {
     fn observed(&self, operation: &'static str, took: std::time::Duration, ok: bool) {
         let label = OperationLabel { operation };
         self.store_duration.get_or_create(&label).observe(took.as_secs_f64());
+        // Operations are known once they run: each gets its error series (at 0) then.
+        let errors = self.store_errors.get_or_create(&label);
         if !ok {
-            self.store_errors.get_or_create(&label).inc();
+            errors.inc();
         }
     }
 }
@@ -698,8 +774,10 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("cursor_runner_unconsumed_fields_total{"))
             .count();
-        // The named series, plus one `other` per update kind that overflowed (two here).
-        assert_eq!(series, MAX_UNCONSUMED_FIELD_SERIES + 2, "{series} series");
+        // The named series, plus one `other` per audited update kind (there from the start,
+        // at 0; the two kinds that overflowed count theirs).
+        let others = audited_update_kinds().count();
+        assert_eq!(series, MAX_UNCONSUMED_FIELD_SERIES + others, "{series} series");
         assert!(scrape.contains("field=\"other\""));
         assert!(!scrape.contains('\u{1b}'));
     }
@@ -716,6 +794,19 @@ mod tests {
             "cursor_runner_pool_leases_total{kind=\"cold\"} 0",
             "cursor_runner_pool_process_starts_total{outcome=\"failed\"} 0",
             "cursor_runner_fenced_writes_total{what=\"etag\"} 0",
+            "cursor_runner_events_appended_total{family=\"runtime_request\"} 0",
+            "cursor_runner_interactions_ended_total{kind=\"plan\",state=\"expired\"} 0",
+            "cursor_runner_answers_delivered_total{answered_by=\"policy\"} 0",
+            "cursor_runner_requests_refused_total{reason=\"POOL_EXHAUSTED\"} 0",
+            "cursor_runner_launches_refused_total{reason=\"AGENT_EXITED\"} 0",
+            "cursor_runner_pool_failures_total{reason=\"AGENT_EXITED\"} 0",
+            "cursor_runner_lease_duration_seconds_count{kind=\"warm\"} 0",
+            "cursor_runner_agent_start_seconds_count{phase=\"initialize\"} 0",
+            "cursor_runner_turn_duration_seconds_count{state=\"failed\"} 0",
+            "cursor_runner_interaction_wait_seconds_count{kind=\"question\",state=\"delivered\"} 0",
+            "cursor_runner_unconsumed_fields_total{update_kind=\"tool_call\",field=\"other\"} 0",
+            "cursor_runner_store_reachable 0",
+            "cursor_runner_draining 0",
         ] {
             assert!(text.contains(series), "{series} missing from\n{text}");
         }

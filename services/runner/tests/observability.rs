@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cursor_runner_e2e::{Backend, ServiceDirs, ServiceProcess, ServiceSettings, TestDatabase};
+use cursor_runner_e2e::{Backend, ServiceDirs, ServiceProcess, ServiceSettings, TestDatabase, promtool};
 
 fn free_address() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -22,8 +22,11 @@ fn healthcheck(addr: SocketAddr) -> std::process::Output {
         .unwrap()
 }
 
-/// A plain HTTP/1.1 GET; returns the head and the body.
-fn get(addr: SocketAddr, path: &str) -> (String, String) {
+/// What Prometheus sends by default: OpenMetrics first, the text format as a fallback.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// A plain HTTP/1.1 GET, with an `Accept` header if given; returns the head and the body.
+fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> (String, String) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut stream = loop {
         match TcpStream::connect(addr) {
@@ -35,9 +38,10 @@ fn get(addr: SocketAddr, path: &str) -> (String, String) {
             Err(e) => panic!("nothing listens on {addr}: {e}"),
         }
     };
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -71,7 +75,7 @@ async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
     );
     assert_eq!(String::from_utf8_lossy(&serving.stdout).trim(), "SERVING");
 
-    let (head, body) = get(metrics_address, "/metrics");
+    let (head, body) = get(metrics_address, "/metrics", Some(PROMETHEUS_ACCEPT));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         head.to_ascii_lowercase()
@@ -85,4 +89,74 @@ async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
 
     let nothing = healthcheck(free_address());
     assert_eq!(nothing.status.code(), Some(1));
+}
+
+fn content_type(head: &str) -> String {
+    head.lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no content-type in {head}"))
+}
+
+/// A scraper that does not ask for OpenMetrics (`text/plain`, `*/*` or no `Accept`: curl,
+/// older Prometheus configurations, promtool) gets the Prometheus text format 0.0.4, and
+/// `promtool check metrics` accepts it, lint included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_openmetrics_in_accept_metrics_are_the_text_format_promtool_accepts() {
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let dirs = ServiceDirs::new();
+    let metrics_address = free_address();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: "demo.json",
+        record: &dirs.record,
+        env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics_address.to_string())],
+        args: Vec::new(),
+    });
+    let _client = service.client().await;
+
+    let mut scrapes = Vec::new();
+    for accept in [None, Some("text/plain;version=0.0.4"), Some("*/*")] {
+        let (head, body) = get(metrics_address, "/metrics", accept);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(
+            content_type(&head),
+            "text/plain; version=0.0.4; charset=utf-8",
+            "Accept: {accept:?}"
+        );
+        assert!(
+            body.contains("# TYPE cursor_runner_turns_started_total counter\n"),
+            "a counter's TYPE names its samples: {body}"
+        );
+        assert!(!body.contains("# EOF"), "{body}");
+        scrapes.push(body);
+    }
+    service.stop();
+
+    let Some(promtool) =
+        promtool::promtool("without_openmetrics_in_accept_metrics_are_the_text_format_promtool_accepts")
+    else {
+        return;
+    };
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    check.stdin.take().unwrap().write_all(scrapes[0].as_bytes()).unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {:?}\n{}{}",
+        checked.status,
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }
