@@ -15,6 +15,10 @@
 //! queries (closed label sets at zero), so no panel starts empty. Scrapes ask for
 //! OpenMetrics, as Prometheus does (without it, `/metrics` serves the text format 0.0.4).
 //!
+//! The alerting rules (`deploy/prometheus/alerts.yaml`) are held to the same scrape:
+//! every metric an alert expression selects is in a fresh one, and promtool checks and
+//! unit-tests the rules.
+//!
 //! The ignored `capture_for_the_dashboard_picture` drives a longer demo load and writes
 //! the scrapes it took to `$DASHBOARD_DATA` (`docs/dashboard/make.sh` renders them).
 
@@ -28,6 +32,9 @@ use cursor_runner_e2e::*;
 use serde_json::{Value, json};
 
 const DASHBOARD: &str = "deploy/grafana/cursor-runner.json";
+/// The Prometheus alerting rules, and their `promtool test rules` file.
+const ALERTS: &str = "deploy/prometheus/alerts.yaml";
+const ALERT_TESTS: &str = "deploy/prometheus/alerts.test.yaml";
 
 #[test]
 fn the_extractor_keeps_metric_names_and_drops_functions_keywords_labels_and_variables() {
@@ -168,6 +175,83 @@ async fn every_metric_the_dashboard_queries_is_in_a_fresh_scrape() {
         queried.len(),
         missing.join("\n  ")
     );
+}
+
+/// Every metric an alert rule selects is in a fresh scrape: a renamed or dropped
+/// metric fails here, instead of leaving an alert that can never fire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_an_alert_rule_queries_is_in_a_fresh_scrape() {
+    let rules = alert_expressions();
+    let text = fresh_scrape().await;
+    let exposed = Exposition::parse(&text);
+    let mut missing = Vec::new();
+    for (alert, expr) in &rules {
+        let selected = selected_metrics(expr);
+        assert!(!selected.is_empty(), "{alert} selects no metric: {expr}");
+        for name in selected {
+            if let Err(why) = exposed.resolve(&name) {
+                missing.push(format!("{alert}: {name}: {why}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "alert metrics missing from a fresh scrape:\n  {}\n\nscrape:\n{text}",
+        missing.join("\n  ")
+    );
+}
+
+/// `promtool check rules` (syntax, PromQL, templates) and `promtool test rules` (each
+/// alert against synthetic series) pass on the shipped rules.
+#[test]
+fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
+    let Some(promtool) = promtool::promtool("the_alert_rules_pass_promtool_check_and_their_unit_tests") else {
+        return;
+    };
+    for (what, file) in [("check", ALERTS), ("test", ALERT_TESTS)] {
+        let output = std::process::Command::new(&promtool)
+            .args([what, "rules"])
+            .arg(workspace_root().join(file))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "promtool {what} rules {file}: {:?}\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// `(alert name, expr)` of every rule in [`ALERTS`]. Each `expr:` is one plain line (no
+/// block scalar), which this reads without a YAML parser; promtool checks the YAML itself.
+fn alert_expressions() -> Vec<(String, String)> {
+    let path = workspace_root().join(ALERTS);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut rules = Vec::new();
+    let mut alert = None;
+    for line in text.lines().map(str::trim) {
+        assert!(
+            !line.starts_with("- record:"),
+            "{ALERTS}: recording rules are not checked here: {line}"
+        );
+        if let Some(name) = line.strip_prefix("- alert:") {
+            alert = Some(name.trim().to_owned());
+        } else if let Some(expr) = line.strip_prefix("expr:") {
+            let expr = expr.trim();
+            assert!(
+                !expr.is_empty() && !expr.starts_with(['|', '>', '"', '\'']),
+                "{ALERTS}: write each expr as one plain line: {line}"
+            );
+            let name = alert
+                .take()
+                .unwrap_or_else(|| panic!("{ALERTS}: an expr outside an alert: {line}"));
+            rules.push((name, expr.to_owned()));
+        }
+    }
+    assert!(rules.len() >= 6, "too few alert rules found in {ALERTS}: {rules:?}");
+    rules
 }
 
 /// `GET /metrics` of a service that has just started and done nothing else.
