@@ -567,7 +567,7 @@ impl Engine {
         };
         let mut record = record;
         limits.store_in(&mut record);
-        self.store.insert_execution(&record).await?;
+        self.execution_store().insert_execution(&record).await?;
         let span = tracing::info_span!(
             "execution.start",
             execution_id = %record.id,
@@ -758,7 +758,7 @@ impl Engine {
         record.failure_reason = None;
         record.failure_message = None;
         record.updated_at_ms = now_ms();
-        self.store.update_execution(&record).await?;
+        self.execution_store().update_execution(&record).await?;
         let span = tracing::info_span!(
             "execution.start",
             execution_id = %record.id,
@@ -827,7 +827,7 @@ impl Engine {
                         record.pid = Some(i64::from(process.pid));
                         exit = Some(process.exit);
                     }
-                    actor::fail_execution(&self.store, &mut record, &failure.error, exit, recovery).await;
+                    actor::fail_execution(&self.execution_store(), &mut record, &failure.error, exit, recovery).await;
                     self.metrics.launch_refused(failure.error.reason);
                     return Err(failure.error);
                 }
@@ -1453,8 +1453,12 @@ impl Engine {
                                 let recorded = match &result {
                                     Ok(value) => recorder.complete_idempotency(&owner_key, value).await,
                                     // A refusal changed nothing: the key stays free, so the
-                                    // caller may fix the request and send it again.
-                                    Err(e) if e.is_refusal() => recorder.release_idempotency(&owner_key).await,
+                                    // caller may fix the request and send it again. A store
+                                    // outage is no outcome either: the same call may be
+                                    // retried (each write it made is its own to find again).
+                                    Err(e) if e.is_refusal() || e.is_transient() => {
+                                        recorder.release_idempotency(&owner_key).await
+                                    }
                                     Err(e) => recorder.complete_idempotency(&owner_key, &e.to_json()).await,
                                 };
                                 match recorded {

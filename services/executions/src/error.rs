@@ -170,6 +170,12 @@ impl EngineError {
             )
     }
 
+    /// The store could not be reached, so nothing is known to have happened: the same call
+    /// may be sent again (it is not the call's final outcome).
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Unavailable && self.reason == Reason::StoreUnavailable
+    }
+
     pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
         self.metadata.push((key.to_owned(), value.into()));
         self

@@ -368,7 +368,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
-        on_pool!(self, |pool| {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
@@ -402,7 +402,7 @@ impl Store for SqlStore {
         .await?
         .rows_affected()
         });
-        Ok(())
+        already_there_after_retry(outcome, retried)
     }
 
     async fn update_execution(&self, e: &ExecutionRecord) -> StoreResult<bool> {
