@@ -5,8 +5,9 @@
 //! - With a PID namespace, the kernel does it: the init's parent-death signal kills the
 //!   init, and with PID 1 gone every process of its namespace is killed.
 //! - Without one, the agent's parent-death signal kills the agent only; its
-//!   descendants survive the service until the next start-up sweeps the launch ledger
-//!   (which the census filled), killing exactly the recorded identities.
+//!   descendants survive the service until the next start-up sweeps the launch ledger:
+//!   the identities the census recorded, and every process that still carries the
+//!   launch's environment marker (recorded before the fork, so no census is needed).
 
 use std::path::Path;
 
@@ -103,5 +104,41 @@ async fn without_a_pid_namespace_the_start_up_sweep_kills_what_the_ledger_record
         ledger_pids(dirs.root.path()).is_empty(),
         "the ledger is truncated after the sweep"
     );
+    second.stop();
+}
+
+/// Issue 23, item 4: the service dies right after the agent forked, before any census
+/// could see the sleepers. The marker the ledger recorded before the agent existed
+/// still names them, so the next start-up finds and kills both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_pid_namespace_descendants_forked_just_before_a_sigkill_of_the_service_die_at_the_next_start_up() {
+    let dirs = ServiceDirs::new();
+    let first = service(&dirs, false);
+    first.wait_for_stderr("pid_namespace=false pdeathsig=true subreaper=true ledger=true");
+    let mut client = first.client().await;
+    let execution = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: dirs.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let agent = host_process(execution.pid.unwrap() as i32).expect("the agent runs");
+    start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .unwrap();
+    // Killed as soon as both sleepers exist: well inside one census interval.
+    let (grouped, detached) = the_two_sleepers(agent.pid).await;
+    first.kill();
+    until_all_gone("the agent (its parent-death signal)", &[agent]).await;
+
+    let second = service(&dirs, false);
+    // The sweep runs before the service listens.
+    let _client = second.client().await;
+    until_all_gone("after the start-up sweep", &[grouped, detached]).await;
     second.stop();
 }
