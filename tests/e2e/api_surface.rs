@@ -566,9 +566,7 @@ fn create_request_of_encoded_length(bytes: usize) -> proto::CreateExecutionReque
     }
 }
 
-async fn a_request_message_at_the_transport_bound_is_read_and_one_byte_over_is_refused_typed(
-    backend: Backend,
-) {
+async fn a_request_message_at_the_transport_bound_is_read_and_one_byte_over_is_refused_typed(backend: Backend) {
     use cursor_runner_api::bounds::MAX_REQUEST_BYTES;
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;

@@ -698,11 +698,13 @@ pub async fn cancel_turn(client: &mut Client, execution_id: &str, turn_id: &str)
 }
 
 /// The agent's whole environment, by name, as the launcher builds it from nothing:
-/// written out here, not taken from the code's own list.
-pub const CLOSED_AGENT_ENVIRONMENT: [&str; 10] = [
+/// written out here, not taken from the code's own list. `CURSOR_RUNNER_LAUNCH` is the
+/// launch marker (random, no secret) by which the guardian finds descendants.
+pub const CLOSED_AGENT_ENVIRONMENT: [&str; 11] = [
     "AGENT_CLI_CREDENTIAL_STORE",
     "CURSOR_CONFIG_DIR",
     "CURSOR_DATA_DIR",
+    "CURSOR_RUNNER_LAUNCH",
     "HOME",
     "NODE_DISABLE_COMPILE_CACHE",
     "NO_OPEN_BROWSER",

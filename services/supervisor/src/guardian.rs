@@ -7,7 +7,8 @@
 //! | parent-death signal (SIGKILL), armed from one long-lived spawner thread | the launched process (init, or the agent without a namespace) when the service dies | always |
 //! | own process group + stop ladder | the agent and the descendants that stayed in its group | always |
 //! | child subreaper + census | without a namespace: descendants the census has seen (tree walk every [`CENSUS_INTERVAL`] and right before a stop) are killed when their execution ends, orphans adopted by the service are reaped | always (the census only without a namespace) |
-//! | launch ledger | after a SIGKILL of the service: what was recorded (init and agent; without a namespace also the census's descendants) is killed at the next start-up if pid *and* start time still match | a writable state directory |
+//! | launch marker (`CURSOR_RUNNER_LAUNCH` in the agent's environment, inherited by every descendant) | without a namespace: every descendant that kept its environment, seen by a census or not, when the agent ends (killed, and reaped once adopted) | always |
+//! | launch ledger | after a SIGKILL of the service: what was recorded (the marker, written before the fork; init and agent; without a namespace also the census's descendants) is killed at the next start-up if pid *and* start time still match, or if it carries the marker | a writable state directory |
 //!
 //! The reaper thread only `waitpid`s pids it knows are adopted descendants of an agent,
 //! never a child that tokio (or anyone else in the process) spawned and will wait for.
@@ -24,7 +25,7 @@ use serde::Serialize;
 use tokio::process::{ChildStdin, ChildStdout};
 
 use crate::launch::{LaunchError, LaunchSpec};
-use crate::ledger::{Ledger, LedgerEntry, LedgerRole};
+use crate::ledger::{LaunchMarker, LaunchRecord, Ledger, LedgerEntry, LedgerRole};
 use crate::process::{AgentProcess, Isolation};
 use crate::procfs::{self, ProcStat};
 use crate::spawner::Spawner;
@@ -82,6 +83,9 @@ struct Tracked {
     root_start: u64,
     /// Walk `/proc` for descendants (no namespace to do it for us).
     census: bool,
+    /// `CURSOR_RUNNER_LAUNCH=<marker>`: once the agent ended, whatever still carries it
+    /// is one of its descendants.
+    marker: Vec<u8>,
     /// Descendants seen so far: pid → start time.
     known: HashMap<i32, u64>,
     /// The agent has exited and been reaped: whatever is known must die.
@@ -173,14 +177,38 @@ impl Guardian {
     }
 
     /// Launches an agent for `execution_id` (generation `generation`) with every active
-    /// mechanism, and records it in the ledger. Must be called inside a tokio runtime.
+    /// mechanism, and records it in the ledger: its marker before the fork, its
+    /// processes after. Must be called inside a tokio runtime.
     pub fn spawn(
         &self,
         spec: &LaunchSpec,
         execution_id: &str,
         generation: i64,
     ) -> Result<(AgentProcess, ChildStdin, ChildStdout), LaunchError> {
-        let (mut process, stdin, stdout) = AgentProcess::launch(spec, &self.inner.isolation)?;
+        let marker = LaunchMarker::new().map_err(|e| LaunchError::Spawn(format!("no launch marker: {e}")))?;
+        if let Some(ledger) = lock(&self.inner.ledger).as_mut() {
+            let launch = LaunchRecord {
+                marker: marker.clone(),
+                execution_id: execution_id.to_owned(),
+                generation,
+            };
+            if let Err(e) = ledger.record_launch(launch) {
+                tracing::warn!(error = %e, "recording a launch marker in the ledger failed");
+            }
+        }
+        let launched = AgentProcess::launch(spec, &self.inner.isolation, Some(&marker));
+        let (mut process, stdin, stdout) = match launched {
+            Ok(launched) => launched,
+            Err(e) => {
+                // Nothing was started: the marker names no process.
+                if let Some(ledger) = lock(&self.inner.ledger).as_mut()
+                    && let Err(e) = ledger.retire(execution_id, generation)
+                {
+                    tracing::warn!(error = %e, "rewriting the launch ledger failed");
+                }
+                return Err(e);
+            }
+        };
         let agent = process.pid() as i32;
         let root = procfs::stat(agent);
         let mut entries = Vec::new();
@@ -210,6 +238,7 @@ impl Guardian {
                 root_pid: agent,
                 root_start: root.map_or(0, |s| s.start_time),
                 census: matches!(self.inner.isolation, Isolation::Direct),
+                marker: marker.environ_entry(),
                 known: HashMap::new(),
                 ended: false,
             },
@@ -309,7 +338,11 @@ impl Inner {
                     continue;
                 }
                 if t.census {
-                    for stat in t.expand(procs) {
+                    let mut new = t.expand(procs);
+                    if t.ended {
+                        new.extend(t.marked(procs));
+                    }
+                    for stat in new {
                         found.push(ledger_entry(
                             &stat,
                             &t.execution_id,
@@ -397,6 +430,21 @@ impl Tracked {
                 return found;
             }
         }
+    }
+
+    /// Once the agent ended: adds every running process that carries the launch's marker
+    /// — one forked and orphaned between two censuses, or a census never ran for — and
+    /// returns the new ones.
+    fn marked(&mut self, procs: &HashMap<i32, ProcStat>) -> Vec<ProcStat> {
+        let mut found = Vec::new();
+        for stat in procs.values() {
+            let known = self.known.get(&stat.pid) == Some(&stat.start_time);
+            if !known && stat.is_running() && procfs::environ_contains(stat.pid, &self.marker) {
+                self.known.insert(stat.pid, stat.start_time);
+                found.push(*stat);
+            }
+        }
+        found
     }
 }
 

@@ -16,6 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::guardian::Registration;
 use crate::launch::{LaunchError, LaunchSpec};
+use crate::ledger::{LAUNCH_MARKER_VARIABLE, LaunchMarker};
 use crate::spawner::{ChildGuard, Spawner};
 
 /// How long `agent-init` may take to report the agent it started.
@@ -75,18 +76,23 @@ impl AgentProcess {
     /// forked by the dedicated spawner thread with a parent-death signal (no PID
     /// namespace, no ledger: see [`crate::Guardian::spawn`] for those).
     pub fn spawn(spec: &LaunchSpec) -> Result<(Self, ChildStdin, ChildStdout), LaunchError> {
-        Self::launch(spec, &Isolation::Direct)
+        Self::launch(spec, &Isolation::Direct, None)
     }
 
+    /// Launches `spec`; with a `marker`, the environment also carries
+    /// `CURSOR_RUNNER_LAUNCH=<marker>`, which every descendant inherits.
     pub(crate) fn launch(
         spec: &LaunchSpec,
         isolation: &Isolation,
+        marker: Option<&LaunchMarker>,
     ) -> Result<(Self, ChildStdin, ChildStdout), LaunchError> {
         spec.prepare()?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| LaunchError::Spawn("agents are launched from inside a tokio runtime".into()))?;
         let (program, args) = (spec.command.program.clone(), spec.command.args.clone());
-        let (working_dir, environment) = (spec.private_home.clone(), spec.environment());
+        let mut environment = spec.environment();
+        environment.extend(marker.map(|m| (LAUNCH_MARKER_VARIABLE.to_owned(), m.as_str().to_owned())));
+        let working_dir = spec.private_home.clone();
         let identity = spec.identity;
         let isolation = isolation.clone();
         let spawned = Spawner::global()

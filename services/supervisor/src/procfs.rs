@@ -1,6 +1,7 @@
 //! The few facts about a process this crate reads from the host's `/proc`: its parent,
-//! group, session, state and start time. A process's identity is (pid, start time):
-//! a pid alone can be reused, the pair cannot.
+//! group, session, state and start time, and whether its environment carries a launch
+//! marker. A process's identity is (pid, start time): a pid alone can be reused, the
+//! pair cannot.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -84,6 +85,13 @@ pub fn signal_if_same(pid: i32, start_time: u64, signal: i32) -> bool {
     sent == 0
 }
 
+/// Whether `pid`'s environment (`/proc/<pid>/environ`: the block it was exec'd with)
+/// holds exactly `entry` (`NAME=value`). False when it cannot be read: an exited
+/// process, or one this process may not inspect.
+pub fn environ_contains(pid: i32, entry: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| environ.split(|b| *b == 0).any(|e| e == entry))
+}
+
 /// Every process visible in `/proc`, by pid.
 pub fn all() -> HashMap<i32, ProcStat> {
     let mut out = HashMap::new();
@@ -131,6 +139,29 @@ mod tests {
         assert!(is_same_running(pid, me.start_time));
         assert!(!is_same_running(pid, me.start_time + 1));
         assert!(all().contains_key(&pid));
+    }
+
+    #[test]
+    fn an_environment_entry_is_matched_whole() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("PROCFS_TEST_MARKER", "abc")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // Until it execs, the child shows the environment it was forked with (ours).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !environ_contains(pid, b"PROCFS_TEST_MARKER=abc") {
+            assert!(std::time::Instant::now() < deadline, "the marker never appeared");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            !environ_contains(pid, b"PROCFS_TEST_MARKER=ab"),
+            "a prefix is not a match"
+        );
+        assert!(!environ_contains(std::process::id() as i32, b"PROCFS_TEST_MARKER=abc"));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -6,8 +6,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use cursor_runner_supervisor::ledger::{LEDGER_FILE, Ledger, LedgerEntry, LedgerRole};
+use cursor_runner_supervisor::ledger::{
+    LAUNCH_MARKER_VARIABLE, LEDGER_FILE, LaunchMarker, LaunchRecord, Ledger, LedgerEntry, LedgerRole,
+};
 use cursor_runner_supervisor::{AgentCommand, Guardian, GuardianConfig, LaunchSpec, procfs};
+
+/// How long a spawned sleeper may take to exec.
+const EXEC_WAIT: Duration = Duration::from_secs(10);
 
 fn sleeper() -> Child {
     Command::new("sleep").arg("300").spawn().expect("sleep")
@@ -89,6 +94,58 @@ fn a_dead_recorded_process_is_skipped() {
     assert!(report.killed.is_empty());
 }
 
+/// A sleeper whose environment carries `marker`, once it has exec'd (until then its
+/// `/proc/<pid>/environ` is the environment it was forked with: this test's).
+fn marked_sleeper(marker: &LaunchMarker) -> Child {
+    let child = Command::new("sleep")
+        .arg("300")
+        .env(LAUNCH_MARKER_VARIABLE, marker.as_str())
+        .spawn()
+        .expect("sleep");
+    let deadline = Instant::now() + EXEC_WAIT;
+    while !procfs::environ_contains(child.id() as i32, &marker.environ_entry()) {
+        assert!(Instant::now() < deadline, "the sleeper never exec'd");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child
+}
+
+/// A process no census ever saw is still found by the marker its launch recorded
+/// before the fork; another launch's marker is left alone.
+#[test]
+fn the_sweep_kills_every_process_carrying_a_recorded_launch_marker_and_no_other() {
+    let state = tempfile::tempdir().unwrap();
+    let (recorded, unrecorded) = (LaunchMarker::new().unwrap(), LaunchMarker::new().unwrap());
+    let mut marked = marked_sleeper(&recorded);
+    let mut other = marked_sleeper(&unrecorded);
+    let launch = LaunchRecord {
+        marker: recorded,
+        execution_id: "exec-1".into(),
+        generation: 1,
+    };
+    std::fs::write(
+        state.path().join(LEDGER_FILE),
+        serde_json::to_string(&launch).unwrap() + "\n",
+    )
+    .unwrap();
+
+    let (_ledger, report) = Ledger::open(state.path()).unwrap();
+
+    assert_eq!(report.recorded, 1);
+    assert_eq!(report.killed.len(), 1);
+    assert_eq!(
+        (report.killed[0].pid, report.killed[0].role),
+        (marked.id() as i32, LedgerRole::Marked)
+    );
+    assert!(killed_by_sigkill(&mut marked), "the marked process is killed");
+    assert!(
+        other.try_wait().unwrap().is_none(),
+        "another launch's marker is left alone"
+    );
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
+
 fn spec(home: PathBuf, command: &str) -> LaunchSpec {
     LaunchSpec {
         identity: None,
@@ -99,7 +156,7 @@ fn spec(home: PathBuf, command: &str) -> LaunchSpec {
 }
 
 /// Without an `agent-init` binary there is no namespace; the fallbacks are on, and the
-/// launch is recorded with the agent's identity, then retired once it ended.
+/// launch is recorded (its marker before the fork, then the agent's identity), then retired once it ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_init_the_fallbacks_report_active_and_the_ledger_follows_the_agent() {
     let state = tempfile::tempdir().unwrap();
@@ -116,7 +173,10 @@ async fn without_an_init_the_fallbacks_report_active_and_the_ledger_follows_the_
     let (mut process, _stdin, _stdout) = guardian.spawn(&spec, "exec-1", 1).unwrap();
     let pid = process.pid() as i32;
     let text = std::fs::read_to_string(guardian.ledger_path().unwrap()).unwrap();
-    let entry: LedgerEntry = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let mut lines = text.lines();
+    let launch: LaunchRecord = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(launch.execution_id, "exec-1", "the marker is recorded first");
+    let entry: LedgerEntry = serde_json::from_str(lines.next().unwrap()).unwrap();
     assert_eq!((entry.pid, entry.pgid, entry.role), (pid, pid, LedgerRole::Agent));
     assert_eq!(entry.start_time, procfs::start_time(pid).unwrap());
 
