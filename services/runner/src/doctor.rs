@@ -114,6 +114,17 @@ pub async fn run(args: DoctorArgs, url_on_command_line: bool) -> anyhow::Result<
                 .into()
         },
     });
+    let private_proc = namespaces && cursor_runner_supervisor::private_proc_available();
+    checks.push(Check {
+        name: "agent sight: private /proc",
+        ok: private_proc,
+        required: false,
+        detail: if private_proc {
+            "each agent's namespace mounts a fresh /proc: it sees its own processes only".into()
+        } else {
+            "unavailable: agents see the host's processes and their command lines in /proc".into()
+        },
+    });
     let subreaper = nix::sys::prctl::get_child_subreaper().is_ok();
     checks.push(Check {
         name: "lifetime guardian: child subreaper",

@@ -125,6 +125,50 @@ async fn an_agent_ignoring_sigterm_is_ended_by_sigkill_of_the_init_with_its_whol
     until_all_gone("the namespace", &everything).await;
 }
 
+/// The pids this `/proc` lists, and whether it shows the service: shell builtins only,
+/// so no process of the probe's own shows up.
+const PROC_PROBE: &str = "for p in /proc/[0-9]*; do printf '%s ' \"${p#/proc/}\"; done; echo\n\
+                          [ -e /proc/$SERVICE_PID ] && echo service-visible || echo service-hidden\n\
+                          read line\n";
+
+/// How many procfs mounts this process's mount namespace holds.
+fn proc_mounts() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" - proc "))
+        .count()
+}
+
+/// Issue 23, item 3b: the agent's `/proc` is its namespace's own, so the service (its
+/// command line included) and the host's processes are not there, and the mount
+/// stays in the agent's mount namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_sees_only_its_own_namespace_in_proc_and_the_hosts_mounts_are_untouched() {
+    let state = tempfile::tempdir().unwrap();
+    let guardian = guardian(state.path());
+    assert!(
+        guardian.report().private_proc,
+        "root here: a private /proc can be mounted"
+    );
+    let host_mounts = proc_mounts();
+    let script = PROC_PROBE.replace("$SERVICE_PID", &std::process::id().to_string());
+    let (mut process, stdin, mut stdout) = launch(&guardian, state.path(), &script);
+    assert_eq!(
+        stdout.next_line().await.unwrap().as_deref(),
+        Some("1 2 "),
+        "its init and itself, nothing of the host"
+    );
+    assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("service-hidden"));
+    assert_eq!(
+        proc_mounts(),
+        host_mounts,
+        "nothing was mounted in the host's namespace"
+    );
+    drop(stdin);
+    process.wait().await;
+}
+
 #[test]
 fn run_directly_the_init_passes_the_status_through_and_reports_it_on_the_status_fd() {
     let run = |script: &str| {
@@ -147,4 +191,17 @@ fn run_directly_the_init_passes_the_status_through_and_reports_it_on_the_status_
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(127));
+}
+
+/// Outside a PID namespace of its own a fresh procfs would still list the host: the
+/// init refuses to start the agent rather than pretend.
+#[test]
+fn run_directly_the_init_refuses_a_private_proc_it_cannot_make_private() {
+    let output = std::process::Command::new(init_binary())
+        .args(["agent-init", "--status-fd", "1", "--private-proc", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("error ") && stdout.contains("PID 1"), "{stdout}");
 }

@@ -15,16 +15,25 @@
 //! `pid <host pid>` once the agent runs, then `exit <code>` or `signal <number>`
 //! (`error <message>` if the agent could not be started).
 //!
+//! With `--private-proc` it first enters a mount namespace of its own (propagation
+//! private, so nothing it mounts reaches the host) and mounts a fresh procfs on
+//! `/proc`: the agent's `/proc` then lists its own namespace's processes only, not the
+//! service's (nor its command line) nor any other process of the host. Failing to do so
+//! is fatal (`error …`): the launcher asked for it because the start-up probe proved it
+//! possible, so an agent never silently gets the host's `/proc` instead.
+//!
 //! Single-threaded and synchronous on purpose: no runtime, no logging, nothing on
 //! stdout (it belongs to the agent's protocol).
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 
 use nix::errno::Errno;
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpid};
@@ -47,6 +56,7 @@ const CANNOT_START: i32 = 127;
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
     let mut args = args.into_iter();
     let mut status_fd = None;
+    let mut private_proc = false;
     let (mut uid, mut gid) = (None, None);
     let mut command = Vec::new();
     let number = |value: Option<OsString>| value.and_then(|v| v.to_str()?.parse::<u32>().ok());
@@ -58,6 +68,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
                     usage();
                 }
             }
+            Some("--private-proc") => private_proc = true,
             Some("--uid") => uid = Some(number(args.next()).unwrap_or_else(|| usage())),
             Some("--gid") => gid = Some(number(args.next()).unwrap_or_else(|| usage())),
             Some("--") => {
@@ -70,22 +81,24 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
     if command.is_empty() || uid.is_some() != gid.is_some() {
         usage();
     }
-    run(status_fd, uid.zip(gid), &command)
+    run(status_fd, private_proc, uid.zip(gid), &command)
 }
 
 fn usage() -> ! {
-    eprintln!("usage: cursor-runner agent-init [--status-fd N] [--uid U --gid G] -- <program> [args…]");
+    eprintln!(
+        "usage: cursor-runner agent-init [--status-fd N] [--private-proc] [--uid U --gid G] -- <program> [args…]"
+    );
     std::process::exit(2)
 }
 
-/// Runs the init and exits with the agent's status. `status_fd` is inherited from the
+/// Runs the agent (as `identity`, uid and gid, when given; under a fresh `/proc` with
+/// `private_proc`) and exits with its status. `status_fd` is inherited from the
 /// launcher; `command` is the agent's program and arguments.
-/// Runs the agent (as `identity`, uid and gid, when given) and exits with its status.
-pub fn run(status_fd: Option<RawFd>, identity: Option<(u32, u32)>, command: &[OsString]) -> ! {
+pub fn run(status_fd: Option<RawFd>, private_proc: bool, identity: Option<(u32, u32)>, command: &[OsString]) -> ! {
     // SAFETY: the launcher passed this descriptor to us for exactly this use; nothing
     // else in this process owns it.
     let mut status = status_fd.map(|fd| unsafe { File::from_raw_fd(fd) });
-    let code = match supervise(status.as_mut(), identity, command) {
+    let code = match supervise(status.as_mut(), private_proc, identity, command) {
         Ok(code) => code,
         Err(e) => {
             report(status.as_mut(), &format!("error {e}"));
@@ -112,7 +125,41 @@ fn release_agent_pipes(status_fd: Option<RawFd>) -> io::Result<()> {
     Ok(())
 }
 
-fn supervise(mut status: Option<&mut File>, identity: Option<(u32, u32)>, command: &[OsString]) -> io::Result<i32> {
+/// Enters a mount namespace of its own whose `/proc` is a fresh procfs of this PID
+/// namespace. Returns this thread's `children` file as the host's `/proc` shows it,
+/// opened before the remount, so the agent's host pid can still be read from it.
+fn mount_private_proc() -> io::Result<File> {
+    // Outside a PID namespace of its own, a fresh procfs would list the host's
+    // processes all the same.
+    if getpid().as_raw() != 1 {
+        return Err(io::Error::other(
+            "a private /proc needs the init to be PID 1 of its own namespace",
+        ));
+    }
+    let host_children = File::open("/proc/thread-self/children")?;
+    let context = |what: &'static str| move |e: Errno| io::Error::other(format!("private /proc: {what}: {e}"));
+    unshare(CloneFlags::CLONE_NEWNS).map_err(context("unshare(CLONE_NEWNS)"))?;
+    // Private (recursively) before anything is mounted: no mount event of ours may
+    // propagate back to the host's namespace.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(context("making / private"))?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("proc"), "/proc", Some("proc"), flags, None::<&str>).map_err(context("mounting procfs"))?;
+    Ok(host_children)
+}
+
+fn supervise(
+    mut status: Option<&mut File>,
+    private_proc: bool,
+    identity: Option<(u32, u32)>,
+    command: &[OsString],
+) -> io::Result<i32> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| io::Error::other("no agent command given"))?;
@@ -122,6 +169,12 @@ fn supervise(mut status: Option<&mut File>, identity: Option<(u32, u32)>, comman
     }
     // The launcher armed it before exec; arming it again costs nothing.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+    // Before the agent exists, so it never sees the host's `/proc`.
+    let host_children = if private_proc {
+        Some(mount_private_proc()?)
+    } else {
+        None
+    };
 
     // Blocked before the agent exists, so a SIGTERM sent meanwhile waits for us
     // instead of being dropped (PID 1 ignores signals it does not handle).
@@ -156,7 +209,10 @@ fn supervise(mut status: Option<&mut File>, identity: Option<(u32, u32)>, comman
     // We reap it ourselves with waitpid(-1); the std handle is not needed.
     drop(child);
     release_agent_pipes(status.as_deref().map(AsRawFd::as_raw_fd))?;
-    report(status.as_deref_mut(), &format!("pid {}", host_pid_of(agent)));
+    report(
+        status.as_deref_mut(),
+        &format!("pid {}", host_pid_of(agent, host_children.as_ref())),
+    );
 
     loop {
         let signal = watched.wait().map_err(io::Error::from)?;
@@ -190,16 +246,21 @@ fn forward(agent: Pid, signal: Signal) {
     }
 }
 
-/// The agent's pid as the host sees it. `/proc` is the host's (no fresh mount), and
-/// `/proc/thread-self` resolves in the namespace of that mount, so this thread's
-/// `children` file lists host pids. Outside a namespace the pid is already the host's.
-fn host_pid_of(agent: Pid) -> i32 {
+/// The agent's pid as the host sees it. `/proc/thread-self` resolves in the PID
+/// namespace of the procfs it is read through, so this thread's `children` file in the
+/// host's `/proc` lists host pids: `host_children` when `/proc` was remounted (opened
+/// before), else `/proc` itself. Outside a namespace the pid is already the host's.
+fn host_pid_of(agent: Pid, host_children: Option<&File>) -> i32 {
     if getpid().as_raw() != 1 {
         return agent.as_raw();
     }
-    std::fs::read_to_string("/proc/thread-self/children")
-        .ok()
-        .and_then(|children| children.split_whitespace().next()?.parse().ok())
+    let mut children = String::new();
+    let read = match host_children {
+        Some(mut file) => file.read_to_string(&mut children).map(drop),
+        None => std::fs::read_to_string("/proc/thread-self/children").map(|text| children = text),
+    };
+    read.ok()
+        .and_then(|()| children.split_whitespace().next()?.parse().ok())
         // 0: unknown; the launcher then names the init instead.
         .unwrap_or(0)
 }

@@ -4,6 +4,7 @@
 //! | mechanism | covers | where |
 //! |---|---|---|
 //! | PID namespace (`agent-init` as PID 1) | every descendant, `setsid()` or not, when the agent exits, is stopped, or the service dies | root or `CAP_SYS_ADMIN`, and an `agent-init` binary configured |
+//! | private `/proc` (a mount namespace with a fresh procfs, set up by `agent-init`) | not lifetime but sight: the agent sees its own namespace's processes only, never the service's command line nor the host's processes | with a PID namespace, when the start-up probe could mount one |
 //! | parent-death signal (SIGKILL), armed from one long-lived spawner thread | the launched process (init, or the agent without a namespace) when the service dies | always |
 //! | own process group + stop ladder | the agent and the descendants that stayed in its group | always |
 //! | child subreaper + census | without a namespace: descendants the census has seen (tree walk every [`CENSUS_INTERVAL`] and right before a stop) are killed when their execution ends, orphans adopted by the service are reaped | always (the census only without a namespace) |
@@ -53,6 +54,8 @@ pub struct GuardianReport {
     pub pdeathsig: bool,
     pub subreaper: bool,
     pub ledger: bool,
+    /// Agents in a PID namespace get a fresh `/proc` of it (else they see the host's).
+    pub private_proc: bool,
 }
 
 /// Launches agents and keeps them from outliving their execution or the service.
@@ -135,7 +138,18 @@ impl Guardian {
                 Isolation::Direct
             }
             (Some(init), true) => match spawner.run(|context| context.can_create_pid_namespaces()) {
-                Ok(true) => Isolation::PidNamespace { init: init.clone() },
+                Ok(true) => {
+                    let private_proc = spawner.run(|context| context.can_mount_private_proc()).unwrap_or(false);
+                    if !private_proc {
+                        tracing::warn!(
+                            "a private /proc cannot be mounted here; agents see the host's processes and their command lines"
+                        );
+                    }
+                    Isolation::PidNamespace {
+                        init: init.clone(),
+                        private_proc,
+                    }
+                }
                 _ => {
                     tracing::warn!("PID namespaces are not permitted here; using the fallback mechanisms only");
                     Isolation::Direct
@@ -148,12 +162,14 @@ impl Guardian {
             pdeathsig: true,
             subreaper,
             ledger: ledger.is_some(),
+            private_proc: matches!(isolation, Isolation::PidNamespace { private_proc: true, .. }),
         };
         tracing::info!(
             pid_namespace = report.pid_namespace,
             pdeathsig = report.pdeathsig,
             subreaper = report.subreaper,
             ledger = report.ledger,
+            private_proc = report.private_proc,
             "agent lifetime guardian"
         );
         let inner = Arc::new(Inner {

@@ -1,8 +1,9 @@
 //! Agent process supervision: a closed launch environment, one process group per
 //! agent, a bounded stderr tail, and the stop ladder that always ends in a reaped
 //! process with a recorded exit status; the lifetime guardian (PID namespace under
-//! `agent-init`, parent-death signal, subreaper, launch ledger) so that no descendant
-//! outlives its execution or the service.
+//! `agent-init`, with a `/proc` of its own where permitted; parent-death signal,
+//! subreaper, launch ledger and launch marker) so that no descendant outlives its
+//! execution or the service.
 
 pub mod agent_init;
 pub mod agent_users;
@@ -29,5 +30,13 @@ pub mod distribution;
 pub fn pid_namespaces_available() -> bool {
     spawner::Spawner::global()
         .run(|spawner| spawner.can_create_pid_namespaces())
+        .unwrap_or(false)
+}
+
+/// Whether an agent in its own PID namespace can also get a `/proc` of its own (a
+/// private mount namespace with a fresh procfs): probed on the spawner thread.
+pub fn private_proc_available() -> bool {
+    spawner::Spawner::global()
+        .run(|spawner| spawner.can_mount_private_proc())
         .unwrap_or(false)
 }

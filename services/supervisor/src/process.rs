@@ -25,8 +25,9 @@ const INIT_REPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How an agent is launched.
 #[derive(Debug, Clone)]
 pub(crate) enum Isolation {
-    /// Under `<init> agent-init`, forked as PID 1 of a new PID namespace.
-    PidNamespace { init: PathBuf },
+    /// Under `<init> agent-init`, forked as PID 1 of a new PID namespace; with
+    /// `private_proc`, the init gives the agent a fresh `/proc` of that namespace.
+    PidNamespace { init: PathBuf, private_proc: bool },
     /// Directly (fallback mechanisms only).
     Direct,
 }
@@ -126,11 +127,14 @@ impl AgentProcess {
                         unsafe { command.pre_exec(move || guard.arm()) };
                         command.spawn().map(|child| (child, None))
                     }
-                    Isolation::PidNamespace { init } => {
+                    Isolation::PidNamespace { init, private_proc } => {
                         let (status_read, status_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
                         let status_fd = status_write.as_raw_fd();
                         let mut command = Command::new(&init);
                         command.arg("agent-init").arg("--status-fd").arg(status_fd.to_string());
+                        if private_proc {
+                            command.arg("--private-proc");
+                        }
                         // The init stays root (PID 1 of the namespace, out of the agent's
                         // reach); it drops to the agent's uid for the agent alone.
                         if let Some(identity) = identity {

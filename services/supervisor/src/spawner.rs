@@ -49,6 +49,52 @@ impl SpawnerContext {
         self.in_new_pid_namespace(|| ()).is_ok()
     }
 
+    /// Whether an agent's init could give it a `/proc` of its own: forks a probe as PID 1
+    /// of a new PID namespace that does what `agent-init --private-proc` does — a mount
+    /// namespace with private propagation and a fresh procfs on `/proc` — and exits.
+    /// Both vanish with the probe.
+    pub(crate) fn can_mount_private_proc(&self) -> bool {
+        let probe = || {
+            // SAFETY: the child makes raw system calls only (no allocation, no locks:
+            // this process has other threads), then `_exit`s; the strings are literals.
+            unsafe {
+                match libc::fork() {
+                    -1 => false,
+                    0 => {
+                        let private = libc::MS_REC | libc::MS_PRIVATE;
+                        let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                        let ok = libc::unshare(libc::CLONE_NEWNS) == 0
+                            && libc::mount(
+                                std::ptr::null(),
+                                c"/".as_ptr(),
+                                std::ptr::null(),
+                                private,
+                                std::ptr::null(),
+                            ) == 0
+                            && libc::mount(
+                                c"proc".as_ptr(),
+                                c"/proc".as_ptr(),
+                                c"proc".as_ptr(),
+                                proc_flags,
+                                std::ptr::null(),
+                            ) == 0;
+                        libc::_exit(if ok { 0 } else { 1 })
+                    }
+                    child => {
+                        let mut status = 0;
+                        while libc::waitpid(child, &mut status, 0) < 0 {
+                            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                                return false;
+                            }
+                        }
+                        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+                    }
+                }
+            }
+        };
+        self.in_new_pid_namespace(probe).unwrap_or(false)
+    }
+
     /// Puts this thread's future children back into its own PID namespace, in case a
     /// previous job failed half-way.
     fn reset(&self) {
