@@ -1,6 +1,7 @@
 //! A pinned Cursor distribution: the agent is launched only from its verified closure,
 //! with the fixed argv, and a closure changed after verification is refused. Agents run
-//! under their own uids: a hostile one reads no secret, no other agent's environment,
+//! under their own uids, each with a `/proc` of its own: a hostile one reads no secret,
+//! sees neither the service (nor its command line) nor any other process of the host,
 //! and cannot alter its closure.
 
 use std::os::unix::fs::PermissionsExt;
@@ -16,8 +17,11 @@ use tonic::Code;
 on_both_backends!(
     a_pinned_distribution_runs_a_turn_from_its_verified_closure,
     a_closure_changed_after_verification_is_refused_before_launch,
-    a_hostile_agent_reads_no_secret_no_other_agent_and_cannot_alter_its_closure,
+    a_hostile_agent_reads_no_secret_sees_neither_the_service_nor_the_host_and_cannot_alter_its_closure,
 );
+
+/// The pids an agent's own `/proc` lists: its init (PID 1 of its namespace) and itself.
+const AGENT_OWN_PIDS: [u64; 2] = [1, 2];
 
 /// A synthetic distribution whose `node` is a launcher for the fake agent, pinned and
 /// materialized into `dir/closure`.
@@ -132,7 +136,9 @@ async fn a_closure_changed_after_verification_is_refused_before_launch(backend: 
     service.shutdown().await;
 }
 
-async fn a_hostile_agent_reads_no_secret_no_other_agent_and_cannot_alter_its_closure(backend: Backend) {
+async fn a_hostile_agent_reads_no_secret_sees_neither_the_service_nor_the_host_and_cannot_alter_its_closure(
+    backend: Backend,
+) {
     assert!(
         nix::unistd::geteuid().is_root(),
         "agents run under their own uids only when the service is root: run the suite as root (CI does)"
@@ -142,7 +148,10 @@ async fn a_hostile_agent_reads_no_secret_no_other_agent_and_cannot_alter_its_clo
     let pinned = pinned_fake(dir.path(), "hostile.json", &record);
     let closure = pinned.closure_dir.clone();
     let service = service_with(backend, pinned).await;
-    // Two workspaces, each holding a stand-in for the service's own secrets: root's, 0600.
+    // The service runs in this process: its command line is what the agent must not read.
+    let service_pid = std::process::id();
+    // Two workspaces, each holding a stand-in for the service's own secrets: root's, 0600,
+    // and the service's pid, for the agent to look up in its `/proc`.
     let workspaces: Vec<PathBuf> = (0..2)
         .map(|n| {
             let workspace = service.workspace.join(format!("ws-{n}"));
@@ -152,6 +161,7 @@ async fn a_hostile_agent_reads_no_secret_no_other_agent_and_cannot_alter_its_clo
             let tokens = workspace.join("secret/tokens.json");
             std::fs::write(&tokens, r#"{"tokens": []}"#).unwrap();
             std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::write(workspace.join("service.pid"), service_pid.to_string()).unwrap();
             workspace
         })
         .collect();
@@ -203,9 +213,25 @@ async fn a_hostile_agent_reads_no_secret_no_other_agent_and_cannot_alter_its_clo
             report["write_into"]["."], "allowed",
             "its workspace is writable: {report}"
         );
-        let others = report["other_agents_environ"].as_object().unwrap();
-        assert!(!others.is_empty(), "the other agent was up: {report}");
-        assert!(others.values().all(denied), "no other agent's environment: {report}");
+        assert_eq!(
+            report["cmdline_of"]["pid"],
+            service_pid.to_string(),
+            "it probed the service: {report}"
+        );
+        assert_eq!(
+            report["cmdline_of"]["result"], "denied: NotFound",
+            "the service is not in its /proc at all: {report}"
+        );
+        let pids: Vec<u64> = serde_json::from_value(report["proc_pids"].clone()).unwrap();
+        assert_eq!(
+            pids, AGENT_OWN_PIDS,
+            "its /proc lists its own tree, nothing of the host"
+        );
+        assert_eq!(
+            report["other_agents_environ"],
+            serde_json::json!({}),
+            "the other agent, up meanwhile, is not even visible: {report}"
+        );
     }
     assert!(
         !closure

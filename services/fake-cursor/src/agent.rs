@@ -595,7 +595,12 @@ impl Agent {
                 inherit_stdio,
             } => self.spawn_sleeper(setsid, ignore_sigterm, inherit_stdio),
             Step::EnvReport { file } => self.env_report(file.as_deref()),
-            Step::AccessReport { file, read, write_into } => self.access_report(&file, &read, &write_into),
+            Step::AccessReport {
+                file,
+                read,
+                write_into,
+                cmdline_of,
+            } => self.access_report(&file, &read, &write_into, cmdline_of.as_deref()),
             Step::EchoEnv { name } => {
                 let value = std::env::var(&name).unwrap_or_default();
                 let session = UpdateSession::Default;
@@ -727,7 +732,7 @@ impl Agent {
         }
     }
 
-    fn access_report(&mut self, file: &str, read: &[String], write_into: &[String]) {
+    fn access_report(&mut self, file: &str, read: &[String], write_into: &[String], cmdline_of: Option<&str>) {
         let outcome = |result: io::Result<()>| match result {
             Ok(()) => "allowed".to_owned(),
             Err(e) => format!("denied: {:?}", e.kind()),
@@ -750,17 +755,27 @@ impl Agent {
                 (dir.clone(), json!(outcome(result)))
             })
             .collect();
-        // Our pid as this /proc numbers it (in a PID namespace, `process::id` is the
-        // namespace's number, /proc the host's).
+        // Our pid as this /proc numbers it (the host's /proc numbers processes in a
+        // PID namespace by their host pids; a /proc of the namespace's own does not).
         let me = std::fs::read_link("/proc/self")
             .ok()
             .and_then(|p| p.to_str()?.parse::<u32>().ok())
             .unwrap_or_else(std::process::id);
-        let others: Map<String, Value> = std::fs::read_dir("/proc")
+        let mut proc_pids: Vec<u32> = std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
             .flatten()
             .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .collect();
+        proc_pids.sort_unstable();
+        let cmdline_of = cmdline_of.map(|pid_file| {
+            let pid = std::fs::read_to_string(self.probe_path(pid_file)).unwrap_or_default();
+            let pid = pid.trim();
+            json!({"pid": pid, "result": outcome(File::open(format!("/proc/{pid}/cmdline")).map(drop))})
+        });
+        let others: Map<String, Value> = proc_pids
+            .iter()
+            .copied()
             .filter(|pid| *pid != me)
             .filter(|pid| {
                 std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -777,6 +792,8 @@ impl Agent {
             "read": reads,
             "write_into": writes,
             "other_agents_environ": others,
+            "proc_pids": proc_pids,
+            "cmdline_of": cmdline_of,
         });
         let path = match &self.session_cwd {
             Some(cwd) => cwd.join(file),

@@ -170,12 +170,15 @@ pub enum Step {
         file: Option<String>,
     },
     /// Plays a hostile agent: tries to read `read` paths, to create a file in each of
-    /// `write_into`, and to read every other fake agent's `/proc/<pid>/environ`; writes
-    /// what happened (and its uid/gid) as JSON to `file` (relative to the session cwd).
+    /// `write_into`, to read every other fake agent's `/proc/<pid>/environ` and the
+    /// `/proc/<pid>/cmdline` of the pid written in `cmdline_of` (a file), and lists the
+    /// pids `/proc` shows; writes what happened (and its uid/gid) as JSON to `file`
+    /// (paths relative to the session cwd).
     AccessReport {
         file: String,
         read: Vec<String>,
         write_into: Vec<String>,
+        cmdline_of: Option<String>,
     },
     /// Says the value of an environment variable back: in a message chunk and in a tool
     /// call's raw input and output (an agent echoing a credential it was given).
@@ -586,8 +589,8 @@ fn parse_step(v: &Value) -> Result<Step> {
             allow_keys(obj, key, &[])?;
             let inner = val
                 .as_object()
-                .ok_or_else(|| anyhow!("access_report must be an object {{file, read, write_into}}"))?;
-            allow_keys(inner, "", &["file", "read", "write_into"])?;
+                .ok_or_else(|| anyhow!("access_report must be an object {{file, read?, write_into?, cmdline_of?}}"))?;
+            allow_keys(inner, "", &["file", "read", "write_into", "cmdline_of"])?;
             let strings = |name: &str| -> Result<Vec<String>> {
                 match inner.get(name) {
                     None => Ok(Vec::new()),
@@ -610,6 +613,11 @@ fn parse_step(v: &Value) -> Result<Step> {
                     .to_owned(),
                 read: strings("read")?,
                 write_into: strings("write_into")?,
+                cmdline_of: match inner.get("cmdline_of") {
+                    None => None,
+                    Some(Value::String(file)) => Some(file.clone()),
+                    Some(_) => bail!("access_report.cmdline_of must be a file name"),
+                },
             }
         }
         "echo_env" => {
