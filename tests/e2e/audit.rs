@@ -73,7 +73,10 @@ async fn a_start_that_fails_keeps_its_wire_traffic_under_the_slots_name(backend:
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("slot-") && name.ends_with(".ndjson"), "{name}");
     let lines = captured(&files[0]);
-    assert_eq!(lines[0].1["method"], "initialize", "what the runner said before the agent died");
+    assert_eq!(
+        lines[0].1["method"], "initialize",
+        "what the runner said before the agent died"
+    );
     service.shutdown().await;
 }
 

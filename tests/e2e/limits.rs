@@ -297,14 +297,15 @@ async fn an_agent_silent_past_the_idle_timeout_is_cancelled_and_the_turn_says_ag
     let (_, _, mut events) = begin_turn(&mut client, &service).await;
     let last = events.until_turn_settles().await.pop().unwrap();
     assert_eq!(last.event_type, "turn.interrupted");
-    assert_eq!(payload(&last)["failureReason"], "agent_idle", "the cause, not the ladder");
+    assert_eq!(
+        payload(&last)["failureReason"],
+        "agent_idle",
+        "the cause, not the ladder"
+    );
     let message = payload(&last)["message"].as_str().unwrap_or_default().to_owned();
     assert!(message.contains("idle"), "{message}");
     assert!(
-        service
-            .agent_received()
-            .iter()
-            .any(|m| m["method"] == "session/cancel"),
+        service.agent_received().iter().any(|m| m["method"] == "session/cancel"),
         "the agent was asked to cancel first"
     );
     service.shutdown().await;

@@ -25,8 +25,12 @@ impl PrivatePostgres {
             let account = nix::unistd::User::from_name(SERVER_ACCOUNT)
                 .expect("user lookup")
                 .expect("a `postgres` account (the postgresql package makes one)");
-            std::os::unix::fs::chown(cluster.dir.path(), Some(account.uid.as_raw()), Some(account.gid.as_raw()))
-                .expect("hand the cluster's directory to postgres");
+            std::os::unix::fs::chown(
+                cluster.dir.path(),
+                Some(account.uid.as_raw()),
+                Some(account.gid.as_raw()),
+            )
+            .expect("hand the cluster's directory to postgres");
         }
         cluster.run(
             "initdb",

@@ -43,7 +43,8 @@ pub const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// Readiness follows the store within this: a ping starts at most one interval after the
 /// store stops (or starts) answering and ends within its timeout.
 pub const READINESS_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
-const _: () = assert!(STORE_PROBE_INTERVAL.as_millis() + STORE_PROBE_TIMEOUT.as_millis() <= READINESS_BOUND.as_millis());
+const _: () =
+    assert!(STORE_PROBE_INTERVAL.as_millis() + STORE_PROBE_TIMEOUT.as_millis() <= READINESS_BOUND.as_millis());
 
 /// How often the slower readiness checks run (a pinned distribution's files, the pool).
 pub const HEALTH_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);

@@ -823,7 +823,8 @@ impl Actor {
         };
         turn.interrupted_by = Some(TurnFailureReason::AgentIdle);
         let turn_id = turn.record.id.clone();
-        self.cancel_turn_with(&turn_id, TurnFailureReason::AgentIdle.as_str()).await?;
+        self.cancel_turn_with(&turn_id, TurnFailureReason::AgentIdle.as_str())
+            .await?;
         Ok(Ending::Continue)
     }
 

@@ -47,8 +47,7 @@ impl DatabaseArgs {
 /// from the environment).
 pub fn url_given_on_command_line(matches: &ArgMatches) -> bool {
     matches.subcommand().is_some_and(|(_, sub)| {
-        sub.ids().any(|id| id == DATABASE_URL_ID)
-            && sub.value_source(DATABASE_URL_ID) == Some(ValueSource::CommandLine)
+        sub.ids().any(|id| id == DATABASE_URL_ID) && sub.value_source(DATABASE_URL_ID) == Some(ValueSource::CommandLine)
     })
 }
 
@@ -81,7 +80,9 @@ mod tests {
 
     #[test]
     fn a_password_in_the_query_is_found() {
-        assert!(has_password("postgres://runner@db.internal/runner?sslmode=require&password=s3cret"));
+        assert!(has_password(
+            "postgres://runner@db.internal/runner?sslmode=require&password=s3cret"
+        ));
         assert!(has_password("postgres://db.internal/runner?PASSWORD=s3cret"));
     }
 
@@ -90,7 +91,10 @@ mod tests {
         assert!(!has_password("postgres://postgres@127.0.0.1:5432/postgres"));
         assert!(!has_password("postgres://runner@db.internal/runner?sslmode=require"));
         assert!(!has_password("sqlite:/var/lib/cursor-runner/cursor-runner.db"));
-        assert!(!has_password("postgres://runner@db.internal/a:b@c"), "a path is not user info");
+        assert!(
+            !has_password("postgres://runner@db.internal/a:b@c"),
+            "a path is not user info"
+        );
     }
 
     #[test]

@@ -30,7 +30,10 @@ fn run_to_exit(args: &[&str]) -> (bool, String) {
         .stdin(Stdio::null())
         .output()
         .expect("cursor-runner runs");
-    (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -39,7 +42,10 @@ fn serve_refuses_a_database_password_on_the_command_line_without_repeating_it() 
     let (ok, stderr) = run_to_exit(&["serve", "--agent-command", "/bin/true", "--database-url", &url]);
     assert!(!ok, "refused: {stderr}");
     assert!(stderr.contains("--database-url-file"), "names the way out: {stderr}");
-    assert!(!stderr.contains(PASSWORD_CANARY), "never repeats the password: {stderr}");
+    assert!(
+        !stderr.contains(PASSWORD_CANARY),
+        "never repeats the password: {stderr}"
+    );
 }
 
 #[test]
@@ -47,8 +53,14 @@ fn migrate_refuses_a_database_password_on_the_command_line_too() {
     let url = with_password(DEFAULT_DATABASE_URL);
     let (ok, stderr) = run_to_exit(&["migrate", "--database-url", &url]);
     assert!(!ok, "refused: {stderr}");
-    assert!(stderr.contains("CURSOR_RUNNER_DATABASE_URL"), "names the way out: {stderr}");
-    assert!(!stderr.contains(PASSWORD_CANARY), "never repeats the password: {stderr}");
+    assert!(
+        stderr.contains("CURSOR_RUNNER_DATABASE_URL"),
+        "names the way out: {stderr}"
+    );
+    assert!(
+        !stderr.contains(PASSWORD_CANARY),
+        "never repeats the password: {stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

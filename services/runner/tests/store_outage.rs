@@ -43,10 +43,12 @@ fn streaming_scenario(dir: &Path, turns: u64, updates_per_half: u64) -> PathBuf 
     let turns: Vec<Value> = (0..turns)
         .map(|t| {
             let mut steps = half(t, "a");
-            steps.push(json!({"request": {"method": "cursor/ask_question", "id": QUESTION_ID_BASE + t, "params": {
+            steps.push(
+                json!({"request": {"method": "cursor/ask_question", "id": QUESTION_ID_BASE + t, "params": {
                 "toolCallId": format!("tq-{t}"), "title": "Go on?",
                 "questions": [{"id": "q", "prompt": "Go on?", "allowMultiple": false,
-                    "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}}}));
+                    "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}}}),
+            );
             steps.extend(half(t, "b"));
             Value::Array(steps)
         })
@@ -81,7 +83,10 @@ where
         match call().await {
             Ok(value) => return value,
             Err(status) if status.code() == tonic::Code::Unavailable => {
-                assert!(tokio::time::Instant::now() < give_up, "{what}: still unavailable: {status:?}");
+                assert!(
+                    tokio::time::Instant::now() < give_up,
+                    "{what}: still unavailable: {status:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(status) => panic!("{what}: {status:?}"),
@@ -128,7 +133,11 @@ impl ResumingSubscriber {
     async fn next(&mut self) -> Option<proto::ActivityEvent> {
         let give_up = tokio::time::Instant::now() + CALL_PATIENCE;
         loop {
-            assert!(tokio::time::Instant::now() < give_up, "no event on {}", self.execution_id);
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "no event on {}",
+                self.execution_id
+            );
             let Some(stream) = &mut self.stream else {
                 let opened = self
                     .client
@@ -234,7 +243,11 @@ async fn run_turns(
         .into_inner()
         .interaction
         .unwrap();
-        assert_eq!(answered.state, proto::InteractionState::Delivered as i32, "delivered, then returned");
+        assert_eq!(
+            answered.state,
+            proto::InteractionState::Delivered as i32,
+            "delivered, then returned"
+        );
         let settled = events.until(|e| is_settlement(&e.event_type)).await;
         assert_eq!(
             (settled.event_type.as_str(), settled.turn_id.as_str()),
@@ -276,13 +289,21 @@ async fn turns_ride_out_twenty_postgres_restarts_while_streaming_and_answering()
     for (id, turns) in &ran {
         let execution = retrying("GetExecution", || {
             let (mut client, id) = (client.clone(), id.clone());
-            async move { client.get_execution(proto::GetExecutionRequest { execution_id: id }).await }
+            async move {
+                client
+                    .get_execution(proto::GetExecutionRequest { execution_id: id })
+                    .await
+            }
         })
         .await
         .into_inner()
         .execution
         .unwrap();
-        assert_eq!(execution.state, proto::ExecutionState::Ready as i32, "{id} was not lost");
+        assert_eq!(
+            execution.state,
+            proto::ExecutionState::Ready as i32,
+            "{id} was not lost"
+        );
         let listed = client
             .list_turns(proto::ListTurnsRequest {
                 execution_id: id.clone(),
@@ -294,7 +315,10 @@ async fn turns_ride_out_twenty_postgres_restarts_while_streaming_and_answering()
             .into_inner();
         assert_eq!(listed.turns.len() as u64, *turns);
         assert!(
-            listed.turns.iter().all(|t| t.state == proto::TurnState::Completed as i32),
+            listed
+                .turns
+                .iter()
+                .all(|t| t.state == proto::TurnState::Completed as i32),
             "no turn left running or failed on {id}"
         );
         // Replayed from the start: contiguous, each turn settled once, each answer resolved once.
@@ -320,7 +344,10 @@ async fn turns_ride_out_twenty_postgres_restarts_while_streaming_and_answering()
     }
     for (turn, count) in &answers {
         let asked = ran.values().filter(|turns| **turns > *turn).count() as u64;
-        assert_eq!(*count, asked, "turn {turn}'s question: one answer per execution, never two");
+        assert_eq!(
+            *count, asked,
+            "turn {turn}'s question: one answer per execution, never two"
+        );
     }
     service.kill();
 }
@@ -348,7 +375,11 @@ async fn past_the_outage_limit_the_execution_fails_and_its_turn_settles_once_the
     assert_eq!(payload(&settled)["failureReason"], "store_unavailable");
     let record = retrying("GetExecution", || {
         let (mut client, id) = (client.clone(), execution.execution_id.clone());
-        async move { client.get_execution(proto::GetExecutionRequest { execution_id: id }).await }
+        async move {
+            client
+                .get_execution(proto::GetExecutionRequest { execution_id: id })
+                .await
+        }
     })
     .await
     .into_inner()
@@ -372,11 +403,19 @@ async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_r
         .await
         .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    health_becomes(&mut health, tonic_health::pb::health_check_response::ServingStatus::Serving).await;
+    health_becomes(
+        &mut health,
+        tonic_health::pb::health_check_response::ServingStatus::Serving,
+    )
+    .await;
 
     pg.stop();
     let stopped = tokio::time::Instant::now();
-    health_becomes(&mut health, tonic_health::pb::health_check_response::ServingStatus::NotServing).await;
+    health_becomes(
+        &mut health,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing,
+    )
+    .await;
     let noticed = stopped.elapsed();
     // The bound, plus room for a loaded machine's scheduling.
     assert!(
@@ -391,7 +430,11 @@ async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_r
     assert!(retry_delay(&refused).is_some(), "says when to retry");
 
     pg.start_server();
-    health_becomes(&mut health, tonic_health::pb::health_check_response::ServingStatus::Serving).await;
+    health_becomes(
+        &mut health,
+        tonic_health::pb::health_check_response::ServingStatus::Serving,
+    )
+    .await;
     client
         .list_executions(proto::ListExecutionsRequest::default())
         .await

@@ -639,7 +639,9 @@ impl Store for SqlStore {
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `next`.
-            _ if retried => Ok(self.interaction_state(&i.id, i.generation).await? == Some((i.state.clone(), i.updated_at_ms))),
+            _ if retried => {
+                Ok(self.interaction_state(&i.id, i.generation).await? == Some((i.state.clone(), i.updated_at_ms)))
+            }
             _ => Ok(false),
         }
     }
