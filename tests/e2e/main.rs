@@ -24,6 +24,7 @@ macro_rules! on_both_backends {
     };
 }
 
+mod agent_callers;
 mod api_surface;
 mod audit;
 mod auth;

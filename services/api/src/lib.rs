@@ -183,7 +183,7 @@ pub async fn serve_with(
             pb::admin_service_server::AdminServiceServer::new(AdminApi::new(engine.clone()))
                 .max_decoding_message_size(bounds::MAX_REQUEST_BYTES),
         )
-        .serve_with_incoming_shutdown(tls::incoming(listener, options.tls), async {
+        .serve_with_incoming_shutdown(tls::incoming(listener, options.tls, engine.clone()), async {
             let _ = stop_rx.await;
         });
     // Graceful shutdown waits for open calls: event tails are ended first, and a

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+use cursor_runner_executions::Engine;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -209,12 +210,16 @@ impl AsyncWrite for Connection {
 
 /// Accepts connections on `listener`; with TLS, each handshake runs on its own task
 /// (bounded by [`TLS_HANDSHAKE_TIMEOUT`]) and only finished ones reach the server.
-pub fn incoming(listener: TcpListener, tls: Option<Arc<TlsReloader>>) -> ReceiverStream<io::Result<Connection>> {
+pub fn incoming(
+    listener: TcpListener,
+    tls: Option<Arc<TlsReloader>>,
+    engine: Arc<Engine>,
+) -> ReceiverStream<io::Result<Connection>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG);
     tokio::spawn(async move {
         loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -222,30 +227,46 @@ pub fn incoming(listener: TcpListener, tls: Option<Arc<TlsReloader>>) -> Receive
                 }
             };
             let _ = stream.set_nodelay(true);
-            match &tls {
-                None => {
-                    if tx.send(Ok(Connection::Plain(stream))).await.is_err() {
-                        return;
+            let (connections, tls, engine) = (tx.clone(), tls.clone(), engine.clone());
+            tokio::spawn(async move {
+                if from_an_agent(&engine, &stream, peer).await {
+                    return;
+                }
+                match tls {
+                    None => {
+                        let _ = connections.send(Ok(Connection::Plain(stream))).await;
                     }
-                }
-                Some(tls) => {
-                    let acceptor = tls.acceptor();
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                            Ok(Ok(stream)) => {
-                                let _ = tx.send(Ok(Connection::Tls(Box::new(stream)))).await;
-                            }
-                            Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                            Err(_) => tracing::debug!("TLS handshake timed out"),
+                    Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await
+                    {
+                        Ok(Ok(stream)) => {
+                            let _ = connections.send(Ok(Connection::Tls(Box::new(stream)))).await;
                         }
-                    });
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    },
                 }
-            }
+            });
             if tx.is_closed() {
                 return;
             }
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// Whether one of this host's agents opened the connection: it is then closed unread, so an
+/// agent can never answer its own permission requests or act as a tenant.
+async fn from_an_agent(engine: &Arc<Engine>, stream: &TcpStream, peer: SocketAddr) -> bool {
+    let Ok(local) = stream.local_addr() else {
+        return false;
+    };
+    let engine = engine.clone();
+    let agent = tokio::task::spawn_blocking(move || engine.agent_behind(peer, local))
+        .await
+        .ok()
+        .flatten();
+    if let Some(agent) = &agent {
+        tracing::warn!(%peer, uid = agent.uid, pid = agent.pid, "refused a connection from an agent to the service's API");
+    }
+    agent.is_some()
 }

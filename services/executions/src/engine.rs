@@ -12,6 +12,7 @@ use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Patience,
     Store, StoreError, TurnRecord, now_ms,
 };
+use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
 
 use crate::credential::{CredentialBinding, redactor_for};
@@ -381,6 +382,17 @@ impl Engine {
     /// `store_outage_limit` (RPCs use the impatient one and fail fast).
     fn execution_store(&self) -> Arc<dyn Store> {
         self.store.with_patience(Patience::For(self.config.store_outage_limit))
+    }
+
+    /// The agent behind a connection to the service's API from `peer` (accepted on
+    /// `local`), if one of this host's agents holds it: agents never call the API
+    /// (`supervisor::agent_callers`). Reads `/proc`: call it off the async workers.
+    pub fn agent_behind(&self, peer: std::net::SocketAddr, local: std::net::SocketAddr) -> Option<AgentCaller> {
+        let callers = match &self.config.agent_users {
+            Some(users) => AgentCallers::Uids(users.uids()),
+            None => AgentCallers::LaunchMarker,
+        };
+        callers.agent_behind(peer, local)
     }
 
     /// A cheap round trip to the store, for health.

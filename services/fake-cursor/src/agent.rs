@@ -600,7 +600,14 @@ impl Agent {
                 read,
                 write_into,
                 cmdline_of,
-            } => self.access_report(&file, &read, &write_into, cmdline_of.as_deref()),
+                api_address_file,
+            } => self.access_report(
+                &file,
+                &read,
+                &write_into,
+                cmdline_of.as_deref(),
+                api_address_file.as_deref(),
+            ),
             Step::EchoEnv { name } => {
                 let value = std::env::var(&name).unwrap_or_default();
                 let session = UpdateSession::Default;
@@ -732,7 +739,14 @@ impl Agent {
         }
     }
 
-    fn access_report(&mut self, file: &str, read: &[String], write_into: &[String], cmdline_of: Option<&str>) {
+    fn access_report(
+        &mut self,
+        file: &str,
+        read: &[String],
+        write_into: &[String],
+        cmdline_of: Option<&str>,
+        api_address_file: Option<&str>,
+    ) {
         let outcome = |result: io::Result<()>| match result {
             Ok(()) => "allowed".to_owned(),
             Err(e) => format!("denied: {:?}", e.kind()),
@@ -794,6 +808,7 @@ impl Agent {
             "other_agents_environ": others,
             "proc_pids": proc_pids,
             "cmdline_of": cmdline_of,
+            "service_api": api_address_file.map(|f| probe_api(std::fs::read_to_string(self.probe_path(f)).unwrap_or_default().trim())),
         });
         let path = match &self.session_cwd {
             Some(cwd) => cwd.join(file),
@@ -997,5 +1012,30 @@ fn replace_in_strings(value: &mut Value, from: &str, to: &str) {
         Value::Array(items) => items.iter_mut().for_each(|item| replace_in_strings(item, from, to)),
         Value::Object(map) => map.values_mut().for_each(|item| replace_in_strings(item, from, to)),
         _ => {}
+    }
+}
+
+/// Tries to speak HTTP/2 — gRPC's transport — to the service's API at `address`: `served`
+/// when the server answers the connection preface, `closed…` when it hangs up unread.
+fn probe_api(address: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(address) = address.parse::<std::net::SocketAddr>() else {
+        return format!("no address: {address:?}");
+    };
+    let mut stream = match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
+        Ok(stream) => stream,
+        Err(e) => return format!("unreachable: {:?}", e.kind()),
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
+    // The client connection preface, then an empty SETTINGS frame.
+    let _ = stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00");
+    let mut frame = [0u8; 9];
+    match stream.read(&mut frame) {
+        Ok(0) => "closed".into(),
+        Ok(_) => "served".into(),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            "no answer".into()
+        }
+        Err(e) => format!("closed: {:?}", e.kind()),
     }
 }

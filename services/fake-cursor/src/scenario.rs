@@ -172,13 +172,15 @@ pub enum Step {
     /// Plays a hostile agent: tries to read `read` paths, to create a file in each of
     /// `write_into`, to read every other fake agent's `/proc/<pid>/environ` and the
     /// `/proc/<pid>/cmdline` of the pid written in `cmdline_of` (a file), and lists the
-    /// pids `/proc` shows; writes what happened (and its uid/gid) as JSON to `file`
-    /// (paths relative to the session cwd).
+    /// pids `/proc` shows, and tries to speak to the service's own API at the address
+    /// written in `api_address_file`; writes what happened (and its uid/gid) as JSON to
+    /// `file` (paths relative to the session cwd).
     AccessReport {
         file: String,
         read: Vec<String>,
         write_into: Vec<String>,
         cmdline_of: Option<String>,
+        api_address_file: Option<String>,
     },
     /// Says the value of an environment variable back: in a message chunk and in a tool
     /// call's raw input and output (an agent echoing a credential it was given).
@@ -590,7 +592,11 @@ fn parse_step(v: &Value) -> Result<Step> {
             let inner = val
                 .as_object()
                 .ok_or_else(|| anyhow!("access_report must be an object {{file, read?, write_into?, cmdline_of?}}"))?;
-            allow_keys(inner, "", &["file", "read", "write_into", "cmdline_of"])?;
+            allow_keys(
+                inner,
+                "",
+                &["file", "read", "write_into", "cmdline_of", "api_address_file"],
+            )?;
             let strings = |name: &str| -> Result<Vec<String>> {
                 match inner.get(name) {
                     None => Ok(Vec::new()),
@@ -617,6 +623,11 @@ fn parse_step(v: &Value) -> Result<Step> {
                     None => None,
                     Some(Value::String(file)) => Some(file.clone()),
                     Some(_) => bail!("access_report.cmdline_of must be a file name"),
+                },
+                api_address_file: match inner.get("api_address_file") {
+                    None => None,
+                    Some(Value::String(file)) => Some(file.clone()),
+                    Some(_) => bail!("access_report.api_address_file must be a file name"),
                 },
             }
         }

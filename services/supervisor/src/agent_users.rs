@@ -47,6 +47,8 @@ pub struct AgentUsers {
 
 struct Inner {
     free: Mutex<BTreeSet<AgentIdentity>>,
+    /// Every agent account's uid, free or not.
+    uids: BTreeSet<u32>,
     count: usize,
     /// Kill whatever still runs under a uid before it is handed out and once it is given
     /// back (off only for accounts that are not this host's).
@@ -82,6 +84,7 @@ impl AgentUsers {
         Self {
             inner: Arc::new(Inner {
                 count: identities.len(),
+                uids: identities.iter().map(|identity| identity.uid).collect(),
                 free: Mutex::new(identities),
                 sweep,
             }),
@@ -91,6 +94,11 @@ impl AgentUsers {
     /// How many agent accounts exist.
     pub fn count(&self) -> usize {
         self.inner.count
+    }
+
+    /// Every agent account's uid: nothing running under one is the service's own.
+    pub fn uids(&self) -> BTreeSet<u32> {
+        self.inner.uids.clone()
     }
 
     /// A free identity for one process, returned when the lease drops; `None` when all

@@ -5,6 +5,7 @@
 //! subreaper, launch ledger and launch marker) so that no descendant outlives its
 //! execution or the service.
 
+pub mod agent_callers;
 pub mod agent_init;
 pub mod agent_users;
 mod guardian;

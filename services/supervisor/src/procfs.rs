@@ -92,6 +92,14 @@ pub fn environ_contains(pid: i32, entry: &[u8]) -> bool {
     std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| environ.split(|b| *b == 0).any(|e| e == entry))
 }
 
+/// Whether `pid`'s environment sets the variable `name` (any value); false when it cannot
+/// be read.
+pub fn environ_sets(pid: i32, name: &str) -> bool {
+    let prefix = [name.as_bytes(), b"="].concat();
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|environ| environ.split(|b| *b == 0).any(|e| e.starts_with(&prefix)))
+}
+
 /// Every process visible in `/proc`, by pid.
 pub fn all() -> HashMap<i32, ProcStat> {
     let mut out = HashMap::new();
