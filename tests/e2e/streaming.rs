@@ -68,15 +68,18 @@ async fn a_second_subscriber_sees_the_same_sequence(backend: Backend) {
 }
 
 async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_and_no_duplicate(backend: Backend) {
-    let service = TestService::start(backend, "flood.json").await;
+    let service = TestService::start(backend, "flood_around_question.json").await;
     let mut client = service.client().await;
     let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut watcher = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
     start_turn(&mut client, &execution.execution_id, "turn-1")
         .await
         .unwrap();
     // Subscribers join while the agent is still appending, each at a cursor somewhere
-    // in what is already committed.
+    // in what is already committed; the question mid-turn holds the stream still until
+    // every one of them has opened, so each reaches the head live before the second flood.
     let mut joiners = Vec::new();
+    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::channel(8);
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(15)).await;
@@ -87,8 +90,10 @@ async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_
         let cursor = if head == 0 { 0 } else { (seed % head as u64) as i64 };
         let mut client = service.client().await;
         let execution_id = execution.execution_id.clone();
+        let opened = opened_tx.clone();
         joiners.push(tokio::spawn(async move {
             let mut subscriber = Subscriber::open(&mut client, &execution_id, cursor).await.unwrap();
+            opened.send(()).await.unwrap();
             // Caught up before the turn settled: this subscriber went from replay to live.
             let mut went_live = false;
             let mut sequences = Vec::new();
@@ -107,6 +112,14 @@ async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_
             (cursor, sequences, went_live)
         }));
     }
+    for _ in 0..8 {
+        opened_rx.recv().await.unwrap();
+    }
+    let created = payload(watcher.events_until("runtime_request.created").await.last().unwrap());
+    client
+        .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
+        .await
+        .expect("answered");
     let mut live = 0;
     for joiner in joiners {
         let (cursor, sequences, went_live) = joiner.await.unwrap();
@@ -115,9 +128,9 @@ async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_
         assert_eq!(sequences.iter().collect::<HashSet<_>>().len(), sequences.len());
         live += usize::from(went_live);
     }
-    assert!(
-        live > 0,
-        "no subscriber switched from replay to live while the agent appended"
+    assert_eq!(
+        live, 8,
+        "every subscriber switched from replay to live before the settlement"
     );
     service.shutdown().await;
 }
