@@ -29,6 +29,7 @@ mod api_surface;
 mod audit;
 mod auth;
 mod children;
+mod conformance;
 mod continuity;
 mod credentials;
 mod distribution;

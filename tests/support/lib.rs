@@ -24,6 +24,7 @@ mod processes;
 mod service_process;
 pub mod throughput;
 pub use processes::*;
+pub mod acp_peers;
 pub mod agent_users;
 pub mod pki;
 pub mod private_postgres;

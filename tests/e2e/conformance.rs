@@ -1,0 +1,162 @@
+//! The standard protocol against an ACP agent nobody here wrote: the example agent of
+//! `@agentclientprotocol/sdk` (pinned in `tests/conformance/peers/`), launched through the
+//! ordinary agent-command path — same closed environment, pool and handshake as Cursor — and
+//! driven through the gRPC API on PostgreSQL. The pipe is tapped with the wire capture, so
+//! what reached the agent is checked as the agent saw it. Outside CI, with no npm registry,
+//! each test says SKIPPED and returns.
+
+use std::path::Path;
+
+use cursor_runner_e2e::*;
+use cursor_runner_supervisor::AgentCommand;
+use serde_json::{Value, json};
+
+/// A service whose agent is the SDK's example agent, capturing its wire traffic.
+async fn with_the_sdk_example_agent(capture: &Path) -> Option<TestService> {
+    let command = acp_peers::sdk_example_agent()?;
+    let options = Options {
+        agent_command: Some(AgentCommand::parse(&command).expect("an agent command")),
+        wire_capture_dir: Some(capture.to_path_buf()),
+        ..Options::default()
+    };
+    Some(TestService::start_with(Backend::Postgres, "demo.json", options).await)
+}
+
+/// Every line of an execution's capture as (direction, message).
+fn wire(capture: &Path, execution_id: &str) -> Vec<(String, Value)> {
+    std::fs::read_to_string(capture.join(format!("{execution_id}.ndjson")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|l| {
+            Some((
+                l["dir"].as_str()?.to_owned(),
+                serde_json::from_str(l["line"].as_str()?).ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_example_agent_streams_a_turn_and_gets_exactly_one_answer_to_its_permission_request() {
+    let capture = tempfile::tempdir().unwrap();
+    let Some(service) = with_the_sdk_example_agent(capture.path()).await else {
+        return;
+    };
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    let before = events.events_until("runtime_request.created").await;
+    assert_eq!(
+        types(&before[..3]),
+        ["process.spawned", "turn.started", "item.started"],
+        "{:?}",
+        types(&before)
+    );
+    let read = before
+        .iter()
+        .find(|e| e.event_type == "tool.execution.completed")
+        .map(payload)
+        .expect("the read tool call completed");
+    assert_eq!(read["operation"], "read");
+
+    let created = payload(before.last().unwrap());
+    assert_eq!(created["kind"], "permission");
+    let allow = created["request"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "allow_once")
+        .expect("an allow_once option")["optionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answered = client
+        .answer_interaction(proto::AnswerInteractionRequest {
+            request_id: "allow-1".into(),
+            interaction_id: created["interactionId"].as_str().unwrap().into(),
+            etag: created["etag"].as_str().unwrap().into(),
+            answer: Some(proto::answer_interaction_request::Answer::Permission(
+                proto::PermissionAnswer { option_id: allow },
+            )),
+        })
+        .await
+        .expect("answered")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
+    let after = events.until_turn_settles().await;
+    let settled = after.last().unwrap();
+    assert_eq!(
+        (settled.event_type.as_str(), settled.turn_id.as_str()),
+        ("turn.completed", turn.turn_id.as_str())
+    );
+    assert!(
+        after
+            .iter()
+            .any(|e| e.event_type == "tool.execution.completed" && payload(e)["status"] == "completed"),
+        "the permitted edit ran: {:?}",
+        types(&after)
+    );
+
+    let lines = wire(capture.path(), &execution.execution_id);
+    let asked = lines
+        .iter()
+        .find(|(dir, m)| dir == "agent" && m["method"] == "session/request_permission")
+        .map(|(_, m)| m["id"].clone())
+        .expect("the agent asked");
+    let responses: Vec<&Value> = lines
+        .iter()
+        .filter(|(dir, m)| dir == "runner" && m.get("method").is_none() && m["id"] == asked)
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(
+        responses,
+        [&json!({"jsonrpc": "2.0", "id": asked, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})],
+        "exactly one response, under the agent's own id and option id"
+    );
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_turn_of_the_sdk_example_agent_settles_it_cancelled() {
+    let capture = tempfile::tempdir().unwrap();
+    let Some(service) = with_the_sdk_example_agent(capture.path()).await else {
+        return;
+    };
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
+    let settled = events.until_turn_settles().await.pop().unwrap();
+    assert_eq!(settled.event_type, "turn.cancelled", "{:?}", payload(&settled));
+    let lines = wire(capture.path(), &execution.execution_id);
+    assert!(
+        lines
+            .iter()
+            .any(|(dir, m)| dir == "agent" && m["result"]["stopReason"] == "cancelled"),
+        "the agent itself settled the prompt as cancelled"
+    );
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_an_execution_of_the_sdk_example_agent_leaves_no_process() {
+    let capture = tempfile::tempdir().unwrap();
+    let Some(service) = with_the_sdk_example_agent(capture.path()).await else {
+        return;
+    };
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let pid = execution.pid.expect("a pid");
+    assert!(process_alive(pid));
+    client
+        .close_execution(proto::CloseExecutionRequest {
+            request_id: "close-1".into(),
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .expect("closed");
+    eventually("the agent is gone", || !process_alive(pid)).await;
+    service.shutdown().await;
+}

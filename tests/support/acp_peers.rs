@@ -1,0 +1,75 @@
+//! Real ACP agents nobody here wrote, for the conformance suite: installed on first use
+//! from the committed, exactly pinned lockfile (`tests/conformance/peers/`) into
+//! `target/acp-peers`, once, under a file lock (tests run as parallel processes). When the
+//! npm registry cannot be reached the suite is skipped loudly — except under CI, which
+//! reaches it, where that is a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::workspace_root;
+
+/// The SDK's example agent (streaming text, tool calls, one permission request).
+const SDK_EXAMPLE_AGENT: &str = "node_modules/@agentclientprotocol/sdk/dist/examples/agent.js";
+
+fn install_dir() -> PathBuf {
+    workspace_root().join("target/acp-peers")
+}
+
+fn pinned() -> PathBuf {
+    workspace_root().join("tests/conformance/peers")
+}
+
+/// `@agentclientprotocol/sdk`'s example agent as an argv-ready command line (`node` and the
+/// script, both absolute), or `None` when the registry is unreachable outside CI.
+pub fn sdk_example_agent() -> Option<String> {
+    let dir = installed()?;
+    let node = which("node").expect("`node` (v20 or newer) runs the ACP peers");
+    Some(format!("{} {}", node.display(), dir.join(SDK_EXAMPLE_AGENT).display()))
+}
+
+fn installed() -> Option<PathBuf> {
+    let dir = install_dir();
+    if dir.join(SDK_EXAMPLE_AGENT).is_file() {
+        return Some(dir);
+    }
+    std::fs::create_dir_all(&dir).expect("target/acp-peers");
+    let lock_file = std::fs::File::create(dir.join(".install.lock")).expect("the install lock file");
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("the install lock");
+    if !dir.join(SDK_EXAMPLE_AGENT).is_file() {
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(pinned().join(file), dir.join(file)).expect("the pinned peer list");
+        }
+        let output = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .output()
+            .expect("npm");
+        if !output.status.success() {
+            let why = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "installing the ACP peers failed under CI: {why}"
+            );
+            eprintln!("SKIPPED: the ACP peers could not be installed (is the npm registry reachable?): {why}");
+            return None;
+        }
+    }
+    make_readable_by_agents(&dir);
+    Some(dir)
+}
+
+/// Agents run under uids of their own: the installed tree must be theirs to read.
+fn make_readable_by_agents(dir: &Path) {
+    let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(dir).status();
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
