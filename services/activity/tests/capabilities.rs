@@ -1,7 +1,8 @@
 //! The capability coverage list: every row of the seed's capability matrix and of its
 //! field audit (read from the seed text itself) has one entry in
 //! `docs/capabilities.json`, proven by a fixture transcript whose expected events
-//! carry the projected field, or by a named end-to-end test; only the seed's named
+//! carry the projected field, or by named tests whose bodies mention what the row is
+//! about (see [`check_test_evidence`]); only the seed's named
 //! absences may be `absent`; what another issue owns is `pending` with its owner.
 //! `docs/capabilities.md` is generated from the same list.
 
@@ -49,15 +50,87 @@ fn has_field(value: &Value, path: &[&str]) -> bool {
     }
 }
 
-fn test_exists(name: &str) -> bool {
-    let needle = format!("fn {name}(");
-    ["tests/e2e", "services/runner/tests"].iter().any(|dir| {
-        std::fs::read_dir(root().join(dir))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|file| std::fs::read_to_string(file.path()).is_ok_and(|text| text.contains(&needle)))
-    })
+/// Where evidence tests live: the end-to-end suite, the service's integration tests,
+/// and the activity crate's own tests (unit tests beside the normalizer included).
+const TEST_DIRS: &[&str] = &[
+    "tests/e2e",
+    "services/runner/tests",
+    "services/activity/tests",
+    "services/activity/src",
+];
+
+/// Checks that the test `name` exists once, is run, and exercises its row: each marker
+/// in `exercises` (the row's update kind, method, fixture, RPC or error code) appears in
+/// the test's own body, outside whole-line comments. So a renamed, unregistered or
+/// hollowed-out test breaks the row instead of silently still "proving" it. The test is
+/// read, not run: that it passes is its own suite's job.
+fn check_test_evidence(name: &str, exercises: &[&str]) -> Result<(), String> {
+    let signature = format!("fn {name}(");
+    let mut found = Vec::new();
+    for dir in TEST_DIRS {
+        for file in std::fs::read_dir(root().join(dir)).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(file.path()).unwrap_or_default();
+            if let Some(at) = text.find(&signature) {
+                found.push((file.path(), text, at));
+            }
+        }
+    }
+    let [(path, text, at)] = found.as_slice() else {
+        return Err(format!("{} definitions of test `{name}`", found.len()));
+    };
+    if !is_run(text, *at, name) {
+        return Err(format!(
+            "`{name}` in {} is neither #[test] nor instantiated by on_both_backends!",
+            path.display()
+        ));
+    }
+    let body: String = function_body(&text[*at..])
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    match exercises.iter().find(|marker| !body.contains(**marker)) {
+        Some(missing) => Err(format!("`{name}` never mentions `{missing}`")),
+        None if exercises.is_empty() => Err(format!("`{name}`: evidence names nothing it exercises")),
+        None => Ok(()),
+    }
+}
+
+/// A test function is run when an attribute line just above it says `test`, or when the
+/// end-to-end macro that instantiates it once per backend names it.
+fn is_run(text: &str, at: usize, name: &str) -> bool {
+    let attributed = text[..at]
+        .lines()
+        .rev()
+        .skip(1)
+        .take_while(|line| line.trim_start().starts_with("#[") || line.trim_start().starts_with("///"))
+        .any(|line| line.contains("test"));
+    let instantiated = text.split("on_both_backends!(").skip(1).any(|call| {
+        call[..call.find(')').unwrap_or(call.len())]
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .any(|listed| listed == name)
+    });
+    attributed || instantiated
+}
+
+/// The body of `function`, up to its closing brace. Braces are counted without parsing
+/// strings: the JSON literals in these tests are balanced.
+fn function_body(function: &str) -> &str {
+    let open = function.find('{').expect("a function body");
+    let mut depth = 0;
+    for (offset, c) in function[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &function[open..=open + offset];
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced braces in a test function")
 }
 
 #[test]
@@ -107,10 +180,21 @@ fn every_seed_row_is_covered_by_a_fixture_a_test_a_named_absence_or_an_owner() {
                     "`{row}`: {name} has no {event} with {field:?}"
                 );
             }
-            "test" => assert!(
-                test_exists(entry["evidence"].as_str().unwrap()),
-                "`{row}`: no such test"
-            ),
+            "test" => {
+                let evidence = entry["evidence"].as_array().expect("test evidence is a list");
+                assert!(!evidence.is_empty(), "`{row}`: no evidence");
+                for test in evidence {
+                    let exercises: Vec<&str> = test["exercises"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    if let Err(why) = check_test_evidence(test["test"].as_str().unwrap(), &exercises) {
+                        panic!("`{row}`: {why}");
+                    }
+                }
+            }
             "absent" => assert!(
                 table == "runner" || NAMED_ABSENCES.contains(&row),
                 "`{row}` is not a named absence"
@@ -167,7 +251,13 @@ fn render(entries: &[Value]) -> String {
                     e["event"].as_str().unwrap_or_default(),
                     e["field"].as_str().unwrap_or_default()
                 ),
-                "test" => format!("test `{}`", e["evidence"].as_str().unwrap_or_default()),
+                "test" => e["evidence"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| format!("test `{}`", t["test"].as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 "absent" if e["table"] == "runner" => "absent upstream".to_owned(),
                 "absent" => "named absence".to_owned(),
                 _ => format!("pending ({})", e["owner"].as_str().unwrap_or_default()),
