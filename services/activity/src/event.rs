@@ -63,13 +63,13 @@ pub enum ActivityPayload {
     DelegationCompleted(Delegation),
     #[serde(rename = "review.mode.changed")]
     ReviewModeChanged(ReviewModeChanged),
-    /// Extension family (PRP has no `session.*`).
+    /// Extension family (the spec lists no member of PRP's `session.*`).
     #[serde(rename = "session.config.updated")]
     SessionConfigUpdated(SessionConfigUpdated),
-    /// Extension family (PRP has no `session.*`).
+    /// Extension family (the spec lists no member of PRP's `session.*`).
     #[serde(rename = "session.info.updated")]
     SessionInfoUpdated(SessionInfoUpdated),
-    /// Extension family (PRP has no `session.*`).
+    /// Extension family (the spec lists no member of PRP's `session.*`).
     #[serde(rename = "session.commands.updated")]
     SessionCommandsUpdated(SessionCommandsUpdated),
     /// Extension family: a recorded session was loaded (`session/load`) into this

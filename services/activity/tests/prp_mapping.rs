@@ -1,11 +1,24 @@
-//! Every canonical event type and every value of a closed payload enum has a row in
-//! docs/prp-mapping.md: its PRP spelling, or `extension` where PRP has none.
+//! Our canonical spellings against the Paperclip runner protocol (PRP).
+//!
+//! - Against the protocol itself: the shared spec (`shared/spec/paperclip-runner.md`) is
+//!   parsed for the event families, payload fields and closed values it writes, and
+//!   compared with what our events actually serialize. Every difference is listed once, with
+//!   why, in [`DELIBERATE_DIFFERENCES`]; an unlisted difference or a stale entry fails.
+//! - Against our own doc: every canonical event type and every value of a closed payload
+//!   enum has a row in docs/prp-mapping.md, which mirrors the list of differences.
+
+use std::collections::BTreeSet;
 
 use cursor_runner_activity::{
-    ArtifactRefKind, Channel, DelegationAction, DelegationStatus, DiffChange, EVENT_TYPES, EXTENSION_EVENT_TYPES,
-    InteractionKind, ItemKind, NoticeScope, OutputSource, PlanSource, Severity, StepPriority, StepStatus,
-    ToolOperation, ToolStatus, TurnFailureReason,
+    ActivityPayload, ActivitySummary, ArtifactGenerated, ArtifactRefKind, ArtifactViewed, Channel, Delegation,
+    DelegationAction, DelegationStatus, DiffChange, EVENT_TYPES, EXTENSION_EVENT_TYPES, InteractionKind, ItemBoundary,
+    ItemDelta, ItemKind, NoticeScope, OutputSource, PlanSource, PlanStep, PlanUpdated, ProcessExited, ProcessReleased,
+    ProcessSpawned, ProviderDiff, ProviderNotice, ReportedCost, ReviewModeChanged, RuntimeRequestCreated,
+    RuntimeRequestEnded, RuntimeRequestResolved, SessionCommandsUpdated, SessionConfigUpdated, SessionInfoUpdated,
+    SessionLoaded, Severity, StepPriority, StepStatus, ToolArtifactRef, ToolExecution, ToolLocation, ToolOperation,
+    ToolStatus, TurnFailureReason, TurnSettled, TurnStarted, UsageReported, bound_output,
 };
+use serde_json::{Value, json};
 
 const MAPPING_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/prp-mapping.md");
 
@@ -45,8 +58,10 @@ fn mapping_rows() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The doc's event table is complete and agrees with our extension list. It is our own
+/// record: the spellings themselves are checked against PRP's spec further down.
 #[test]
-fn every_event_type_is_mapped_to_its_prp_spelling_or_marked_an_extension() {
+fn every_event_type_has_a_row_in_the_mapping_doc() {
     let rows = mapping_rows();
     for event_type in EVENT_TYPES {
         let (_, theirs) = rows
@@ -116,8 +131,10 @@ fn payload_enums() -> Vec<(&'static str, Vec<String>)> {
 /// Enums whose values PRP spells differently, with PRP's spellings (its `requestKind`).
 const RESPELLED_FOR_PRP: &[(&str, &[&str])] = &[("InteractionKind", &["user_input", "permission_approval"])];
 
+/// The doc's payload enum table is complete and agrees with itself; PRP's own values are
+/// checked against the spec further down.
 #[test]
-fn every_payload_enum_value_is_mapped_to_its_prp_spelling_or_marked_an_extension() {
+fn every_payload_enum_value_has_a_row_in_the_mapping_doc() {
     let rows = section_rows(&mapping_doc(), "Payload enum values");
     for (name, values) in payload_enums() {
         for value in values {
@@ -148,4 +165,1195 @@ fn the_payload_enum_table_has_no_row_for_a_value_that_does_not_exist() {
             row[0], row[1]
         );
     }
+}
+
+// The spellings checked against the Paperclip runner protocol itself, as the shared spec
+// writes them (its families, fields and enum values), never against a column of ours. The
+// spec is parsed only where it writes event types and payloads (EVENT_PASSAGES, its
+// provider-event table, FIELD_PASSAGES); prose elsewhere is not read.
+
+const PRP_SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/spec/paperclip-runner.md");
+
+/// A key names an event type (`plan.updated`), one of its payload fields
+/// (`plan.updated:steps.status`) or one value of a closed field
+/// (`plan.updated:steps.status=blocked`). In a [`Difference`] an event type may be a
+/// family (`research.*`) or any (`*`), and the field `*` (every field); an entry explains
+/// its key and everything under it.
+#[derive(Clone, Copy)]
+enum Difference {
+    /// The spec names it; we do not produce it.
+    PrpOnly(&'static str, &'static str),
+    /// We produce it; the spec does not name it.
+    Extension(&'static str, &'static str),
+    /// Ours (first) is the spec's (second) spelled differently.
+    Respelled(&'static str, &'static str, &'static str),
+    /// The spec closes this field's values; ours is an open string, so which of them we
+    /// send is not a property of our types.
+    OpenString(&'static str, &'static str),
+}
+
+use Difference::{Extension, OpenString, PrpOnly, Respelled};
+
+/// Every difference between what our events serialize and PRP as the spec writes it, each
+/// with why. Mirrored in docs/prp-mapping.md ("Deliberate differences").
+const DELIBERATE_DIFFERENCES: &[Difference] = &[
+    // Families PRP has that a Cursor ACP runner does not produce.
+    PrpOnly(
+        "runner.*",
+        "runnerd's own lifecycle; the agent process we run is the `process.*` extension",
+    ),
+    PrpOnly("harness.*", "no harness layer: we speak ACP to the agent ourselves"),
+    PrpOnly(
+        "workspace.*",
+        "the workspace is the caller's; policy refusals are notices",
+    ),
+    PrpOnly(
+        "session.*",
+        "the spec names the family but none of its members; ours are the `session.*` extensions below",
+    ),
+    PrpOnly(
+        "turn.submitted",
+        "StartTurn answers synchronously; a turn's first event is `turn.started`",
+    ),
+    PrpOnly(
+        "turn.accepted",
+        "Cursor has no provider turn id to fence steering on, and steering is unsupported",
+    ),
+    PrpOnly(
+        "item.failed",
+        "ACP has no failed message or thought: items end `item.completed` and the turn carries the failure",
+    ),
+    PrpOnly(
+        "semantic_tool.*",
+        "the agent's tools, MCP included, are `tool.execution.*`",
+    ),
+    PrpOnly(
+        "interaction.request.*",
+        "the control plane's interaction projections, not a runner's",
+    ),
+    PrpOnly(
+        "interaction.response.*",
+        "the control plane's interaction projections, not a runner's",
+    ),
+    PrpOnly(
+        "run.*",
+        "runs are the control plane's; we settle turns (`turn.*`) and report executions over gRPC",
+    ),
+    PrpOnly("attention.*", "the control plane's"),
+    PrpOnly("mcp_app.*", "Cursor's ACP has no MCP apps"),
+    PrpOnly("external_provider.*", "PRP v3 operations; Cursor has none"),
+    PrpOnly(
+        "research.*",
+        "Cursor's ACP has no research items; searches are tools with `operation: search`",
+    ),
+    PrpOnly(
+        "model.*",
+        "model verification is admission: a differing echo refuses the execution (MODEL_UNAVAILABLE)",
+    ),
+    PrpOnly(
+        "context.compacted",
+        "absent from the pinned ACP implementation (a named absence)",
+    ),
+    PrpOnly("hook.*", "hooks are refused by the workspace policy"),
+    PrpOnly(
+        "memory.citation.referenced",
+        "absent from the pinned ACP implementation (a named absence)",
+    ),
+    PrpOnly("safety.review.*", "Cursor's ACP reports no safety review"),
+    PrpOnly("terminal.input.sent", "ACP reports no terminal input"),
+    PrpOnly("wait.*", "ACP reports no waits"),
+    // Our own families.
+    Extension(
+        "process.*",
+        "PRP has no agent-process family: spawn, exit proof and pool release are ours",
+    ),
+    Extension(
+        "session.*",
+        "config options, title, commands and loads; PRP's mapper drops them",
+    ),
+    // Fields on many families.
+    Extension("*:sanitized", "display text had terminal control sequences neutralized"),
+    Extension(
+        "*:childId",
+        "the child agent (its session id) an event belongs to; PRP nests children in `delegation.*`",
+    ),
+    // turn.*, item.*
+    Extension(
+        "turn.*:*",
+        "the spec gives no `turn.*` payload (its `turnId` is in the envelope); every field is ours",
+    ),
+    Extension(
+        "item.started:*",
+        "the spec gives no `item.started` payload; ours carries `item.delta`'s identity",
+    ),
+    Extension(
+        "item.completed:*",
+        "the spec gives no `item.completed` payload; ours carries `item.delta`'s identity",
+    ),
+    PrpOnly(
+        "item.delta:provider",
+        "one provider per stream; the execution says which",
+    ),
+    PrpOnly("item.delta:providerMethod", "the ACP update is implied by `kind`"),
+    PrpOnly("item.delta:channel=final", "ACP marks no text final"),
+    PrpOnly("item.delta:channel=detail", "ACP marks no text as detail"),
+    PrpOnly(
+        "item.delta:channel=unknown",
+        "every chunk's channel is known from its update kind",
+    ),
+    Extension("item.delta:truncated", "the text was cut to MAX_ITEM_TEXT_CHARS"),
+    // tool.execution.*
+    Respelled(
+        "tool.execution.*:toolCallId",
+        "tool.execution.*:executionId",
+        "ACP's id, local to its session",
+    ),
+    OpenString(
+        "tool.execution.*:transport",
+        "always `builtin`: ACP `tool_call` does not say which server ran a tool",
+    ),
+    PrpOnly("tool.execution.*:namespace", "ACP does not say"),
+    PrpOnly("tool.execution.*:readOnly", "ACP does not say"),
+    PrpOnly("tool.execution.*:durationMs", "ACP does not say"),
+    PrpOnly("tool.execution.*:progress", "ACP sends no progress measure"),
+    PrpOnly(
+        "tool.execution.*:outputBody",
+        "no body store: the bounded `output` is all we keep",
+    ),
+    Extension("tool.execution.*:itemId", "a child's tool call is scoped by its child"),
+    Extension(
+        "tool.execution.*:locations",
+        "every workspace location, workspace-relative (`target` is the first)",
+    ),
+    Extension(
+        "tool.execution.*:locationsOmitted",
+        "locations not provably inside the workspace",
+    ),
+    Extension("tool.execution.*:locationsTruncated", "more than MAX_TOOL_LOCATIONS"),
+    Extension(
+        "tool.execution.*:rawInput",
+        "ACP `rawInput`, bounded, paths made workspace-relative",
+    ),
+    Extension(
+        "tool.execution.*:rawInputTruncated",
+        "the raw input was dropped at its bound",
+    ),
+    Extension(
+        "tool.execution.*:rawPathsRewritten",
+        "raw path strings made workspace-relative",
+    ),
+    Extension(
+        "tool.execution.*:rawPathsOmitted",
+        "raw path strings outside the workspace, omitted",
+    ),
+    Extension(
+        "tool.execution.*:failureSource",
+        "which validated `rawOutput` field made the tool fail",
+    ),
+    Extension(
+        "tool.execution.*:outputSource",
+        "whether `output` came from `rawOutput` or `content`",
+    ),
+    Extension(
+        "tool.execution.*:diffs",
+        "provider diff blocks (PRP has no diff payload)",
+    ),
+    Extension(
+        "tool.execution.*:diffsOmitted",
+        "diff blocks outside the workspace or past the bound",
+    ),
+    Extension("tool.execution.*:artifacts", "media and resource blocks as references"),
+    Extension(
+        "tool.execution.*:artifactsOmitted",
+        "references outside the workspace or past the bound",
+    ),
+    // runtime_request.*
+    Respelled(
+        "runtime_request.*:interactionId",
+        "runtime_request.*:requestId",
+        "our durable interaction id, as the API names it",
+    ),
+    Respelled(
+        "runtime_request.*:kind",
+        "runtime_request.*:requestKind",
+        "what the human is asked, as the API names it",
+    ),
+    Respelled(
+        "runtime_request.*:kind=question",
+        "runtime_request.*:requestKind=user_input",
+        "a question set",
+    ),
+    Respelled(
+        "runtime_request.*:kind=plan",
+        "runtime_request.*:requestKind=user_input",
+        "a question set with accept / reject / cancel",
+    ),
+    Respelled(
+        "runtime_request.*:kind=permission",
+        "runtime_request.*:requestKind=permission_approval",
+        "an ACP permission",
+    ),
+    PrpOnly(
+        "runtime_request.created:requestKind=command_approval",
+        "ACP permissions do not tell commands from files",
+    ),
+    PrpOnly(
+        "runtime_request.created:requestKind=file_approval",
+        "ACP permissions do not tell commands from files",
+    ),
+    PrpOnly(
+        "runtime_request.created:requestKind=elicitation",
+        "Cursor's ACP has no elicitation",
+    ),
+    PrpOnly(
+        "runtime_request.created:method",
+        "not a field: `request` carries our persisted request, in its own shape",
+    ),
+    PrpOnly(
+        "runtime_request.created:status",
+        "every created request is pending; its state is GetInteraction's",
+    ),
+    PrpOnly(
+        "runtime_request.created:prompt",
+        "not a field: `request` carries our persisted request, in its own shape",
+    ),
+    PrpOnly(
+        "runtime_request.created:details",
+        "not a field: `request` carries our persisted request, in its own shape",
+    ),
+    PrpOnly(
+        "runtime_request.created:input",
+        "not a field: `request` carries our persisted request, in its own shape",
+    ),
+    PrpOnly(
+        "runtime_request.created:origin",
+        "one provider and adapter per execution",
+    ),
+    PrpOnly(
+        "runtime_request.created:type",
+        "PRP's durable copy type; `kind` says it",
+    ),
+    Extension(
+        "runtime_request.created:etag",
+        "the compare-and-set token AnswerInteraction requires",
+    ),
+    Extension(
+        "runtime_request.*:request",
+        "the full persisted request, as GetInteraction returns it",
+    ),
+    Extension(
+        "runtime_request.created:toolCallKnown",
+        "whether the request's tool call was seen in this turn",
+    ),
+    PrpOnly(
+        "runtime_request.resolved:action",
+        "our `outcome` is the reply written to the agent; the docs map it to PRP's action",
+    ),
+    PrpOnly("runtime_request.resolved:adapter", "one adapter per execution"),
+    PrpOnly("runtime_request.resolved:requestType", "`kind` says it"),
+    PrpOnly("runtime_request.*:itemId", "interactions are not items here"),
+    Respelled(
+        "runtime_request.resolved:outcome",
+        "runtime_request.resolved:response",
+        "the ACP reply as written to the agent",
+    ),
+    Extension(
+        "runtime_request.*:delivery",
+        "what happened on the wire: `pipe_written`, `not_sent` or `unknown`",
+    ),
+    Extension("runtime_request.resolved:answeredBy", "`human` or `policy`"),
+    Extension(
+        "runtime_request.*:turnId",
+        "the spec names `turnId` on `created` and `resolved` only; ours has it on all four",
+    ),
+    Extension(
+        "runtime_request.cancelled:replayAllowed",
+        "always `false`, as on `expired`",
+    ),
+    OpenString(
+        "runtime_request.*:reason",
+        "an open string of ours, so which of PRP's reasons we send is not checked here",
+    ),
+    // provider.notice.recorded: same fields (plus `sanitized`, `childId`).
+    // plan.updated
+    PrpOnly("plan.updated:explanation", "ACP plans and Cursor todos carry none"),
+    PrpOnly(
+        "plan.updated:complete",
+        "a snapshot is complete by definition; `partial` marks one that lost detail",
+    ),
+    PrpOnly("plan.updated:syncStatus", "no plan document to synchronize"),
+    PrpOnly("plan.updated:documentRevision", "no plan document"),
+    Extension("plan.updated:source", "which wire message the snapshot came from"),
+    Extension(
+        "plan.updated:partial",
+        "steps dropped at the bound or malformed; a notice says so",
+    ),
+    Extension(
+        "plan.updated:steps.label",
+        "why a step is `blocked` (`Cancelled`, or the unknown native status)",
+    ),
+    Extension("plan.updated:steps.priority", "ACP plan entry priority, kept as sent"),
+    // delegation.*
+    PrpOnly("delegation.*:children", "one child per event: its fields are top-level"),
+    PrpOnly(
+        "delegation.*:action=message",
+        "Cursor's ACP has no parent→child message",
+    ),
+    Extension("delegation.*:role", "PRP's `children[].role`, top-level"),
+    Extension("delegation.*:model", "PRP's `children[].model`, top-level"),
+    Extension(
+        "delegation.*:activitySummary",
+        "PRP's `children[].activitySummary`, top-level and structured",
+    ),
+    Extension("delegation.*:parentId", "the typed edge: the parent session"),
+    Extension(
+        "delegation.*:parentToolCallId",
+        "the typed edge: the parent's `Task` tool call",
+    ),
+    Extension("delegation.*:agentId", "Cursor's `_meta.cursor.agentId`"),
+    Extension("delegation.*:name", "the custom subagent's or the spawn's display name"),
+    Extension(
+        "delegation.*:subagentTypeRaw",
+        "an unrecognized `subagentType`, as compact JSON",
+    ),
+    Extension("delegation.*:task", "the task description, bounded"),
+    Extension("delegation.*:taskTruncated", "the task description was cut"),
+    Extension(
+        "delegation.*:promptChars",
+        "the child prompt's size (the prompt is not carried)",
+    ),
+    Extension("delegation.*:nativeState", "the native state behind `status`"),
+    Extension("delegation.*:explanation", "why `status` differs from the native state"),
+    Extension("delegation.*:durationMs", "from `cursor/task`"),
+    Extension("delegation.*:resumedFrom", "a resumed child's first incarnation"),
+    Extension("delegation.*:incarnation", "`n` of a resumed `<agentId>.<n>`"),
+    Extension(
+        "delegation.*:evidence",
+        "what the record rests on (`cursor_task_metadata` is not proof of success)",
+    ),
+    // artifact.*
+    OpenString(
+        "artifact.generated:status",
+        "always `completed`: Cursor reports a generation once it is done",
+    ),
+    PrpOnly("artifact.generated:transparentBackground", "Cursor does not say"),
+    PrpOnly("artifact.generated:failure", "Cursor reports only finished generations"),
+    PrpOnly(
+        "artifact.viewed:mediaType",
+        "Cursor does not say; the file is never read",
+    ),
+    PrpOnly("artifact.viewed:title", "Cursor does not say"),
+    Extension(
+        "artifact.generated:artifactId",
+        "the spec names it on `artifact.viewed` only",
+    ),
+    Extension(
+        "artifact.generated:reference",
+        "the spec names it on `artifact.viewed` only",
+    ),
+    Extension(
+        "artifact.generated:description",
+        "the generation's description, sanitized",
+    ),
+    Extension("artifact.*:toolCallId", "the `cursor/generate_image` call"),
+    // review.mode.changed
+    PrpOnly(
+        "review.mode.changed:(unnamed)",
+        "PRP's Codex review mode is entered or exited; ACP `current_mode_update` names a mode",
+    ),
+    Extension("review.mode.changed:modeId", "the ACP mode id"),
+    Extension("review.mode.changed:previousModeId", "the mode before, when known"),
+    // usage.reported: Cursor reports no usage, and unknown is never zero.
+    OpenString(
+        "usage.reported:requestCountSource",
+        "always `unavailable`: ACP never reports request counts",
+    ),
+    OpenString(
+        "usage.reported:providerCostStatus",
+        "`unpriced`, or `reported` when the agent sent a cost",
+    ),
+    PrpOnly("usage.reported:provider", "one provider per stream"),
+    PrpOnly("usage.reported:model", "the execution's model is on the execution"),
+    PrpOnly(
+        "usage.reported:provider*Id",
+        "ACP gives no provider request or session ids for usage",
+    ),
+    PrpOnly(
+        "usage.reported:providerRequestIdUnavailableReason",
+        "ACP gives no provider request ids",
+    ),
+    PrpOnly(
+        "usage.reported:cumulative",
+        "no token measurements: unknown is absent, never zero",
+    ),
+    PrpOnly(
+        "usage.reported:runDelta",
+        "no token measurements: unknown is absent, never zero",
+    ),
+    PrpOnly("usage.reported:runDeltaAvailable", "no token measurements"),
+    PrpOnly("usage.reported:activeSeconds", "a measurement field; none is reported"),
+    PrpOnly("usage.reported:requests", "a measurement field; none is reported"),
+    PrpOnly(
+        "usage.reported:providerCostUsd",
+        "a measurement field; a reported cost is `cost` with its currency",
+    ),
+    Extension("usage.reported:turnId", "usage is per turn"),
+    Extension(
+        "usage.reported:usageSource",
+        "what the numbers rest on (`acp_usage_update`)",
+    ),
+    Extension("usage.reported:used", "ACP `usage_update` context tokens used, as sent"),
+    Extension("usage.reported:size", "ACP `usage_update` context window size, as sent"),
+    Extension(
+        "usage.reported:cost",
+        "ACP `usage_update` cost with its currency, as sent",
+    ),
+];
+
+impl Difference {
+    /// The patterns this entry explains on the spec's side and on ours.
+    fn sides(self) -> (Option<&'static str>, Option<&'static str>) {
+        match self {
+            PrpOnly(prp, _) | OpenString(prp, _) => (Some(prp), None),
+            Extension(ours, _) => (None, Some(ours)),
+            Respelled(ours, prp, _) => (Some(prp), Some(ours)),
+        }
+    }
+
+    fn doc_row(self) -> String {
+        match self {
+            PrpOnly(prp, why) => format!("| PRP only | `{prp}` | {why} |"),
+            Extension(ours, why) => format!("| extension | `{ours}` | {why} |"),
+            Respelled(ours, prp, why) => format!("| respelled | `{ours}` for PRP `{prp}` | {why} |"),
+            OpenString(prp, why) => format!("| open string | `{prp}` | {why} |"),
+        }
+    }
+}
+
+fn split_key(key: &str) -> (&str, Option<&str>) {
+    match key.split_once(':') {
+        Some((event, rest)) => (event, Some(rest)),
+        None => (key, None),
+    }
+}
+
+/// Whether `pattern` names `key` or something `key` lies under.
+fn covers(pattern: &str, key: &str) -> bool {
+    let ((pattern_event, pattern_rest), (event, rest)) = (split_key(pattern), split_key(key));
+    let event_matches = pattern_event == "*"
+        || pattern_event == event
+        || pattern_event
+            .strip_suffix('*')
+            .is_some_and(|family| event.starts_with(family));
+    event_matches
+        && match (pattern_rest, rest) {
+            (None, _) => true,
+            (Some("*"), rest) => rest.is_some(),
+            (Some(field), Some(rest)) => {
+                rest == field || rest.starts_with(&format!("{field}.")) || rest.starts_with(&format!("{field}="))
+            }
+            (Some(_), None) => false,
+        }
+}
+
+fn prp_spec() -> String {
+    std::fs::read_to_string(PRP_SPEC)
+        .unwrap_or_else(|e| panic!("the PRP spec {PRP_SPEC} must be beside the checkout: {e}"))
+}
+
+/// The spec's text after `start` up to `end`; a missing anchor means the spec was
+/// restructured and this parse must follow it, never silently find less.
+fn passage<'a>(spec: &'a str, start: &str, end: &str) -> &'a str {
+    let from = spec
+        .find(start)
+        .unwrap_or_else(|| panic!("the PRP spec no longer contains `{start}`"))
+        + start.len();
+    let to = spec[from..]
+        .find(end)
+        .unwrap_or_else(|| panic!("the PRP spec has no `{end}` after `{start}`"));
+    &spec[from..from + to]
+}
+
+/// The event types a text names, expanded: `turn.started/completed`,
+/// `run.{attached,result.*}`, `runner.*`, `**item.delta**,`.
+fn event_types_in(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .flat_map(|word| {
+            let word = word.trim_matches(|c| matches!(c, ',' | ';' | ':' | '(' | ')' | '`'));
+            let word = word.trim_start_matches("**").trim_end_matches("**");
+            expand_event_type(word.strip_suffix('.').unwrap_or(word))
+        })
+        .collect()
+}
+
+fn expand_event_type(token: &str) -> Vec<String> {
+    let segment = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+    let (prefix, alternatives) = match token.split_once(".{") {
+        Some((prefix, braced)) => match braced.strip_suffix('}') {
+            Some(inner) => (prefix, inner.split(',').collect::<Vec<_>>()),
+            None => return Vec::new(),
+        },
+        None => match token.rsplit_once('.') {
+            Some((prefix, "*")) => (prefix, vec!["*"]),
+            Some((prefix, last)) if last.split('/').all(segment) => (prefix, last.split('/').collect()),
+            _ => return Vec::new(),
+        },
+    };
+    if !prefix.split('.').all(segment) {
+        return Vec::new();
+    }
+    alternatives
+        .into_iter()
+        .map(|alternative| format!("{prefix}.{alternative}"))
+        .collect()
+}
+
+/// The backticked spans of `text`, each with the prose just before it.
+fn spans(text: &str) -> Vec<(&str, &str)> {
+    let parts: Vec<&str> = text.split('`').collect();
+    parts.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0], c[1])).collect()
+}
+
+/// Adds the fields and closed values one span names for `event` to `keys`.
+///
+/// The spec's notation: `name`, `name?`, `name[≤64]`, `name≥1`, `name: a|b|c` (closed
+/// values), `name:"literal"` (a value), `name: type` (ignored), `name{sub, …}`,
+/// `{a, b}` (the payload itself), `cancelled{…}` (the payload of `*.cancelled`). A bare
+/// `a|b|c` is the values of `bare`. Spans with `/` or a `.` outside any payload are
+/// paths, schema ids or event types, not fields.
+fn add_fields(event: &str, span: &str, bare: Option<&str>, keys: &mut BTreeSet<String>) {
+    let span = span.trim();
+    if span.contains('/') || (span.contains('.') && !span.contains(':') && !span.contains('{')) {
+        return;
+    }
+    if !span.contains(':') && !span.contains('{') && span.contains('|') {
+        let field = bare.unwrap_or_else(|| panic!("`{span}` ({event}): values of no field"));
+        keys.insert(format!("{event}:{field}"));
+        keys.extend(span.split('|').map(|value| format!("{event}:{field}={value}")));
+        return;
+    }
+    let chars: Vec<char> = span.chars().collect();
+    let mut at = 0;
+    parse_fields(event, &chars, &mut at, "", keys);
+}
+
+fn parse_fields(event: &str, chars: &[char], at: &mut usize, prefix: &str, keys: &mut BTreeSet<String>) {
+    let payload_name = event.rsplit('.').next().unwrap_or_default();
+    while *at < chars.len() && chars[*at] != '}' {
+        let start = *at;
+        while *at < chars.len() && (chars[*at].is_ascii_alphanumeric() || matches!(chars[*at], '_' | '*')) {
+            *at += 1;
+        }
+        let name: String = chars[start..*at].iter().collect();
+        if name.is_empty() {
+            *at += 1;
+            continue;
+        }
+        let path = format!("{prefix}{name}");
+        if chars.get(*at) == Some(&'?') {
+            *at += 1;
+        }
+        if chars.get(*at) == Some(&'[') {
+            while *at < chars.len() && chars[*at] != ']' {
+                *at += 1;
+            }
+        }
+        while *at < chars.len() && matches!(chars[*at], ']' | '≥' | '≤' | '0'..='9' | ' ') {
+            *at += 1;
+        }
+        match chars.get(*at) {
+            Some('{') if prefix.is_empty() && name == payload_name => {
+                *at += 1;
+                parse_fields(event, chars, at, "", keys);
+                *at += 1;
+                continue;
+            }
+            Some('{') => {
+                keys.insert(format!("{event}:{path}"));
+                *at += 1;
+                parse_fields(event, chars, at, &format!("{path}."), keys);
+                *at += 1;
+            }
+            Some(':') => {
+                keys.insert(format!("{event}:{path}"));
+                *at += 1;
+                let start = *at;
+                while *at < chars.len() && !matches!(chars[*at], ',' | '}') {
+                    *at += 1;
+                }
+                let value: String = chars[start..*at].iter().collect();
+                let value = value.trim();
+                if let Some(literal) = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                    keys.insert(format!("{event}:{path}={literal}"));
+                } else if value.contains('|') {
+                    keys.extend(value.split('|').map(|v| format!("{event}:{path}={}", v.trim())));
+                }
+            }
+            _ => {
+                keys.insert(format!("{event}:{path}"));
+            }
+        }
+        while *at < chars.len() && !matches!(chars[*at], ',' | '}') {
+            *at += 1;
+        }
+        if chars.get(*at) == Some(&',') {
+            *at += 1;
+        }
+        while chars.get(*at) == Some(&' ') {
+            *at += 1;
+        }
+    }
+}
+
+/// The first word of the prose right before a span, after its last `;` or `,`: the field
+/// a bare `a|b|c` in a table cell belongs to (`status for run and child: …`).
+fn field_named_before(prose: &str) -> Option<&str> {
+    prose
+        .rsplit([';', ','])
+        .next()
+        .and_then(|clause| clause.split_whitespace().next())
+        .map(|word| word.trim_end_matches(':'))
+}
+
+/// Where the spec writes payload fields outside its provider-event table: the passage
+/// (from, to), the event types it describes, and the field a bare `a|b` there belongs to.
+const FIELD_PASSAGES: &[(&str, &str, &[&str], Option<&str>)] = &[
+    ("**Text and reasoning.**", "- Ids come from", &["item.delta"], None),
+    ("- `payload.channel` takes", "\n", &["item.delta"], Some("channel")),
+    (
+        "**Usage** (",
+        "**Cursor emits no standard usage.**",
+        &["usage.reported"],
+        None,
+    ),
+    (
+        "**Request shape.**",
+        "**Resolution**",
+        &["runtime_request.created"],
+        Some("requestKind"),
+    ),
+    ("**Resolution**", "- input:", &["runtime_request.resolved"], None),
+    (
+        "- **resolved** after delivery:",
+        "\n",
+        &["runtime_request.resolved"],
+        None,
+    ),
+    ("- pending *permission* →", "\n", &["runtime_request.cancelled"], None),
+    ("- pending *input* →", "\n", &["runtime_request.expired"], None),
+    ("- Moving to a durable wait →", "\n", &["runtime_request.expired"], None),
+    (
+        "- Stale pending after transport recovery →",
+        "\n",
+        &["runtime_request.cancelled"],
+        None,
+    ),
+];
+
+/// Where the spec names event types: its event inventory, its ACP, terminal and
+/// interaction lifecycle notes (the provider-event table is read separately).
+const EVENT_PASSAGES: &[(&str, &str)] = &[
+    ("counts 105 events in 31 families:", "**Closed provider inventory.**"),
+    ("**ACP status tags:**", "**Usage**"),
+    ("**Terminal.**", "**Cursor → canonical.**"),
+    ("**Lifecycle:**", "**Fences, ordering and acknowledgement.**"),
+];
+
+/// Every key the spec writes: event types, their payload fields and closed values.
+fn prp_keys() -> BTreeSet<String> {
+    let spec = prp_spec();
+    let mut keys = BTreeSet::new();
+    for (from, to) in EVENT_PASSAGES {
+        keys.extend(event_types_in(passage(&spec, from, to)));
+    }
+    let table = passage(&spec, "| eventType | key fields and exact enums |", "\n\n");
+    for row in table.lines().skip(2) {
+        let cells: Vec<String> = row
+            .replace("\\|", "\u{1}")
+            .split('|')
+            .map(|cell| cell.replace('\u{1}', "|").trim().to_owned())
+            .collect();
+        let (events, fields) = (&cells[1], &cells[2]);
+        if events == "others" {
+            add_others(fields, &mut keys);
+            continue;
+        }
+        let event_groups: Vec<&str> = events.split(" / ").collect();
+        let field_groups: Vec<&str> = match event_groups.len() {
+            1 => vec![fields.as_str()],
+            n => {
+                let groups: Vec<&str> = fields.split(" / ").collect();
+                assert_eq!(groups.len(), n, "`{events}`: one field group per event group");
+                groups
+            }
+        };
+        for (events, fields) in event_groups.iter().zip(field_groups) {
+            for event in event_types_in(events) {
+                keys.insert(event.clone());
+                for (prose, span) in spans(fields) {
+                    add_fields(&event, span, field_named_before(prose), &mut keys);
+                }
+            }
+        }
+    }
+    for (from, to, events, bare) in FIELD_PASSAGES {
+        for (_, span) in spans(passage(&spec, from, to)) {
+            for event in *events {
+                add_fields(event, span, *bare, &mut keys);
+            }
+        }
+    }
+    keys
+}
+
+/// The table's `others` row: `` `event` (field a|b; a|b) ``, where a bare `a|b` belongs
+/// to a field the spec leaves unnamed.
+fn add_others(cell: &str, keys: &mut BTreeSet<String>) {
+    for (_, span) in spans(cell) {
+        for event in expand_event_type(span) {
+            keys.insert(event.clone());
+            let after = &cell[cell.find(&format!("`{span}`")).unwrap() + span.len() + 2..];
+            let Some(inner) = after.strip_prefix(" (").and_then(|rest| rest.split(')').next()) else {
+                continue;
+            };
+            for clause in inner.split(';') {
+                let words: Vec<&str> = clause.split_whitespace().collect();
+                let (field, values) = match words.as_slice() {
+                    [values] => ("(unnamed)", *values),
+                    [field, values] => (*field, *values),
+                    _ => panic!("`{event}`: unreadable `{clause}`"),
+                };
+                keys.insert(format!("{event}:{field}"));
+                keys.extend(values.split('|').map(|value| format!("{event}:{field}={value}")));
+            }
+        }
+    }
+}
+
+/// One event of every type with every optional field set, so that serializing them
+/// shows every field we can produce. Struct literals name every field: a new field does
+/// not compile here until it is given a value, and so compared with the spec.
+fn every_field_of_every_event() -> Vec<ActivityPayload> {
+    let settled = TurnSettled {
+        turn_id: "t".into(),
+        stop_reason: Some("end_turn".into()),
+        failure_reason: Some(TurnFailureReason::AgentExited),
+        message: Some("m".into()),
+    };
+    let boundary = ItemBoundary {
+        item_id: "i".into(),
+        kind: ItemKind::AgentMessage,
+        channel: Channel::Progress,
+        child_id: Some("c".into()),
+    };
+    let tool = ToolExecution {
+        tool_call_id: "tc".into(),
+        child_id: Some("c".into()),
+        item_id: Some("i".into()),
+        transport: "builtin".into(),
+        operation: ToolOperation::Execute,
+        name: "n".into(),
+        status: ToolStatus::Completed,
+        target: Some("a.rs".into()),
+        locations: vec![ToolLocation {
+            path: "a.rs".into(),
+            line: Some(1),
+        }],
+        locations_omitted: 1,
+        locations_truncated: true,
+        input_updated: true,
+        raw_input: Some("opaque".into()),
+        raw_input_truncated: true,
+        raw_paths_rewritten: 1,
+        raw_paths_omitted: 1,
+        exit_code: Some(0),
+        failure_source: Some("exitCode".into()),
+        output: Some(bound_output("out")),
+        output_source: Some(OutputSource::RawOutput),
+        diffs: vec![ProviderDiff {
+            path: "a.rs".into(),
+            change: DiffChange::Modify,
+            old_text: Some("a".into()),
+            old_text_bytes: Some(1),
+            new_text: Some("b".into()),
+            new_text_bytes: Some(1),
+            truncated: true,
+        }],
+        diffs_omitted: 1,
+        artifacts: vec![ToolArtifactRef {
+            kind: ArtifactRefKind::Image,
+            reference: Some("a.png".into()),
+            uri: Some("https://x".into()),
+            media_type: Some("image/png".into()),
+            title: Some("t".into()),
+            registered: false,
+            inline_data_omitted: true,
+        }],
+        artifacts_omitted: 1,
+        sanitized: true,
+    };
+    let ended = RuntimeRequestEnded {
+        interaction_id: "i".into(),
+        kind: InteractionKind::Question,
+        turn_id: "t".into(),
+        reason: "turn_settled".into(),
+        replay_allowed: false,
+        delivery: "pipe_written".into(),
+        request: Some("opaque".into()),
+    };
+    let delegation = Delegation {
+        child_id: "c".into(),
+        parent_id: Some("p".into()),
+        parent_tool_call_id: Some("tc".into()),
+        agent_id: Some("a".into()),
+        action: Some(DelegationAction::Spawn),
+        role: "explore".into(),
+        name: Some("n".into()),
+        subagent_type_raw: Some("{}".into()),
+        model: Some("m".into()),
+        task: Some("t".into()),
+        task_truncated: true,
+        prompt_chars: Some(1),
+        status: DelegationStatus::Running,
+        native_state: Some("running".into()),
+        explanation: Some("e".into()),
+        duration_ms: Some(1),
+        resumed_from: Some("c0".into()),
+        incarnation: Some(1),
+        activity_summary: Some(ActivitySummary {
+            text: "s".into(),
+            truncated: true,
+            tool_calls: 1,
+            tools_failed: 1,
+        }),
+        evidence: "cursor_subagent_lifecycle".into(),
+        sanitized: true,
+    };
+    let mut notice = ProviderNotice::warning("c", NoticeScope::Turn, "s");
+    notice.sanitized = true;
+    notice.child_id = Some("c".into());
+    vec![
+        ActivityPayload::TurnStarted(TurnStarted {
+            turn_id: "t".into(),
+            turn_number: 1,
+            prompt_chars: 1,
+        }),
+        ActivityPayload::TurnCompleted(settled.clone()),
+        ActivityPayload::TurnCancelled(settled.clone()),
+        ActivityPayload::TurnInterrupted(settled.clone()),
+        ActivityPayload::TurnFailed(settled),
+        ActivityPayload::ItemStarted(boundary.clone()),
+        ActivityPayload::ItemDelta(ItemDelta {
+            item_id: "i".into(),
+            kind: ItemKind::AgentMessage,
+            channel: Channel::Progress,
+            text: "x".into(),
+            truncated: true,
+            sanitized: true,
+            child_id: Some("c".into()),
+        }),
+        ActivityPayload::ItemCompleted(boundary),
+        ActivityPayload::ToolStarted(tool.clone()),
+        ActivityPayload::ToolProgressed(tool.clone()),
+        ActivityPayload::ToolCompleted(tool),
+        ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
+            interaction_id: "i".into(),
+            kind: InteractionKind::Question,
+            etag: "e".into(),
+            turn_id: "t".into(),
+            request: "opaque".into(),
+            tool_call_known: Some(true),
+            child_id: Some("c".into()),
+        }),
+        ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
+            interaction_id: "i".into(),
+            kind: InteractionKind::Question,
+            turn_id: "t".into(),
+            outcome: "opaque".into(),
+            delivery: "pipe_written".into(),
+            answered_by: "human".into(),
+        }),
+        ActivityPayload::RuntimeRequestCancelled(ended.clone()),
+        ActivityPayload::RuntimeRequestExpired(ended),
+        ActivityPayload::ProcessSpawned(ProcessSpawned {
+            pid: 1,
+            distribution: "unpinned".into(),
+            program: "agent".into(),
+        }),
+        ActivityPayload::ProcessExited(ProcessExited {
+            pid: 1,
+            exit_code: Some(0),
+            signal: Some(9),
+            initiated_by: "runner".into(),
+        }),
+        ActivityPayload::ProcessReleased(ProcessReleased {
+            pid: 1,
+            sessions_served: 1,
+        }),
+        ActivityPayload::ProviderNotice(notice),
+        ActivityPayload::PlanUpdated(PlanUpdated {
+            plan_id: "p".into(),
+            revision: 1,
+            steps: vec![PlanStep {
+                step_id: "s".into(),
+                body: "b".into(),
+                status: StepStatus::Pending,
+                label: Some("l".into()),
+                priority: Some(StepPriority::High),
+            }],
+            source: PlanSource::AcpPlan,
+            partial: true,
+            sanitized: true,
+            child_id: Some("c".into()),
+        }),
+        ActivityPayload::DelegationStarted(delegation.clone()),
+        ActivityPayload::DelegationUpdated(delegation.clone()),
+        ActivityPayload::DelegationCompleted(delegation),
+        ActivityPayload::ReviewModeChanged(ReviewModeChanged {
+            mode_id: "plan".into(),
+            previous_mode_id: Some("agent".into()),
+            sanitized: true,
+        }),
+        ActivityPayload::SessionConfigUpdated(SessionConfigUpdated {
+            config_options: Vec::new(),
+            options_omitted: 1,
+            sanitized: true,
+        }),
+        ActivityPayload::SessionInfoUpdated(SessionInfoUpdated {
+            title: Some("x".into()),
+            title_cleared: true,
+            updated_at: Some("now".into()),
+            updated_at_cleared: true,
+            sanitized: true,
+        }),
+        ActivityPayload::SessionCommandsUpdated(SessionCommandsUpdated {
+            commands: Vec::new(),
+            commands_omitted: 1,
+            sanitized: true,
+        }),
+        ActivityPayload::SessionLoaded(SessionLoaded {
+            session_id: "s".into(),
+            recovery: true,
+            generation: 2,
+            replayed_updates_suppressed: 1,
+        }),
+        ActivityPayload::UsageReported(UsageReported {
+            turn_id: "t".into(),
+            request_count_source: "unavailable".into(),
+            provider_cost_status: "reported".into(),
+            provider_cost_unavailable_reason: Some("r".into()),
+            usage_source: Some("acp_usage_update".into()),
+            used: Some(1),
+            size: Some(2),
+            cost: Some(ReportedCost {
+                amount: 0.5,
+                currency: "USD".into(),
+            }),
+        }),
+        ActivityPayload::ArtifactGenerated(ArtifactGenerated {
+            artifact_id: "tc".into(),
+            tool_call_id: "tc".into(),
+            reference: Some("a.png".into()),
+            description: "d".into(),
+            status: "completed".into(),
+            registered: false,
+            sanitized: true,
+        }),
+        ActivityPayload::ArtifactViewed(ArtifactViewed {
+            artifact_id: "tc:ref-1".into(),
+            tool_call_id: "tc".into(),
+            reference: "b.png".into(),
+        }),
+    ]
+}
+
+/// Every key our events serialize, and the fields that are open strings. Whether a
+/// string field is a closed enum, and which values it takes, is found by serde itself:
+/// each payload-enum value is put in the field and the event deserialized back.
+fn our_keys() -> (BTreeSet<String>, BTreeSet<String>) {
+    let values: BTreeSet<String> = payload_enums().into_iter().flat_map(|(_, values)| values).collect();
+    let (mut keys, mut open) = (BTreeSet::new(), BTreeSet::new());
+    for event in every_field_of_every_event() {
+        let (event_type, payload) = event.into_parts();
+        keys.insert(event_type.clone());
+        let mut leaves = Vec::new();
+        walk(&payload, "", "", &mut keys, &event_type, &mut leaves);
+        for (path, pointer, own) in leaves {
+            let accepts = |candidate: &str| {
+                let mut probe = payload.clone();
+                *probe.pointer_mut(&pointer).unwrap() = Value::String(candidate.to_owned());
+                serde_json::from_value::<ActivityPayload>(json!({"eventType": event_type, "payload": probe})).is_ok()
+            };
+            let key = format!("{event_type}:{path}");
+            if accepts("\u{1}not a value") {
+                open.insert(key);
+                continue;
+            }
+            assert!(
+                values.contains(&own),
+                "{key} is a closed enum missing from payload_enums()"
+            );
+            keys.extend(
+                values
+                    .iter()
+                    .filter(|value| accepts(value))
+                    .map(|value| format!("{key}={value}")),
+            );
+        }
+    }
+    (keys, open)
+}
+
+/// Adds the field paths of `value` (arrays by their first element) and collects its
+/// string leaves as (path, JSON pointer, value).
+fn walk(
+    value: &Value,
+    path: &str,
+    pointer: &str,
+    keys: &mut BTreeSet<String>,
+    event_type: &str,
+    leaves: &mut Vec<(String, String, String)>,
+) {
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                let path = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                keys.insert(format!("{event_type}:{path}"));
+                walk(field, &path, &format!("{pointer}/{name}"), keys, event_type, leaves);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(first) = items.first() {
+                walk(first, path, &format!("{pointer}/0"), keys, event_type, leaves);
+            }
+        }
+        Value::String(own) => leaves.push((path.to_owned(), pointer.to_owned(), own.clone())),
+        _ => {}
+    }
+}
+
+/// The spec's keys we do not produce, and ours the spec does not name.
+fn raw_differences() -> (Vec<String>, Vec<String>, BTreeSet<String>) {
+    let prp = prp_keys();
+    let (ours, open) = our_keys();
+    (
+        prp.difference(&ours).cloned().collect(),
+        ours.difference(&prp).cloned().collect(),
+        open,
+    )
+}
+
+#[test]
+fn the_prp_spec_is_read_for_families_fields_and_values() {
+    let prp = prp_keys();
+    for key in [
+        "turn.submitted",
+        "interaction.request.materialized",
+        "run.result.*",
+        "external_provider.*",
+        "tool.execution.progressed:executionId",
+        "tool.execution.completed:transport=builtin",
+        "plan.updated:steps.status=in_progress",
+        "delegation.completed:status=closed",
+        "delegation.started:children.activitySummary",
+        "artifact.viewed:mediaType",
+        "artifact.generated:status=failed",
+        "item.delta:channel=detail",
+        "usage.reported:requestCountSource=token_bearing_turn_minimum",
+        "runtime_request.created:requestKind=elicitation",
+        "runtime_request.resolved:action=accept_for_session",
+        "runtime_request.expired:reason=durable_handoff",
+        "review.mode.changed:(unnamed)=exited",
+    ] {
+        assert!(prp.contains(key), "the spec parse lost `{key}`");
+    }
+}
+
+#[test]
+fn every_spelling_the_prp_spec_names_is_produced_or_a_listed_difference() {
+    let (prp_only, _, _) = raw_differences();
+    let unexplained: Vec<&String> = prp_only
+        .iter()
+        .filter(|key| {
+            !DELIBERATE_DIFFERENCES
+                .iter()
+                .any(|d| d.sides().0.is_some_and(|p| covers(p, key)))
+        })
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "the PRP spec names these; we neither produce them nor list them as deliberate:\n{unexplained:#?}"
+    );
+}
+
+#[test]
+fn every_spelling_we_produce_is_named_by_the_prp_spec_or_a_listed_difference() {
+    let (_, ours_only, _) = raw_differences();
+    let unexplained: Vec<&String> = ours_only
+        .iter()
+        .filter(|key| {
+            !DELIBERATE_DIFFERENCES
+                .iter()
+                .any(|d| d.sides().1.is_some_and(|p| covers(p, key)))
+        })
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "we produce these; the PRP spec does not name them and they are not listed as extensions:\n{unexplained:#?}"
+    );
+}
+
+#[test]
+fn every_listed_difference_still_exists() {
+    let (prp_only, ours_only, open) = raw_differences();
+    let any = |keys: &[String], pattern: &str| keys.iter().any(|key| covers(pattern, key));
+    for difference in DELIBERATE_DIFFERENCES {
+        let (prp, ours) = difference.sides();
+        assert!(
+            prp.is_none_or(|p| any(&prp_only, p)) && ours.is_none_or(|o| any(&ours_only, o)),
+            "stale deliberate difference: {}",
+            difference.doc_row()
+        );
+        if let OpenString(field, _) = difference {
+            assert!(
+                open.iter().any(|key| covers(field, key)),
+                "`{field}` is no longer an open string of ours"
+            );
+        }
+    }
+}
+
+/// docs/prp-mapping.md's "Deliberate differences" section, rendered from the list
+/// (`UPDATE_PRP_MAPPING=1 cargo test -p cursor-runner-activity --test prp_mapping`
+/// rewrites it).
+#[test]
+fn the_mapping_doc_lists_every_deliberate_difference() {
+    let mut rendered = String::from("\n| kind | ours / PRP's | why |\n|---|---|---|\n");
+    for difference in DELIBERATE_DIFFERENCES {
+        rendered.push_str(&difference.doc_row());
+        rendered.push('\n');
+    }
+    rendered.push('\n');
+    let doc = mapping_doc();
+    let heading = "\n## Deliberate differences\n";
+    let intro_end = doc
+        .find(heading)
+        .and_then(|at| doc[at..].find("\n\n|").map(|end| at + end + 1))
+        .expect("docs/prp-mapping.md has a `## Deliberate differences` section with a table");
+    let table_end = doc[intro_end..]
+        .find("\n## ")
+        .map_or(doc.len(), |end| intro_end + end + 1);
+    if std::env::var_os("UPDATE_PRP_MAPPING").is_some() {
+        let updated = format!("{}{rendered}{}", &doc[..intro_end], &doc[table_end..]);
+        std::fs::write(MAPPING_DOC, updated).unwrap();
+        return;
+    }
+    assert!(
+        doc[intro_end..table_end] == rendered,
+        "docs/prp-mapping.md \"Deliberate differences\" is stale: run with UPDATE_PRP_MAPPING=1"
+    );
 }
