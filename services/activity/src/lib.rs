@@ -14,6 +14,8 @@ mod raw_paths;
 mod redact;
 mod sanitize;
 #[cfg(test)]
+mod test_events;
+#[cfg(test)]
 mod test_rng;
 
 pub use bounds::{

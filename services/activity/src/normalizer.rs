@@ -1059,6 +1059,7 @@ fn failure_source(raw: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_events::{last_tool, notices};
     use crate::test_rng::Rng;
     use serde_json::json;
 
@@ -1172,29 +1173,6 @@ mod tests {
 
     fn ws() -> TurnNormalizer {
         TurnNormalizer::new("t1").with_workspace("/work/repo")
-    }
-
-    fn last_tool(events: &[ActivityPayload]) -> &ToolExecution {
-        events
-            .iter()
-            .rev()
-            .find_map(|e| match e {
-                ActivityPayload::ToolStarted(t)
-                | ActivityPayload::ToolProgressed(t)
-                | ActivityPayload::ToolCompleted(t) => Some(t),
-                _ => None,
-            })
-            .expect("a tool event")
-    }
-
-    fn notices(events: &[ActivityPayload]) -> Vec<&ProviderNotice> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                ActivityPayload::ProviderNotice(n) => Some(n),
-                _ => None,
-            })
-            .collect()
     }
 
     #[test]

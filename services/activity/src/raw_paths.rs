@@ -116,7 +116,8 @@ fn wholly_a_path(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ActivityPayload, MAX_RAW_INPUT_BYTES, ProviderNotice, ToolExecution, TurnNormalizer};
+    use crate::test_events::{last_tool, notices};
+    use crate::{ActivityPayload, MAX_RAW_INPUT_BYTES, TurnNormalizer};
     use serde_json::json;
 
     const WORKSPACE: &str = "/work/repo";
@@ -257,29 +258,6 @@ mod tests {
         assert!(densest_kept.to_string().len() <= MAX_RAW_INPUT_BYTES);
         let densest_refused = json!(vec![0; MAX_RAW_VALUE_NODES]);
         assert!(densest_refused.to_string().len() > MAX_RAW_INPUT_BYTES);
-    }
-
-    fn last_tool(events: &[ActivityPayload]) -> &ToolExecution {
-        events
-            .iter()
-            .rev()
-            .find_map(|e| match e {
-                ActivityPayload::ToolStarted(t)
-                | ActivityPayload::ToolProgressed(t)
-                | ActivityPayload::ToolCompleted(t) => Some(t),
-                _ => None,
-            })
-            .expect("a tool event")
-    }
-
-    fn notices(events: &[ActivityPayload]) -> Vec<&ProviderNotice> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                ActivityPayload::ProviderNotice(n) => Some(n),
-                _ => None,
-            })
-            .collect()
     }
 
     fn tool_call_with_input(raw_input: Value) -> Vec<ActivityPayload> {

@@ -94,6 +94,22 @@ where
     }
 }
 
+/// `GetExecution`, retried while it meets the outage.
+async fn execution_riding_out(client: &Client, execution_id: &str) -> proto::Execution {
+    retrying("GetExecution", || {
+        let (mut client, id) = (client.clone(), execution_id.to_owned());
+        async move {
+            client
+                .get_execution(proto::GetExecutionRequest { execution_id: id })
+                .await
+        }
+    })
+    .await
+    .into_inner()
+    .execution
+    .unwrap()
+}
+
 /// A subscriber that resumes from its cursor whenever the stream ends (an outage ends it
 /// with `UNAVAILABLE`), and checks that what it sees is contiguous: no gap, no duplicate.
 struct ResumingSubscriber {
@@ -287,18 +303,7 @@ async fn turns_ride_out_twenty_postgres_restarts_while_streaming_and_answering()
 
     let mut client = client;
     for (id, turns) in &ran {
-        let execution = retrying("GetExecution", || {
-            let (mut client, id) = (client.clone(), id.clone());
-            async move {
-                client
-                    .get_execution(proto::GetExecutionRequest { execution_id: id })
-                    .await
-            }
-        })
-        .await
-        .into_inner()
-        .execution
-        .unwrap();
+        let execution = execution_riding_out(&client, id).await;
         assert_eq!(
             execution.state,
             proto::ExecutionState::Ready as i32,
@@ -373,18 +378,7 @@ async fn past_the_outage_limit_the_execution_fails_and_its_turn_settles_once_the
         ("turn.failed", turn.turn_id.as_str())
     );
     assert_eq!(payload(&settled)["failureReason"], "store_unavailable");
-    let record = retrying("GetExecution", || {
-        let (mut client, id) = (client.clone(), execution.execution_id.clone());
-        async move {
-            client
-                .get_execution(proto::GetExecutionRequest { execution_id: id })
-                .await
-        }
-    })
-    .await
-    .into_inner()
-    .execution
-    .unwrap();
+    let record = execution_riding_out(&client, &execution.execution_id).await;
     assert_eq!(record.state, proto::ExecutionState::Lost as i32);
     assert_eq!(record.failure_reason, "STORE_UNAVAILABLE");
     assert!(!process_alive(execution.pid.unwrap()), "the agent was stopped");
