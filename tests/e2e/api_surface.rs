@@ -1,4 +1,6 @@
 use cursor_runner_e2e::*;
+use cursor_runner_executions::capabilities::AGENT_ISOLATION;
+use cursor_runner_supervisor::isolation::IsolationLayer;
 use tonic::Code;
 
 on_both_backends!(
@@ -11,6 +13,8 @@ on_both_backends!(
     grpc_web_over_http1_reaches_the_same_services,
     health_reports_the_runner_service_serving,
     get_capabilities_serves_the_list_the_docs_table_is_rendered_from,
+    get_capabilities_says_agents_are_not_isolated_when_the_service_cannot_separate_their_uids,
+    health_says_agents_are_not_isolated_while_the_runner_service_serves,
     an_oversized_request_id_is_refused_naming_the_field_and_nothing_is_stored,
     an_oversized_decline_reason_is_refused_and_the_question_stays_pending,
     a_request_message_at_the_transport_bound_is_read_and_one_byte_over_is_refused_typed,
@@ -85,6 +89,10 @@ async fn get_capabilities_serves_the_list_the_docs_table_is_rendered_from(backen
     assert_eq!(served.len(), list.len());
     for (capability, entry) in served.iter().zip(&list) {
         assert_eq!(capability.name, entry["row"].as_str().unwrap());
+        if capability.name == AGENT_ISOLATION {
+            // This host's, not the list's: its own test below.
+            continue;
+        }
         let (availability, detail) = (
             entry["availability"].as_str().unwrap(),
             entry["detail"].as_str().unwrap(),
@@ -363,6 +371,75 @@ async fn executions_are_listed_in_pages(backend: Backend) {
     }
     assert_eq!(seen, created);
     service.shutdown().await;
+}
+
+/// A service whose agents share its uid and get no namespace: what the test harness
+/// runs when told not to separate them (and what `serve` runs as an ordinary user).
+fn unisolated() -> Options {
+    Options {
+        agent_uid_separation: false,
+        pid_namespace: false,
+        ..Options::default()
+    }
+}
+
+async fn get_capabilities_says_agents_are_not_isolated_when_the_service_cannot_separate_their_uids(backend: Backend) {
+    let service = TestService::start_with(backend, "demo.json", unisolated()).await;
+    let mut client = service.client().await;
+    let served = client
+        .get_capabilities(proto::GetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    let isolation = served
+        .iter()
+        .find(|c| c.name == AGENT_ISOLATION)
+        .expect("the agent isolation capability");
+    assert_eq!(
+        (isolation.availability, isolation.detail_level),
+        (
+            proto::CapabilityAvailability::Unsupported as i32,
+            proto::CapabilityDetailLevel::Summary as i32
+        )
+    );
+    for layer in [
+        IsolationLayer::SeparateUids,
+        IsolationLayer::PidNamespace,
+        IsolationLayer::PrivateProc,
+    ] {
+        assert!(
+            isolation.reason.contains(layer.name()),
+            "{} missing from: {}",
+            layer.name(),
+            isolation.reason
+        );
+    }
+    service.shutdown().await;
+}
+
+async fn health_says_agents_are_not_isolated_while_the_runner_service_serves(backend: Backend) {
+    let service = TestService::start_with(backend, "demo.json", unisolated()).await;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    assert_eq!(
+        health_of(&service, cursor_runner_api::AGENT_ISOLATION_HEALTH_NAME).await,
+        ServingStatus::NotServing as i32
+    );
+    assert_eq!(
+        health_of(&service, cursor_runner_api::RUNNER_SERVICE_NAME).await,
+        ServingStatus::Serving as i32,
+        "an unisolated service is still ready: a development run serves"
+    );
+    service.shutdown().await;
+}
+
+async fn health_of(service: &TestService, name: &str) -> i32 {
+    tonic_health::pb::health_client::HealthClient::new(service.channel().await)
+        .check(tonic_health::pb::HealthCheckRequest { service: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
 }
 
 async fn health_reports_the_runner_service_serving(backend: Backend) {

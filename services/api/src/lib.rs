@@ -52,6 +52,13 @@ pub const HEALTH_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from
 /// The name `grpc.health.v1` reports the runner service under.
 pub const RUNNER_SERVICE_NAME: &str = "cursor_runner.v1.RunnerService";
 
+/// The name `grpc.health.v1` reports agent isolation under: SERVING only when every
+/// layer (`supervisor::isolation`) is in force. It is not readiness — a development run
+/// as an ordinary user serves, unisolated — so an operator who requires isolation probes
+/// it by name (`healthcheck --service cursor_runner.v1.AgentIsolation`); set once at
+/// start-up, as isolation does not change while the service runs.
+pub const AGENT_ISOLATION_HEALTH_NAME: &str = "cursor_runner.v1.AgentIsolation";
+
 type RunnerServer = pb::runner_service_server::RunnerServiceServer<RunnerApi>;
 
 /// Keeps the runner service's health (and the server's overall `""` status) truthful:
@@ -158,6 +165,12 @@ pub async fn serve_with(
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&health_reporter, true).await;
+    health_reporter
+        .set_service_status(
+            AGENT_ISOLATION_HEALTH_NAME,
+            serving_status(engine.agent_isolation().is_complete()),
+        )
+        .await;
     let health = tokio::spawn(report_health(engine.clone(), health_reporter.clone()));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)

@@ -375,7 +375,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::GetCapabilitiesRequest>,
     ) -> Result<Response<pb::GetCapabilitiesResponse>, Status> {
         admit(&request)?;
-        let capabilities = cursor_runner_executions::capabilities::capabilities()
+        let capabilities = cursor_runner_executions::capabilities::capabilities_here(&self.engine.agent_isolation())
             .into_iter()
             .map(|entry| pb::Capability {
                 availability: match entry.availability.as_str() {

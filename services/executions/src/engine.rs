@@ -38,6 +38,7 @@ use crate::retention::{self, Retention};
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_supervisor::agent_users::AgentUsers;
+use cursor_runner_supervisor::isolation::AgentIsolation;
 
 pub type ExecutionView = ExecutionRecord;
 
@@ -408,6 +409,18 @@ impl Engine {
             .unwrap_or(false);
         self.metrics.store_reachable(reachable);
         (!reachable).then(|| "the store does not answer".into())
+    }
+
+    /// What separates the agents this engine launches from the service, each other and
+    /// the host, as in force now.
+    pub fn agent_isolation(&self) -> AgentIsolation {
+        let guardian = self
+            .config
+            .guardian
+            .as_ref()
+            .expect("Engine::start sets the guardian")
+            .report();
+        AgentIsolation::of_this_process(self.config.agent_users.is_some(), guardian)
     }
 
     /// Why the service cannot serve new work right now besides its store, if it cannot:

@@ -374,6 +374,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         config.mcp_allowlist = cursor_runner_executions::mcp::McpAllowlist::parse(&text)?;
     }
     let engine = Engine::start(store.clone(), config).await?;
+    let isolation = engine.agent_isolation();
+    if !isolation.is_complete() {
+        // Said once, in the words GetCapabilities and the AgentIsolation health entry use.
+        tracing::warn!(reason = %isolation.reason(), "agents are not fully isolated");
+    }
     let listener = cursor_runner_api::bind(args.listen)
         .await
         .context("binding the listener")?;

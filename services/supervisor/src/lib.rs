@@ -9,6 +9,7 @@ pub mod agent_callers;
 pub mod agent_init;
 pub mod agent_users;
 mod guardian;
+pub mod isolation;
 mod launch;
 pub mod ledger;
 mod process;
