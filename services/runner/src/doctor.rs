@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cursor_runner_acp::{AcpConnection, AcpError};
 use cursor_runner_supervisor::distribution::{Platform, VerifyMode};
+use cursor_runner_supervisor::isolation::{AgentIsolation, IsolationLayer};
 use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
 use cursor_runner_supervisor::workspace_watch::WorkspaceWatcher;
 use cursor_runner_supervisor::{AgentCommand, AgentProcess, LaunchSpec, PinnedDistribution};
@@ -144,6 +145,33 @@ pub async fn run(args: DoctorArgs, url_on_command_line: bool) -> anyhow::Result<
             (true, n) => format!("{n} agent users (cursor-agent-*), one uid per agent process"),
             (false, _) => "unavailable: not root, so agents run as the service's own uid".into(),
         },
+    });
+    // `serve` marks itself non-dumpable exactly when it runs agents under their own uids.
+    let separate_uids = root && users > 0;
+    let isolation = AgentIsolation {
+        separate_uids,
+        pid_namespace: namespaces,
+        private_proc,
+        non_dumpable: separate_uids,
+    };
+    checks.push(Check {
+        name: "service non-dumpable",
+        ok: isolation.non_dumpable,
+        required: false,
+        detail: if isolation.non_dumpable {
+            "serve marks itself non-dumpable: no process of its uid without CAP_SYS_PTRACE reads its memory".into()
+        } else {
+            format!(
+                "not set (serve sets it only with agent uid separation): {}",
+                IsolationLayer::NonDumpable.missing_means()
+            )
+        },
+    });
+    checks.push(Check {
+        name: "agent isolation",
+        ok: isolation.is_complete(),
+        required: false,
+        detail: isolation.reason(),
     });
     if let Some(url) = &args.database.url(url_on_command_line)? {
         let store = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, cursor_runner_store::connect(url)).await;
