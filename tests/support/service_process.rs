@@ -37,6 +37,12 @@ pub struct ServiceProcess {
 
 impl ServiceProcess {
     pub fn start(settings: ServiceSettings<'_>) -> Self {
+        Self::start_with(settings, |_| {})
+    }
+
+    /// [`Self::start`], with `prepare` applied to the command last (e.g. a `pre_exec`
+    /// that narrows what the service may do).
+    pub fn start_with(settings: ServiceSettings<'_>, prepare: impl FnOnce(&mut Command)) -> Self {
         let address = free_address();
         let agent = format!(
             "{} --scenario {} --record {}",
@@ -58,6 +64,7 @@ impl ServiceProcess {
         if !settings.database_url.is_empty() {
             command.env("CURSOR_RUNNER_DATABASE_URL", settings.database_url);
         }
+        prepare(&mut command);
         let mut child = command.spawn().expect("cursor-runner serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, stderr_lines) = mpsc::channel();
