@@ -14,7 +14,7 @@ pub struct CapabilityEntry {
     /// `fixture`, `test`, `absent` or `pending`.
     pub status: String,
     #[serde(default)]
-    pub evidence: Option<String>,
+    pub evidence: Option<Evidence>,
     #[serde(default)]
     pub owner: Option<String>,
     /// PRP's `availability`: `available`, `unsupported` or `policy_disabled`.
@@ -27,10 +27,30 @@ pub struct CapabilityEntry {
     pub reason: String,
 }
 
+/// What proves a row: a fixture transcript's name, or the tests that exercise it (each with
+/// the markers its body must contain, checked by the capability coverage test).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Evidence {
+    Transcript(String),
+    Tests(Vec<TestEvidence>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TestEvidence {
+    pub test: String,
+    #[serde(default)]
+    pub exercises: Vec<String>,
+}
+
 impl CapabilityEntry {
     /// How it is proven here, in words.
     pub fn evidence_text(&self) -> String {
-        let evidence = self.evidence.clone().unwrap_or_default();
+        let evidence = match &self.evidence {
+            None => String::new(),
+            Some(Evidence::Transcript(name)) => name.clone(),
+            Some(Evidence::Tests(tests)) => tests.iter().map(|t| t.test.as_str()).collect::<Vec<_>>().join(", "),
+        };
         match self.status.as_str() {
             "fixture" => format!("transcript {evidence}"),
             "test" => format!("test {evidence}"),
