@@ -45,7 +45,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(samples: &mut [Duration]) -> Self {
+    pub fn of(samples: &mut [Duration]) -> Self {
         if samples.is_empty() {
             return Self::default();
         }

@@ -26,6 +26,7 @@ pub mod throughput;
 pub use processes::*;
 pub mod acp_peers;
 pub mod agent_users;
+pub mod answer_latency;
 pub mod pki;
 pub mod private_postgres;
 pub mod promtool;

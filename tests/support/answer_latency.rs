@@ -1,0 +1,121 @@
+//! The answer latency measurement behind goal P3 (`benches/answer.rs` prints it):
+//! `AnswerInteraction` timed from a gRPC client on PostgreSQL — it returns only after the
+//! answer was written and flushed to the agent's stdin and `delivered` was committed, so it
+//! bounds "answer → bytes on the agent's stdin" from above — beside one single-row
+//! `INSERT` commit on the same server, measured in the same run. Also counts the store
+//! operations one question costs (persisted, exposed, answered, delivered, resolved), from
+//! the service's own per-operation metric.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+use crate::lease_latency::Percentiles;
+use crate::{Backend, Options, TestService, begin_turn, one_question_answer, payload, proto};
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AnswerReport {
+    pub questions: usize,
+    /// `AnswerInteraction` as the client sees it (ends after the flushed write and the
+    /// `delivered` commit).
+    pub answer: Percentiles,
+    /// One single-row `INSERT` in its own transaction, same server, same run.
+    pub single_row_commit: Percentiles,
+    /// Store operations per question, by operation (from `store_operation_duration_seconds`).
+    pub store_operations_per_question: BTreeMap<String, f64>,
+}
+
+/// A turn that asks `questions` questions one after another, each waiting for its answer.
+fn scenario(dir: &std::path::Path, questions: usize) -> std::path::PathBuf {
+    let steps: Vec<Value> = (0..questions)
+        .map(|i| {
+            json!({"request": {"method": "cursor/ask_question", "id": 100 + i, "params": {
+                "toolCallId": format!("tq-{i}"), "title": "Go on?",
+                "questions": [{"id": "q", "prompt": "Go on?", "allowMultiple": false,
+                    "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}}})
+        })
+        .collect();
+    let path = dir.join("questions.json");
+    std::fs::write(
+        &path,
+        json!({"session_id": "sess-answers", "turns": [steps]}).to_string(),
+    )
+    .unwrap();
+    path
+}
+
+/// `operation → count` from a scrape's `…store_operation_duration_seconds_count` lines.
+fn store_operations(scrape: &str) -> BTreeMap<String, f64> {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with("cursor_runner_store_operation_duration_seconds_count{"))
+        .filter_map(|l| {
+            let operation = l.split("operation=\"").nth(1)?.split('"').next()?.to_owned();
+            let count: f64 = l.rsplit(' ').next()?.parse().ok()?;
+            Some((operation, count))
+        })
+        .collect()
+}
+
+pub async fn measure(questions: usize) -> AnswerReport {
+    let dir = tempfile::tempdir().unwrap();
+    let script = scenario(dir.path(), questions);
+    let service = TestService::start_with(Backend::Postgres, script.to_str().unwrap(), Options::default()).await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let before = store_operations(&service.metrics());
+    let mut answers = Vec::with_capacity(questions);
+    for i in 0..questions {
+        let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+        let answer = one_question_answer(&created, &format!("answer-{i}"), "option-1");
+        let started = Instant::now();
+        let answered = client.answer_interaction(answer).await.expect("answered").into_inner();
+        answers.push(started.elapsed());
+        assert_eq!(
+            answered.interaction.unwrap().state,
+            proto::InteractionState::Delivered as i32
+        );
+    }
+    events.until_turn_settles().await;
+    let after = store_operations(&service.metrics());
+    let per_question = after
+        .iter()
+        .map(|(operation, count)| {
+            let earlier = before.get(operation).copied().unwrap_or(0.0);
+            (operation.clone(), (count - earlier) / questions as f64)
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    let commits = single_row_commits(&service.database().url, questions).await;
+    service.shutdown().await;
+    AnswerReport {
+        questions,
+        answer: Percentiles::of(&mut answers),
+        single_row_commit: Percentiles::of(&mut commits.clone()),
+        store_operations_per_question: per_question,
+    }
+}
+
+/// `n` single-row INSERT commits on the database at `url`, each timed.
+async fn single_row_commits(url: &str, n: usize) -> Vec<Duration> {
+    let mut connection = sqlx::PgConnection::connect(url)
+        .await
+        .expect("the bench's own connection");
+    sqlx::query("CREATE TABLE IF NOT EXISTS bench_single_row (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        sqlx::query("INSERT INTO bench_single_row (body) VALUES ($1)")
+            .bind(format!("row {i}"))
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        samples.push(started.elapsed());
+    }
+    samples
+}
