@@ -43,6 +43,7 @@ mod metrics;
 mod orphans;
 mod pool;
 mod process;
+mod profiles;
 mod prompts;
 mod session;
 mod streaming;

@@ -239,8 +239,8 @@ async fn model_mode_and_options_change_between_turns_echo_checked_and_never_mid_
                 mode: "code".into(),
             })
             .await,
-        Code::InvalidArgument,
-        "INVALID_ARGUMENT",
+        Code::FailedPrecondition,
+        "MODEL_UNAVAILABLE",
     );
     // While a turn runs, nothing changes.
     let mut events = Subscriber::open(&mut client, &id, 0).await.unwrap();

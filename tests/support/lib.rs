@@ -254,6 +254,15 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The argv of the fake agent playing `scenario_name`, for an agent profile.
+pub fn fake_agent_argv(scenario_name: &str) -> Vec<String> {
+    vec![
+        fake_agent().display().to_string(),
+        "--scenario".into(),
+        scenario(scenario_name).display().to_string(),
+    ]
+}
+
 pub fn scenario(name: &str) -> PathBuf {
     workspace_root().join("fixtures/scenarios").join(name)
 }
@@ -349,6 +358,8 @@ pub struct Options {
     pub turn_idle_timeout: Option<Duration>,
     /// Where the host's enterprise hooks file is looked for (`None`: the real one).
     pub enterprise_hooks: Option<PathBuf>,
+    /// Serve with these agent profiles (`serve --agent-profiles`).
+    pub agent_profiles: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -373,6 +384,7 @@ impl Default for Options {
             enterprise_hooks: None,
             default_turn_deadline: None,
             turn_idle_timeout: None,
+            agent_profiles: None,
         }
     }
 }
@@ -451,6 +463,11 @@ impl TestService {
         }
         if let Some(idle) = options.turn_idle_timeout {
             config.turn_idle_timeout = Some(idle);
+        }
+        if let Some(path) = &options.agent_profiles {
+            config.agent_profiles = Some(Arc::new(
+                cursor_runner_executions::agent_profile::AgentProfiles::from_file(path).expect("agent profiles"),
+            ));
         }
         if let Some(hooks) = &options.enterprise_hooks {
             config.workspace_policy.enterprise_hooks = hooks.clone();

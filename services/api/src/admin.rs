@@ -68,7 +68,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 profile_id: p.profile_id,
                 tenant_id: p.tenant_id,
                 distribution: p.distribution,
-                credential_name: p.credential_name.unwrap_or_default().to_owned(),
+                credential_name: p.credential_name.unwrap_or_default(),
                 credential_fingerprint: p.credential_fingerprint.unwrap_or_default(),
                 configured: p.configured,
                 min_idle: count(p.min_idle),

@@ -98,6 +98,7 @@ impl Bounded for pb::CreateExecutionRequest {
         at_most("workspace", &self.workspace, MAX_PATH_BYTES)?;
         at_most("model", &self.model, MAX_NAME_BYTES)?;
         at_most("mode", &self.mode, MAX_NAME_BYTES)?;
+        at_most("agent_profile", &self.agent_profile, MAX_NAME_BYTES)?;
         names("model_parameters", self.model_parameters.keys())?;
         names("model_parameters", self.model_parameters.values())?;
         names("mcp_servers", self.mcp_servers.iter())?;

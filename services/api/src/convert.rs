@@ -169,6 +169,7 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
                 initialize_duration: Some(us_proto(l.initialize_us)),
                 session_new_duration: l.session_new_us.map(us_proto),
                 sessions_served: l.sessions_served,
+                agent_profile: l.agent_profile.unwrap_or_default(),
             }),
         session_config: session_config(r.session_config.as_deref()),
         limits: Some(limits),

@@ -143,6 +143,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                     load_session_id: non_empty(body.load_session_id),
                     mcp_servers: body.mcp_servers,
                     limits: convert::limits(body.limits)?,
+                    agent_profile: non_empty(body.agent_profile),
                 },
             )
             .await

@@ -142,6 +142,10 @@ struct Actor {
     config_options: Value,
     /// The flat `models` list of `session/new`, for builds without `configOptions`.
     legacy_models: Value,
+    /// ACP `modes` of `session/new` (`availableModes`), for agents without `configOptions`.
+    modes: Value,
+    /// The operator's agent profile: its ask modes bound every mode change.
+    agent_profile: Option<Arc<crate::agent_profile::AgentProfile>>,
     /// The runner-owned MCP servers (allowlist names) the session was opened with: part
     /// of its recorded identity, kept through every configuration change.
     mcp_servers: Vec<String>,
@@ -197,7 +201,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         mut lease,
         mut events,
         commands,
-        session: session_request,
+        session: mut session_request,
         start,
         mcp_servers,
     } = launch;
@@ -211,13 +215,14 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         ..
     } = warm;
     record.pid = Some(i64::from(process.pid()));
+    let command = ticket.agent.as_ref().map_or(&config.agent_command, |a| &a.command);
     events
         .emit(
             None,
             vec![ActivityPayload::ProcessSpawned(ProcessSpawned {
                 pid: process.pid(),
-                distribution: config.agent_command.distribution_label(),
-                program: config.agent_command.program.display().to_string(),
+                distribution: command.distribution_label(),
+                program: command.program.display().to_string(),
             })],
         )
         .await?;
@@ -234,7 +239,9 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
     let (opened, loaded) = match (&start, unsupported) {
         (_, Some(refusal)) => (Err(refusal), None),
         (SessionStart::New, None) => (
-            handshake::new_session(&connection, workspace, &mcp, policy, limit).await,
+            handshake::new_session(&connection, workspace, &mcp, policy, limit)
+                .await
+                .map_err(|e| handshake::with_auth_methods(e, &initialized)),
             None,
         ),
         (SessionStart::Load { session_id, recovery }, None) => {
@@ -262,6 +269,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
     if let Some(loaded) = loaded {
         events.emit(None, vec![loaded]).await?;
     }
+    let agent_profile = ticket.agent.clone();
     match opened {
         Ok(opened) => {
             record.session_id = Some(opened.session_id.clone());
@@ -284,6 +292,8 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 session_id: opened.session_id,
                 config_options: opened.config_options,
                 legacy_models: opened.models,
+                modes: opened.modes,
+                agent_profile: agent_profile.clone(),
                 mcp_servers: mcp_servers.iter().map(|s| s.name().to_owned()).collect(),
                 turn: None,
                 pending: HashMap::new(),
@@ -294,7 +304,12 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 reuse: false,
                 drain: None,
             };
-            // The caller's model, parameters and mode before any prompt, each echo checked.
+            // Under an agent profile, the mode that makes the agent ask (every approval
+            // policy needs it to), then the caller's model, parameters and mode before any
+            // prompt, each echo checked.
+            if let Err(error) = actor.require_ask_mode(&mut session_request) {
+                return Err(actor.fail_launch(error, recovery).await);
+            }
             if let Err(error) = actor.configure(&session_request).await {
                 return Err(actor.fail_launch(error, recovery).await);
             }
@@ -381,6 +396,47 @@ impl Actor {
         outcome
     }
 
+    /// Under an agent profile: every approval policy presents the agent's permission
+    /// requests (to a human, or answers them itself), so the agent must run in a mode in
+    /// which it asks. The request's mode becomes the profile's first ask mode, or must be
+    /// one of them, and the agent must advertise it; else the execution is refused rather
+    /// than run unguarded. Cursor without a profile asks in each of its modes.
+    fn require_ask_mode(&self, request: &mut ConfigRequest) -> Result<(), EngineError> {
+        let Some(profile) = &self.agent_profile else {
+            return Ok(());
+        };
+        let advertised = session_config::advertised_modes(&self.config_options, &self.modes);
+        let refuse = |message: String| {
+            EngineError::precondition(Reason::ApprovalModeUnavailable, message)
+                .with("available_modes", advertised.join(","))
+        };
+        let Some(first) = profile.ask_modes.first() else {
+            return Err(refuse(format!(
+                "agent profile `{}` names no mode in which the agent asks before running tools (`ask_mode`), so the {} approval policy would not hold; the agent offers: {}",
+                profile.name,
+                self.policy.as_str(),
+                advertised.join(", ")
+            )));
+        };
+        let mode = request.mode.get_or_insert_with(|| first.clone()).clone();
+        if !profile.ask_modes.contains(&mode) {
+            return Err(refuse(format!(
+                "mode `{mode}` is not one in which the agent asks (agent profile `{}`: {})",
+                profile.name,
+                profile.ask_modes.join(", ")
+            ))
+            .with("mode", mode));
+        }
+        if !advertised.contains(&mode) {
+            return Err(refuse(format!(
+                "the agent does not advertise its ask mode `{mode}` (it offers: {})",
+                advertised.join(", ")
+            ))
+            .with("mode", mode));
+        }
+        Ok(())
+    }
+
     /// `configId = value` for each step, in order, each echo checked; then every step
     /// again, so a later change cannot have silently undone an earlier one.
     async fn apply_steps(&mut self, steps: Vec<(String, String)>) -> Result<SessionConfig, EngineError> {
@@ -429,6 +485,18 @@ impl Actor {
             config.parameters = request.parameters.clone();
         }
         if let Some(mode) = &request.mode {
+            let advertised = session_config::advertised_modes(&Value::Null, &self.modes);
+            if !advertised.is_empty() && !advertised.contains(mode) {
+                return Err(EngineError::precondition(
+                    Reason::ModelUnavailable,
+                    format!(
+                        "the agent does not offer mode `{mode}` (it offers: {})",
+                        advertised.join(", ")
+                    ),
+                )
+                .with("config_id", "mode")
+                .with("requested", mode.clone()));
+            }
             let params = json!({"sessionId": self.session_id, "modeId": mode});
             handshake::timed(limit, self.connection.request("session/set_mode", params))
                 .await
@@ -462,6 +530,17 @@ impl Actor {
                 ),
             )
             .with("turn_id", turn.record.id.clone()));
+        }
+        let mode = match &steps {
+            ConfigChange::Request(request) => request.mode.clone(),
+            ConfigChange::Option { config_id, value } => (config_id == "mode").then(|| value.clone()),
+        };
+        if let Some(mut request) = mode.map(|mode| ConfigRequest {
+            mode: Some(mode),
+            ..ConfigRequest::default()
+        }) {
+            // Never out of the mode in which the agent asks.
+            self.require_ask_mode(&mut request)?;
         }
         let applied = match steps {
             ConfigChange::Request(request) => self.configure(&request).await,

@@ -6,6 +6,7 @@ use cursor_runner_activity::Redactor;
 pub use cursor_runner_supervisor::Secret;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
+use crate::agent_profile::{AgentProfile, ResolvedProfile};
 use crate::error::{EngineError, Reason};
 use crate::mcp::McpServer;
 
@@ -24,9 +25,17 @@ pub struct CredentialBinding {
 }
 
 impl CredentialBinding {
-    /// Admits the binding for an execution serving `control_session_id` at `now_ms`.
-    pub fn admit(self, control_session_id: &str, now_ms: i64) -> Result<BoundCredential, EngineError> {
-        if self.provider != PROVIDER {
+    /// Admits the binding for an execution serving `control_session_id` at `now_ms`,
+    /// under the operator's agent `profile` if it names one: its provider may then also
+    /// be the profile's name, and its variable one of the profile's `credential_variables`
+    /// (when the profile lists any, only those).
+    pub fn admit(
+        self,
+        control_session_id: &str,
+        now_ms: i64,
+        profile: Option<&AgentProfile>,
+    ) -> Result<BoundCredential, EngineError> {
+        if self.provider != PROVIDER && profile.is_none_or(|p| p.name != self.provider) {
             return Err(EngineError::invalid(
                 Reason::CredentialWrongProvider,
                 format!(
@@ -41,11 +50,25 @@ impl CredentialBinding {
                 "the credential is not bound to this execution's control_session_id",
             ));
         }
-        let name = CredentialName::parse(&self.credential_name).ok_or_else(|| {
+        let listed = profile.map(|p| p.credential_variables.as_slice()).unwrap_or_default();
+        let name = if listed.is_empty() {
+            CredentialName::parse(&self.credential_name)
+        } else {
+            listed
+                .contains(&self.credential_name)
+                .then(|| CredentialName::parse(&self.credential_name))
+                .map(|cursor| cursor.unwrap_or_else(|| CredentialName::Profile(self.credential_name.clone())))
+        };
+        let name = name.ok_or_else(|| {
+            let allowed = if listed.is_empty() {
+                "CURSOR_API_KEY or CURSOR_AUTH_TOKEN".to_owned()
+            } else {
+                listed.join(", ")
+            };
             EngineError::invalid(
                 Reason::CredentialUnbound,
                 format!(
-                    "`{}` is not a credential an agent may receive (CURSOR_API_KEY or CURSOR_AUTH_TOKEN)",
+                    "`{}` is not a credential an agent may receive ({allowed})",
                     self.credential_name
                 ),
             )
@@ -70,12 +93,18 @@ impl CredentialBinding {
 }
 
 /// What nothing derived from an agent's output may carry (events, errors, records, logs):
-/// the bound credential and the values of its MCP servers' headers and environment.
-pub(crate) fn redactor_for(credential: Option<&BoundCredential>, mcp_servers: &[McpServer]) -> Redactor {
+/// the bound credential, the agent profile's secret-file values and the values of its
+/// MCP servers' headers and environment.
+pub(crate) fn redactor_for(
+    credential: Option<&BoundCredential>,
+    agent: Option<&ResolvedProfile>,
+    mcp_servers: &[McpServer],
+) -> Redactor {
     Redactor::new(
         credential
             .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned()))
             .into_iter()
+            .chain(agent.into_iter().flat_map(|a| a.secrets.iter().cloned()))
             .chain(mcp_servers.iter().flat_map(McpServer::secret_values)),
     )
 }
@@ -139,7 +168,7 @@ mod tests {
         for (what, edit, expected) in cases {
             let mut b = binding();
             edit(&mut b);
-            let got = b.admit("run-1", 1_500);
+            let got = b.admit("run-1", 1_500, None);
             match expected {
                 None => assert_eq!(got.unwrap().name, CredentialName::CursorApiKey, "{what}"),
                 Some(reason) => assert_eq!(got.unwrap_err().reason, reason, "{what}"),
@@ -151,7 +180,41 @@ mod tests {
     fn refusals_never_carry_the_secret() {
         let mut b = binding();
         b.provider = "other".into();
-        let error = b.admit("run-1", 0).unwrap_err();
+        let error = b.admit("run-1", 0, None).unwrap_err();
         assert!(!format!("{error:?} {error}").contains("key-1"));
+    }
+
+    fn profile(variables: &[&str]) -> AgentProfile {
+        AgentProfile {
+            name: "sdk".into(),
+            command: cursor_runner_supervisor::AgentCommand::from_argv(&["/bin/agent".into()]).unwrap(),
+            env: Default::default(),
+            credential_variables: variables.iter().map(|v| (*v).to_owned()).collect(),
+            authenticate: None,
+            ask_modes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_profile_admits_its_own_credential_variables_and_only_those() {
+        let listed = profile(&["OPENAI_API_KEY"]);
+        let mut b = binding();
+        b.provider = "sdk".into();
+        b.credential_name = "OPENAI_API_KEY".into();
+        let bound = b.clone().admit("run-1", 0, Some(&listed)).unwrap();
+        assert_eq!(bound.name, CredentialName::Profile("OPENAI_API_KEY".into()));
+        assert_eq!(
+            b.clone().admit("run-1", 0, None).unwrap_err().reason,
+            Reason::CredentialWrongProvider,
+            "the profile's name is a provider only under that profile"
+        );
+        b.credential_name = "CURSOR_API_KEY".into();
+        assert_eq!(
+            b.admit("run-1", 0, Some(&listed)).unwrap_err().reason,
+            Reason::CredentialUnbound,
+            "a profile that lists variables admits only those"
+        );
+        let cursor_names = binding().admit("run-1", 0, Some(&profile(&[]))).unwrap();
+        assert_eq!(cursor_names.name, CredentialName::CursorApiKey);
     }
 }

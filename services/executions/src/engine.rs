@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
+use crate::agent_profile::{AgentProfiles, ResolvedProfile};
 use crate::attempts::UsageTotal;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
@@ -32,7 +33,7 @@ use crate::lease::{LeaseInfo, micros};
 use crate::limits::{ExecutionLimits, TenantLimits};
 use crate::mcp::{McpAllowlist, McpServer};
 use crate::metrics::Metrics;
-use crate::pool::{MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
+use crate::pool::{LaunchAs, MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
 use crate::prompt::Prompt;
 use crate::retention::{self, Retention};
 use crate::session_config::{ConfigRequest, SessionConfig};
@@ -104,6 +105,17 @@ pub struct EngineConfig {
     /// The unprivileged accounts agents run as, one per process; `None`: agents run as
     /// the service's own uid (only when it cannot switch uids).
     pub agent_users: Option<AgentUsers>,
+    /// The operator's agent profiles (`--agent-profiles`), named by `CreateExecution`.
+    pub agent_profiles: Option<Arc<AgentProfiles>>,
+}
+
+/// The agent profile a recorded execution's process ran under (its lease says).
+fn recorded_agent_profile(record: &ExecutionRecord) -> Option<String> {
+    record
+        .lease
+        .as_deref()
+        .and_then(LeaseInfo::from_json)
+        .and_then(|l| l.agent_profile)
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -144,6 +156,7 @@ impl EngineConfig {
             }),
             wire_capture_dir: None,
             agent_users: None,
+            agent_profiles: None,
         }
     }
 }
@@ -177,6 +190,8 @@ pub struct CreateExecutionCommand {
     pub mcp_servers: Vec<String>,
     /// Bounds before spend, capped by the tenant's policy.
     pub limits: ExecutionLimits,
+    /// The operator's agent profile to launch under (`None`: `--agent-command`).
+    pub agent_profile: Option<String>,
 }
 
 /// What an admitted `CreateExecution` launches with.
@@ -190,6 +205,7 @@ struct Admitted {
     load_session_id: Option<String>,
     mcp_servers: Vec<McpServer>,
     limits: ExecutionLimits,
+    agent: Option<ResolvedProfile>,
 }
 
 /// A leased process's first steps for an execution.
@@ -505,11 +521,19 @@ impl Engine {
             }
             wait => wait.unwrap_or_default(),
         };
+        let agent = self.agent_profile(command.agent_profile.as_deref())?;
         let credential = command
             .credential
-            .map(|binding| binding.admit(&command.control_session_id, now_ms()))
+            .map(|binding| {
+                binding.admit(
+                    &command.control_session_id,
+                    now_ms(),
+                    agent.as_ref().map(|a| a.profile.as_ref()),
+                )
+            })
             .transpose()?;
         Ok(Admitted {
+            agent,
             workspace,
             policy: command.approval_policy,
             wait_limit,
@@ -520,6 +544,18 @@ impl Engine {
             mcp_servers,
             limits: command.limits,
         })
+    }
+
+    /// The named agent profile with its secret files read now, refused when unknown
+    /// or unreadable (before anything is claimed or launched).
+    fn agent_profile(&self, name: Option<&str>) -> Result<Option<ResolvedProfile>, EngineError> {
+        let Some(name) = name else { return Ok(None) };
+        let profiles = self
+            .config
+            .agent_profiles
+            .as_ref()
+            .ok_or_else(|| crate::agent_profile::unknown(name))?;
+        profiles.get(name)?.resolve().map(Some)
     }
 
     async fn launch_execution(
@@ -537,6 +573,7 @@ impl Engine {
             load_session_id,
             mut mcp_servers,
             limits,
+            mut agent,
         } = admitted;
         let mut limits = limits.capped_by(self.config.tenant_limits.for_tenant(tenant_id));
         limits.turn_deadline = limits.turn_deadline.or(self.config.default_turn_deadline);
@@ -546,7 +583,14 @@ impl Engine {
             None => (SessionStart::New, None),
             Some(session_id) => {
                 let recorded = self
-                    .recorded_session(tenant_id, &session_id, &workspace, &mut session, &mut mcp_servers)
+                    .recorded_session(
+                        tenant_id,
+                        &session_id,
+                        &workspace,
+                        &mut session,
+                        &mut mcp_servers,
+                        &mut agent,
+                    )
                     .await?;
                 (
                     SessionStart::Load {
@@ -557,10 +601,21 @@ impl Engine {
                 )
             }
         };
-        let redactor = redactor_for(credential.as_ref(), &mcp_servers);
+        let redactor = redactor_for(credential.as_ref(), agent.as_ref(), &mcp_servers);
         // Refusals (draining, quarantined, exhausted) happen here, before anything exists.
         let admitted = Instant::now();
-        let reservation = self.pool.reserve(tenant_id, credential, lease_wait, home).await?;
+        let reservation = self
+            .pool
+            .reserve(
+                tenant_id,
+                LaunchAs {
+                    credential,
+                    agent: agent.map(Arc::new),
+                },
+                lease_wait,
+                home,
+            )
+            .await?;
         let now = now_ms();
         let record = ExecutionRecord {
             id: uuid::Uuid::now_v7().to_string(),
@@ -625,6 +680,7 @@ impl Engine {
         workspace: &str,
         session: &mut ConfigRequest,
         mcp_servers: &mut Vec<McpServer>,
+        agent: &mut Option<ResolvedProfile>,
     ) -> Result<PathBuf, EngineError> {
         let recorded = self.store.find_session(tenant_id, session_id).await?.ok_or_else(|| {
             EngineError::not_found(Reason::SessionNotFound, format!("no recorded session `{session_id}`"))
@@ -666,6 +722,20 @@ impl Engine {
                 format!("session `{session_id}` was recorded with other MCP servers"),
             ));
         }
+        let recorded_profile = recorded_agent_profile(&recorded);
+        match (
+            agent.as_ref().map(|a| a.profile.name.as_str()),
+            recorded_profile.as_deref(),
+        ) {
+            (None, Some(name)) => *agent = self.agent_profile(Some(name))?,
+            (asked, recorded) if asked != recorded => {
+                return Err(mismatch(
+                    "agent_profile",
+                    format!("session `{session_id}` was recorded under another agent profile"),
+                ));
+            }
+            _ => {}
+        }
         self.kept_home(&recorded, session_id)
     }
 
@@ -706,8 +776,12 @@ impl Engine {
                 "the service is draining: it recovers no executions",
             ));
         }
+        // The session's agent profile, read again now (its secret files too): the
+        // credential presented again is admitted under it, before anything is claimed.
+        let recorded = self.get_execution(&meta.tenant_id, execution_id).await?;
+        let agent = self.agent_profile(recorded_agent_profile(&recorded).as_deref())?;
         let credential = credential
-            .map(|binding| binding.admit(control_session_id, now_ms()))
+            .map(|binding| binding.admit(control_session_id, now_ms(), agent.as_ref().map(|a| a.profile.as_ref())))
             .transpose()?;
         let tenant_id = meta.tenant_id.clone();
         let caller = tenant_id.clone();
@@ -715,7 +789,16 @@ impl Engine {
         let id = execution_id.to_owned();
         let result = self
             .idempotent(meta, "RecoverExecution", move || async move {
-                let record = engine.recover(&tenant_id, &id, credential).await?;
+                let record = engine
+                    .recover(
+                        &tenant_id,
+                        &id,
+                        LaunchAs {
+                            credential,
+                            agent: agent.map(Arc::new),
+                        },
+                    )
+                    .await?;
                 Ok(json!({"executionId": record.id}))
             })
             .await?;
@@ -726,7 +809,7 @@ impl Engine {
         self: &Arc<Self>,
         tenant_id: &str,
         execution_id: &str,
-        credential: Option<BoundCredential>,
+        launch_as: LaunchAs,
     ) -> Result<ExecutionRecord, EngineError> {
         let mut record = self.get_execution(tenant_id, execution_id).await?;
         let (Some(ExecutionState::Lost), Some(session_id)) =
@@ -755,13 +838,13 @@ impl Engine {
             .map_err(|_| EngineError::internal("an empty request adopts any identity"))?;
         let mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
         // The credential presented again is the one later turns are attributed to.
-        record.credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
+        record.credential_name = launch_as.credential.as_ref().map(|c| c.name.as_str().to_owned());
         let home = self.kept_home(&record, &session_id)?;
-        let redactor = redactor_for(credential.as_ref(), &mcp_servers);
+        let redactor = redactor_for(launch_as.credential.as_ref(), launch_as.agent.as_deref(), &mcp_servers);
         let admitted = Instant::now();
         let reservation = self
             .pool
-            .reserve(tenant_id, credential, Duration::ZERO, Some(home))
+            .reserve(tenant_id, launch_as, Duration::ZERO, Some(home))
             .await?;
         // The one fence moves: whatever still speaks for the old generation is refused.
         if !self
@@ -877,6 +960,7 @@ impl Engine {
             session_new_us: None,
             sessions_served: warm.sessions_served,
             home: warm.ticket.home.display().to_string(),
+            agent_profile: warm.ticket.agent.as_ref().map(|a| a.name.clone()),
         };
         let (commands_tx, commands_rx) = mpsc::channel(64);
         {

@@ -24,6 +24,64 @@ pub(crate) async fn initialize(connection: &AcpConnection, limit: Duration) -> R
     timed(limit, connection.request("initialize", initialize)).await
 }
 
+/// The ids of the `authMethods` an agent advertised in `initialize`.
+pub(crate) fn auth_method_ids(initialized: &Value) -> Vec<String> {
+    initialized["authMethods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// ACP `authenticate {methodId}` for an agent profile that names a method, before any
+/// session. An agent that advertises no methods needs none (nothing is sent); one that
+/// advertises others, or refuses the call, is `AUTH_REQUIRED` listing what it offers.
+pub(crate) async fn authenticate(
+    connection: &AcpConnection,
+    initialized: &Value,
+    method_id: &str,
+    limit: Duration,
+) -> Result<(), EngineError> {
+    let offered = auth_method_ids(initialized);
+    if offered.is_empty() {
+        return Ok(());
+    }
+    if !offered.iter().any(|m| m == method_id) {
+        return Err(EngineError::precondition(
+            Reason::AuthRequired,
+            format!(
+                "the agent does not offer the profile's authentication method `{method_id}` (it offers: {})",
+                offered.join(", ")
+            ),
+        )
+        .with("auth_methods", offered.join(",")));
+    }
+    timed(
+        limit,
+        connection.request("authenticate", json!({"methodId": method_id})),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| with_auth_methods(e, initialized))
+}
+
+/// An `AUTH_REQUIRED` refusal carries the agent's own method ids, so an operator can
+/// name one in the agent profile.
+pub(crate) fn with_auth_methods(error: EngineError, initialized: &Value) -> EngineError {
+    if error.reason != Reason::AuthRequired {
+        return error;
+    }
+    let offered = auth_method_ids(initialized);
+    let error = error.with("auth_methods", offered.join(","));
+    if offered.is_empty() {
+        error
+    } else {
+        let message = format!("{} (it offers: {})", error.message, offered.join(", "));
+        EngineError { message, ..error }
+    }
+}
+
 /// What `session/new` answered.
 pub(crate) struct NewSession {
     pub session_id: String,
@@ -31,6 +89,8 @@ pub(crate) struct NewSession {
     pub config_options: Value,
     /// The flat `models` variant list (older surface).
     pub models: Value,
+    /// ACP `modes` (`currentModeId`, `availableModes`).
+    pub modes: Value,
 }
 
 /// Re-checks the workspace policy, then `session/new {cwd: workspace, mcpServers}` (the
@@ -60,6 +120,7 @@ pub(crate) async fn new_session(
         session_id,
         config_options: result["configOptions"].take(),
         models: result["models"].take(),
+        modes: result["modes"].take(),
     })
 }
 
@@ -140,6 +201,7 @@ pub(crate) async fn load_session(
             session_id: session_id.to_owned(),
             config_options: result["configOptions"].take(),
             models: result["models"].take(),
+            modes: result["modes"].take(),
         },
         replayed,
     ))

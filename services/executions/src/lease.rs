@@ -29,6 +29,10 @@ pub struct LeaseInfo {
     /// a later load launches in it again).
     #[serde(default)]
     pub home: String,
+    /// The operator's agent profile the process runs under (`None`: `--agent-command`);
+    /// a load or recovery of the session runs under the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_profile: Option<String>,
 }
 
 /// A duration in whole microseconds, saturating.

@@ -3,6 +3,7 @@
 //! calls [`Engine`]; it never decides anything itself.
 
 mod actor;
+pub mod agent_profile;
 pub mod attempts;
 pub mod capabilities;
 pub mod credential;

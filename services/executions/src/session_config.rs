@@ -12,8 +12,6 @@ use serde_json::Value;
 
 use crate::error::{EngineError, Reason};
 
-/// The modes a caller may ask for (Cursor also accepts aliases; we send only these).
-pub const MODES: [&str; 3] = ["agent", "plan", "ask"];
 /// Longest model id, parameter id or value accepted from a caller.
 pub const MAX_CONFIG_TEXT_CHARS: usize = 200;
 /// Most model parameters one request may set.
@@ -128,10 +126,13 @@ impl ConfigRequest {
                 )));
             }
         }
+        // Any mode the agent advertises (checked against its own list when applied).
         if let Some(mode) = &self.mode
-            && !MODES.contains(&mode.as_str())
+            && (mode.trim().is_empty() || mode.chars().count() > MAX_CONFIG_TEXT_CHARS)
         {
-            return Err(invalid(format!("mode must be one of {}", MODES.join(", "))));
+            return Err(invalid(format!(
+                "mode must have 1 to {MAX_CONFIG_TEXT_CHARS} characters"
+            )));
         }
         Ok(())
     }
@@ -197,6 +198,21 @@ impl SessionConfig {
     pub fn from_json(text: &str) -> Option<Self> {
         serde_json::from_str(text).ok()
     }
+}
+
+/// The mode ids an agent advertises: its `mode` config option's values, else
+/// `session/new` `modes.availableModes`.
+pub fn advertised_modes(config_options: &Value, modes: &Value) -> Vec<String> {
+    let options = parse_options(config_options);
+    if let Some(OptionValue::Select { values, .. }) = options.iter().find(|o| o.id == "mode").map(|o| &o.value) {
+        return values.clone();
+    }
+    modes["availableModes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
 }
 
 fn unavailable(config_id: &str, requested: &str, message: String) -> EngineError {
@@ -389,7 +405,11 @@ mod tests {
             ..ConfigRequest::default()
         };
         assert!(mode("ask").validate().is_ok());
-        assert!(mode("code").validate().is_err(), "aliases are not sent");
+        assert!(
+            mode("bypassPermissions").validate().is_ok(),
+            "an agent's own mode: checked against what it advertises when applied"
+        );
+        assert!(mode(" ").validate().is_err());
     }
 
     #[test]

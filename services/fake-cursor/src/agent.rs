@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigHandler, Signal};
 use serde_json::{Map, Value, json};
 
-use crate::models::{MODES, SessionConfig};
+use crate::models::SessionConfig;
 use crate::scenario::{Scenario, Step, UpdateSession};
 
 /// Exit code when a response does not match a step's `expect`.
@@ -168,13 +168,16 @@ pub struct Agent {
     parameterized: bool,
     /// Mode, model and parameters: process-global, as Cursor's model choice is.
     config: SessionConfig,
+    /// `authenticate` arrived with the scenario's `requires_authenticate` method.
+    authenticated: bool,
 }
 
 impl Agent {
     pub fn new(sc: Scenario, rx: Receiver<Inbound>) -> Self {
         Agent {
-            config: SessionConfig::new(sc.config_echo_override.clone()),
+            config: SessionConfig::new(sc.config_echo_override.clone(), sc.modes.clone()),
             parameterized: false,
+            authenticated: false,
             session_id: sc.session_id.clone(),
             sc,
             rx,
@@ -348,11 +351,25 @@ impl Agent {
                             "promptCapabilities": {"image": !self.sc.no_image_prompts, "audio": false, "embeddedContext": false},
                             "sessionCapabilities": {"list": {}},
                         },
-                        "authMethods": [{"id": "cursor_login", "name": "Cursor Login"}],
+                        "authMethods": match &self.sc.requires_authenticate {
+                            Some(method) => json!([{"id": method, "name": method, "description": "an API key in the environment"}]),
+                            None => json!([{"id": "cursor_login", "name": "Cursor Login"}]),
+                        },
                     }),
                 );
             }
-            "authenticate" => self.respond(id, json!({})),
+            "authenticate" => match &self.sc.requires_authenticate {
+                Some(method) if params["methodId"] != json!(method) => {
+                    self.respond_error(id, json!({"code": -32602, "message": "unknown authentication method"}));
+                }
+                _ => {
+                    self.authenticated = true;
+                    self.respond(id, json!({}));
+                }
+            },
+            "session/new" if self.sc.requires_authenticate.is_some() && !self.authenticated => {
+                self.respond_error(id, json!({"code": -32000, "message": "Authentication required"}));
+            }
             "session/new" => {
                 if self.sc.session_new_delay_ms > 0 {
                     thread::sleep(Duration::from_millis(self.sc.session_new_delay_ms));
@@ -507,6 +524,14 @@ impl Agent {
                 expect,
                 no_wait,
             } => {
+                if method == "session/request_permission"
+                    && let Some(asking) = &self.sc.permission_only_in_mode
+                    && self.config.mode != *asking
+                {
+                    // An agent whose current mode approves tools by itself: the tool runs.
+                    log(&format!("mode {} approves {method} by itself", self.config.mode));
+                    return Flow::Continue;
+                }
                 let id = id.unwrap_or_else(|| {
                     let n = self.next_request_id;
                     self.next_request_id += 1;
@@ -713,7 +738,7 @@ impl Agent {
         let mut result = json!({
             "modes": {
                 "currentModeId": self.config.mode,
-                "availableModes": MODES.iter().map(|m| json!({"id": m, "name": m})).collect::<Vec<_>>(),
+                "availableModes": self.config.modes().iter().map(|m| json!({"id": m, "name": m})).collect::<Vec<_>>(),
             },
             "models": self.config.models(),
         });

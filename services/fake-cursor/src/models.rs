@@ -69,20 +69,30 @@ pub struct SessionConfig {
     model: &'static Model,
     parameters: Vec<(&'static str, String)>,
     pub mode: String,
+    /// The modes this agent advertises (Cursor's, or a scenario's own `modes`).
+    modes: Vec<String>,
     /// Values reported in place of the real ones: a build that silently substitutes.
     echo_override: Map<String, Value>,
 }
 
 impl SessionConfig {
-    pub fn new(echo_override: Map<String, Value>) -> Self {
+    /// `modes`: the agent's own mode ids, the first current at start (default Cursor's).
+    pub fn new(echo_override: Map<String, Value>, modes: Option<Vec<String>>) -> Self {
+        let modes = modes.unwrap_or_else(|| MODES.iter().map(|m| (*m).to_owned()).collect());
         let mut config = Self {
             model: &CATALOG[0],
             parameters: Vec::new(),
-            mode: "agent".into(),
+            mode: modes.first().cloned().unwrap_or_default(),
+            modes,
             echo_override,
         };
         config.select_model(&CATALOG[0]);
         config
+    }
+
+    /// The advertised modes.
+    pub fn modes(&self) -> &[String] {
+        &self.modes
     }
 
     fn select_model(&mut self, model: &'static Model) {
@@ -105,7 +115,7 @@ impl SessionConfig {
                 self.select_model(model);
             }
             "mode" => {
-                if !MODES.contains(&value) {
+                if !self.modes.iter().any(|m| m == value) {
                     return Err(invalid(format!("unknown mode {value}")));
                 }
                 self.mode = value.to_owned();
@@ -157,7 +167,7 @@ impl SessionConfig {
                 "Mode",
                 "mode",
                 self.reported("mode", &self.mode),
-                MODES.iter().map(|m| json!({"value": m, "name": m})).collect(),
+                self.modes.iter().map(|m| json!({"value": m, "name": m})).collect(),
             ),
             select(
                 "model",

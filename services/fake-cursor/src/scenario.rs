@@ -40,6 +40,15 @@ pub struct Scenario {
     /// answer `-32000`, as Cursor does without a credential (`session/new` too, with
     /// `session_new_error`).
     pub unauthenticated: bool,
+    /// A standard ACP agent that needs `authenticate`: advertise only this method in
+    /// `authMethods` and answer `session/new` `-32000` until `authenticate` with it.
+    pub requires_authenticate: Option<String>,
+    /// The agent's own mode ids, the first current at start (default Cursor's
+    /// `agent`, `plan`, `ask`).
+    pub modes: Option<Vec<String>>,
+    /// An agent whose other modes approve tools by themselves: a `session/request_permission`
+    /// request step is skipped (the tool runs) unless the current mode is this one.
+    pub permission_only_in_mode: Option<String>,
     /// Advertise `promptCapabilities.image: false` (Cursor advertises images).
     pub no_image_prompts: bool,
     /// Advertise `mcpCapabilities.sse: false` (Cursor advertises http and sse).
@@ -86,6 +95,12 @@ struct RawScenario {
     list_models_unsupported: bool,
     #[serde(default)]
     unauthenticated: bool,
+    #[serde(default)]
+    requires_authenticate: Option<String>,
+    #[serde(default)]
+    modes: Option<Vec<String>>,
+    #[serde(default)]
+    permission_only_in_mode: Option<String>,
     #[serde(default)]
     no_image_prompts: bool,
     #[serde(default)]
@@ -255,6 +270,9 @@ impl Scenario {
             config_options_unsupported: raw.config_options_unsupported,
             list_models_unsupported: raw.list_models_unsupported,
             unauthenticated: raw.unauthenticated,
+            requires_authenticate: raw.requires_authenticate,
+            modes: raw.modes,
+            permission_only_in_mode: raw.permission_only_in_mode,
             no_image_prompts: raw.no_image_prompts,
             no_sse_mcp: raw.no_sse_mcp,
             silent_after_initialize: raw.silent_after_initialize,

@@ -235,6 +235,7 @@ async fn probe(command: AgentCommand) -> anyhow::Result<Value> {
         command: command.clone(),
         private_home: scratch.path().join("home"),
         credential: None,
+        extra_env: Vec::new(),
     };
     let (mut process, stdin, stdout) = AgentProcess::spawn(&spec)?;
     let (connection, _inbound) = AcpConnection::spawn(stdin, stdout);

@@ -208,6 +208,11 @@ struct ServeArgs {
     /// `mcpServers` shape; stdio commands must be absolute paths). None by default.
     #[arg(long, env = "CURSOR_RUNNER_MCP_SERVERS")]
     mcp_servers: Option<PathBuf>,
+    /// Agent profiles executions may name (`CreateExecution.agent_profile`), JSON:
+    /// `{"profiles": {"NAME": {"argv": [...], "env": {...}, "credential_variables": [...],
+    /// "authenticate": {"method_id": "…"}, "ask_mode": "…"}}}`; re-read when it changes.
+    #[arg(long, env = "CURSOR_RUNNER_AGENT_PROFILES")]
+    agent_profiles: Option<PathBuf>,
     #[command(flatten)]
     pool: PoolArgs,
 }
@@ -372,6 +377,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     if let Some(path) = &args.mcp_servers {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         config.mcp_allowlist = cursor_runner_executions::mcp::McpAllowlist::parse(&text)?;
+    }
+    if let Some(path) = &args.agent_profiles {
+        config.agent_profiles = Some(std::sync::Arc::new(
+            cursor_runner_executions::agent_profile::AgentProfiles::from_file(path)?,
+        ));
     }
     let engine = Engine::start(store.clone(), config).await?;
     let isolation = engine.agent_isolation();

@@ -41,6 +41,7 @@ fn launch(
         command: AgentCommand::parse(&format!("/bin/sh {}", path.display())).unwrap(),
         private_home: state.join("home"),
         credential: None,
+        extra_env: Vec::new(),
     };
     let (process, stdin, stdout) = guardian.spawn(&spec, "exec-1", 1).expect("launch");
     (process, stdin, tokio::io::BufReader::new(stdout).lines())

@@ -46,6 +46,16 @@ impl AgentCommand {
         })
     }
 
+    /// An operator's argv array (an agent profile): no splitting, no quoting, no shell.
+    pub fn from_argv(argv: &[String]) -> Result<Self, LaunchError> {
+        let (program, args) = argv.split_first().ok_or(LaunchError::EmptyCommand)?;
+        Ok(Self {
+            program: PathBuf::from(program),
+            args: args.to_vec(),
+            distribution: None,
+        })
+    }
+
     /// `<closure>/node <closure>/index.js --disable-project-configs --disable-auto-update acp`.
     pub fn pinned(distribution: PinnedDistribution) -> Self {
         let closure = &distribution.closure_dir;
@@ -78,11 +88,14 @@ impl AgentCommand {
     }
 }
 
-/// The only credential variables an agent may receive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The only credential variables an agent may receive: Cursor's two, or one an
+/// operator's agent profile names (`credential_variables`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CredentialName {
     CursorApiKey,
     CursorAuthToken,
+    /// A variable named by the operator's agent profile the execution runs under.
+    Profile(String),
 }
 
 impl CredentialName {
@@ -94,10 +107,11 @@ impl CredentialName {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Self::CursorApiKey => "CURSOR_API_KEY",
             Self::CursorAuthToken => "CURSOR_AUTH_TOKEN",
+            Self::Profile(name) => name,
         }
     }
 }
@@ -142,6 +156,10 @@ pub struct LaunchSpec {
     pub private_home: PathBuf,
     /// At most one credential; nothing else of the kind ever enters.
     pub credential: Option<BoundCredential>,
+    /// The operator's extra variables (an agent profile's `env`: literal values and
+    /// secret files read at admission), after the fixed ones and before the credential,
+    /// which wins over an entry of the same name. Never in argv, never logged.
+    pub extra_env: Vec<(String, Secret)>,
     /// The unprivileged account the agent runs as (`None`: the service's own, when the
     /// service cannot switch uids).
     pub identity: Option<AgentIdentity>,
@@ -177,6 +195,12 @@ impl LaunchSpec {
             ("PATH".into(), FIXED_PATH.into()),
         ]
         .into_iter()
+        .chain(
+            self.extra_env
+                .iter()
+                .filter(|(name, _)| self.credential.as_ref().is_none_or(|c| c.name.as_str() != name))
+                .map(|(name, value)| (name.clone(), value.expose().to_owned())),
+        )
         .chain(
             self.credential
                 .iter()
@@ -230,6 +254,7 @@ mod tests {
             command: AgentCommand::parse("x").unwrap(),
             private_home: "/tmp/h".into(),
             credential: None,
+            extra_env: Vec::new(),
         };
         let names: Vec<_> = spec.environment().into_iter().map(|(k, _)| k).collect();
         assert!(!names.iter().any(|n| n.contains("KEY") || n.contains("TOKEN")));
@@ -245,10 +270,34 @@ mod tests {
                 name: CredentialName::CursorAuthToken,
                 secret: Secret::new("tok-123"),
             }),
+            extra_env: Vec::new(),
         };
         let env = spec.environment();
         assert_eq!(env.iter().filter(|(_, v)| v == "tok-123").count(), 1);
         assert!(env.contains(&("CURSOR_AUTH_TOKEN".to_owned(), "tok-123".to_owned())));
         assert!(!format!("{spec:?}").contains("tok-123"), "Debug never shows the secret");
+    }
+
+    #[test]
+    fn extra_variables_enter_after_the_fixed_ones_and_the_bound_credential_wins() {
+        let spec = LaunchSpec {
+            identity: None,
+            command: AgentCommand::from_argv(&["/bin/agent".into(), "--flag with space".into()]).unwrap(),
+            private_home: "/tmp/h".into(),
+            credential: Some(BoundCredential {
+                name: CredentialName::Profile("OPENAI_API_KEY".into()),
+                secret: Secret::new("bound"),
+            }),
+            extra_env: vec![
+                ("LOG_LEVEL".into(), Secret::new("info")),
+                ("OPENAI_API_KEY".into(), Secret::new("from-file")),
+            ],
+        };
+        assert_eq!(spec.command.args, ["--flag with space"], "an argv array is never split");
+        let env = spec.environment();
+        assert!(env.contains(&("LOG_LEVEL".to_owned(), "info".to_owned())));
+        assert!(env.contains(&("OPENAI_API_KEY".to_owned(), "bound".to_owned())));
+        assert!(!env.iter().any(|(_, v)| v == "from-file"));
+        assert!(!format!("{spec:?}").contains("from-file"), "Debug never shows a value");
     }
 }

@@ -152,6 +152,7 @@ fn spec(home: PathBuf, command: &str) -> LaunchSpec {
         command: AgentCommand::parse(command).unwrap(),
         private_home: home,
         credential: None,
+        extra_env: Vec::new(),
     }
 }
 

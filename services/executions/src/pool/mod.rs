@@ -30,6 +30,7 @@ pub use profile::{FINGERPRINT_DISPLAY_CHARS, ProfileOrigin};
 pub use slot::IDLE_PROBE_METHOD;
 pub(crate) use slot::{StartFailure, StartTimings, exit_message};
 
+use crate::agent_profile::{AgentProfile, ResolvedProfile};
 use crate::credential::redactor_for;
 use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
@@ -98,6 +99,15 @@ pub struct WarmProfile {
     pub min_idle: usize,
 }
 
+/// What a profile's processes are launched with: its credential (held in memory only)
+/// and, under an operator's agent profile, that profile's command, environment and
+/// authentication.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LaunchAs {
+    pub credential: Option<BoundCredential>,
+    pub agent: Option<Arc<ResolvedProfile>>,
+}
+
 /// A process leased to an execution (or on its way to one).
 pub(crate) struct WarmProcess {
     pub process: AgentProcess,
@@ -123,7 +133,7 @@ pub(crate) enum Reservation {
 /// A slot reserved in `warming` for one execution.
 pub(crate) struct ColdStart {
     ticket: SlotTicket,
-    credential: Option<BoundCredential>,
+    launch_as: LaunchAs,
 }
 
 /// Keeps a slot's bookkeeping: when it drops, the slot is `stopped` and capacity freed,
@@ -141,6 +151,8 @@ pub(crate) struct SlotTicket {
     /// The capture of this slot's wire traffic from its first byte (`--wire-capture-dir`),
     /// handed to each execution that leases the process.
     pub capture: Option<Arc<WireCapture>>,
+    /// The operator's agent profile this slot's process runs under, if any.
+    pub agent: Option<Arc<AgentProfile>>,
 }
 
 impl SlotTicket {
@@ -172,7 +184,9 @@ pub struct ProfileStatus {
     pub profile_id: String,
     pub tenant_id: String,
     pub distribution: String,
-    pub credential_name: Option<&'static str>,
+    pub credential_name: Option<String>,
+    /// The operator's agent profile its processes run under.
+    pub agent_profile: Option<String>,
     pub credential_fingerprint: Option<String>,
     /// Kept warm by the operator's configuration (else learned from a `CreateExecution`).
     pub configured: bool,
@@ -238,7 +252,7 @@ struct PoolState {
 struct Profile {
     key: ProfileKey,
     /// Held in memory only, to start this profile's processes.
-    credential: Option<BoundCredential>,
+    launch_as: LaunchAs,
     configured: bool,
     min_idle: usize,
     last_lease: Instant,
@@ -304,11 +318,12 @@ impl Pool {
         let now = Instant::now();
         let mut profiles = HashMap::new();
         for warm in &config.warm_profiles {
-            let key = fingerprints.key(&distribution, &warm.tenant_id, warm.credential.as_ref());
-            profiles.insert(
-                key.id(),
-                Profile::new(key, warm.credential.clone(), true, warm.min_idle, now),
-            );
+            let launch_as = LaunchAs {
+                credential: warm.credential.clone(),
+                agent: None,
+            };
+            let key = fingerprints.key(&distribution, &warm.tenant_id, &launch_as);
+            profiles.insert(key.id(), Profile::new(key, launch_as, true, warm.min_idle, now));
         }
         let inner = Arc::new(PoolInner {
             config,
@@ -335,13 +350,16 @@ impl Pool {
     pub(crate) async fn reserve(
         &self,
         tenant_id: &str,
-        credential: Option<BoundCredential>,
+        launch_as: LaunchAs,
         wait: Duration,
         home: Option<PathBuf>,
     ) -> Result<Reservation, EngineError> {
         let inner = &self.inner;
-        let distribution = inner.launch.agent_command.distribution_label();
-        let key = inner.fingerprints.key(&distribution, tenant_id, credential.as_ref());
+        let distribution = match &launch_as.agent {
+            Some(agent) => agent.profile.command.distribution_label(),
+            None => inner.launch.agent_command.distribution_label(),
+        };
+        let key = inner.fingerprints.key(&distribution, tenant_id, &launch_as);
         let profile_id = key.id();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -350,7 +368,7 @@ impl Pool {
             notified.as_mut().enable();
             let attempt = {
                 let mut state = inner.lock();
-                inner.attempt(&mut state, &key, &profile_id, credential.as_ref(), home.as_deref())?
+                inner.attempt(&mut state, &key, &profile_id, &launch_as, home.as_deref())?
             };
             match attempt {
                 Attempt::Handoff(handoff) => {
@@ -518,7 +536,8 @@ impl Pool {
                     profile_id: id.clone(),
                     tenant_id: profile.key.tenant_id.clone(),
                     distribution: profile.key.distribution.clone(),
-                    credential_name: profile.key.credential.as_ref().map(|c| c.name.as_str()),
+                    credential_name: profile.key.credential.as_ref().map(|c| c.name.as_str().to_owned()),
+                    agent_profile: profile.key.agent.as_ref().map(|a| a.name.clone()),
                     credential_fingerprint: profile.key.credential.as_ref().map(|c| c.display()),
                     configured: profile.configured,
                     min_idle: profile.min_idle,
@@ -550,14 +569,14 @@ impl ColdStart {
     /// Launches and `initialize`s the reserved slot's process. A failure counts against
     /// the profile's restart intensity and ends the slot.
     pub(crate) async fn start(self) -> Result<WarmProcess, StartFailure> {
-        let ColdStart { mut ticket, credential } = self;
+        let ColdStart { mut ticket, launch_as } = self;
         let Some(pool) = ticket.pool.upgrade() else {
             return Err(StartFailure {
                 error: EngineError::internal("the pool is gone"),
                 process: None,
             });
         };
-        let started = slot::start_process(&pool.launch, &mut ticket, credential).await;
+        let started = slot::start_process(&pool.launch, &mut ticket, launch_as).await;
         pool.metrics
             .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
         let mut state = pool.lock();
@@ -602,7 +621,7 @@ impl PoolInner {
         state: &mut PoolState,
         key: &ProfileKey,
         profile_id: &str,
-        credential: Option<&BoundCredential>,
+        launch_as: &LaunchAs,
         home: Option<&std::path::Path>,
     ) -> Result<Attempt, EngineError> {
         let now = Instant::now();
@@ -617,7 +636,7 @@ impl PoolInner {
         let profile = state
             .profiles
             .entry(profile_id.to_owned())
-            .or_insert_with(|| Profile::new(key.clone(), credential.cloned(), false, min_idle, now));
+            .or_insert_with(|| Profile::new(key.clone(), launch_as.clone(), false, min_idle, now));
         profile.last_lease = now;
         profile.expire_quarantine(now);
         if let Some(quarantine) = &profile.quarantine {
@@ -654,7 +673,7 @@ impl PoolInner {
         }
         Ok(Attempt::Cold(ColdStart {
             ticket,
-            credential: credential.cloned(),
+            launch_as: launch_as.clone(),
         }))
     }
 
@@ -668,6 +687,7 @@ impl PoolInner {
             keep_home: false,
             identity: self.launch.agent_users.as_ref().and_then(AgentUsers::take),
             capture: None,
+            agent: None,
         }
     }
 
@@ -698,7 +718,14 @@ impl PoolInner {
             probe_interval: self.config.probe_interval,
             probe_timeout: self.config.probe_timeout,
             stop_grace: self.launch.stop_grace,
-            redactor: redactor_for(state.profiles.get(&profile_id).and_then(|p| p.credential.as_ref()), &[]),
+            redactor: {
+                let launch_as = state.profiles.get(&profile_id).map(|p| &p.launch_as);
+                redactor_for(
+                    launch_as.and_then(|l| l.credential.as_ref()),
+                    launch_as.and_then(|l| l.agent.as_deref()),
+                    &[],
+                )
+            },
         };
         let pool = Arc::downgrade(self);
         self.changed.notify_waiters();
@@ -816,7 +843,7 @@ impl PoolInner {
                 continue;
             }
             let wanted = profile.min_idle;
-            let credential = profile.credential.clone();
+            let launch_as = profile.launch_as.clone();
             let warm = state
                 .slots
                 .values()
@@ -827,7 +854,7 @@ impl PoolInner {
                     break;
                 }
                 let ticket = state.reserve_slot(self, &id);
-                tokio::spawn(warm_up(Arc::downgrade(self), ticket, credential.clone()));
+                tokio::spawn(warm_up(Arc::downgrade(self), ticket, launch_as.clone()));
             }
         }
         next
@@ -835,11 +862,11 @@ impl PoolInner {
 }
 
 /// Starts a process for the pool (no execution is waiting for it).
-async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, credential: Option<BoundCredential>) {
+async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launch_as: LaunchAs) {
     let Some(launch) = pool.upgrade().map(|p| p.launch.clone()) else {
         return;
     };
-    let started = slot::start_process(&launch, &mut ticket, credential).await;
+    let started = slot::start_process(&launch, &mut ticket, launch_as).await;
     let Some(pool) = pool.upgrade() else { return };
     pool.metrics
         .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
@@ -911,16 +938,10 @@ async fn replenish(pool: Weak<PoolInner>, changed: Arc<Notify>) {
 }
 
 impl Profile {
-    fn new(
-        key: ProfileKey,
-        credential: Option<BoundCredential>,
-        configured: bool,
-        min_idle: usize,
-        now: Instant,
-    ) -> Self {
+    fn new(key: ProfileKey, launch_as: LaunchAs, configured: bool, min_idle: usize, now: Instant) -> Self {
         Self {
             key,
-            credential,
+            launch_as,
             configured,
             min_idle,
             last_lease: now,

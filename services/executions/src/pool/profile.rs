@@ -3,6 +3,8 @@
 //! credential entered its environment at launch.
 
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
+
+use super::LaunchAs;
 use sha2::{Digest, Sha256};
 
 /// Hex characters of a credential fingerprint shown in `GetPoolStatus`.
@@ -38,6 +40,17 @@ pub struct ProfileKey {
     pub distribution: String,
     pub tenant_id: String,
     pub credential: Option<CredentialFingerprint>,
+    /// The operator's agent profile: its name and a keyed digest of its definition and
+    /// values as read at admission, so a changed profile (or a rotated secret file)
+    /// never reuses a process launched under the old one.
+    pub agent: Option<AgentFingerprint>,
+}
+
+/// An agent profile's name and keyed digest (never a value).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AgentFingerprint {
+    pub name: String,
+    digest: [u8; 32],
 }
 
 /// A credential's name and a digest of its secret under this service's random key:
@@ -82,16 +95,27 @@ impl Fingerprinter {
         hasher.update([0u8]);
         hasher.update(credential.secret.expose().as_bytes());
         CredentialFingerprint {
-            name: credential.name,
+            name: credential.name.clone(),
             digest: hasher.finalize().into(),
         }
     }
 
-    pub fn key(&self, distribution: &str, tenant_id: &str, credential: Option<&BoundCredential>) -> ProfileKey {
+    pub fn key(&self, distribution: &str, tenant_id: &str, launch_as: &LaunchAs) -> ProfileKey {
         ProfileKey {
             distribution: distribution.to_owned(),
             tenant_id: tenant_id.to_owned(),
-            credential: credential.map(|c| self.fingerprint(c)),
+            credential: launch_as.credential.as_ref().map(|c| self.fingerprint(c)),
+            agent: launch_as.agent.as_ref().map(|agent| {
+                let mut hasher = Sha256::new();
+                hasher.update(self.key);
+                hasher.update(agent.profile.name.as_bytes());
+                hasher.update([0u8]);
+                hasher.update(agent.identity_bytes());
+                AgentFingerprint {
+                    name: agent.profile.name.clone(),
+                    digest: hasher.finalize().into(),
+                }
+            }),
         }
     }
 }
@@ -109,6 +133,11 @@ impl ProfileKey {
             hasher.update(credential.name.as_str().as_bytes());
             hasher.update(credential.digest);
         }
+        if let Some(agent) = &self.agent {
+            hasher.update([1u8]);
+            hasher.update(agent.name.as_bytes());
+            hasher.update(agent.digest);
+        }
         format!("profile-{}", &hex::encode(hasher.finalize())[..12])
     }
 }
@@ -117,6 +146,42 @@ impl ProfileKey {
 mod tests {
     use super::*;
     use cursor_runner_supervisor::Secret;
+
+    fn with(credential: Option<&BoundCredential>) -> LaunchAs {
+        LaunchAs {
+            credential: credential.cloned(),
+            agent: None,
+        }
+    }
+
+    fn agent(argv0: &str, value: &str) -> LaunchAs {
+        let file =
+            format!(r#"{{"profiles": {{"sdk": {{"argv": ["{argv0}"], "env": {{"K": {{"value": "{value}"}}}}}}}}}}"#);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        std::fs::write(&path, file).unwrap();
+        let profiles = crate::agent_profile::AgentProfiles::from_file(&path).unwrap();
+        LaunchAs {
+            credential: None,
+            agent: Some(std::sync::Arc::new(profiles.get("sdk").unwrap().resolve().unwrap())),
+        }
+    }
+
+    #[test]
+    fn an_agent_profile_is_part_of_the_key_with_its_definition_and_values() {
+        let f = Fingerprinter::random();
+        let base = f.key("unpinned", "acme", &agent("/bin/a", "1"));
+        assert_eq!(base, f.key("unpinned", "acme", &agent("/bin/a", "1")));
+        for other in [
+            f.key("unpinned", "acme", &LaunchAs::default()),
+            f.key("unpinned", "acme", &agent("/bin/b", "1")),
+            f.key("unpinned", "acme", &agent("/bin/a", "2")),
+        ] {
+            assert_ne!(base, other);
+            assert_ne!(base.id(), other.id());
+        }
+        assert!(!format!("{base:?}").contains("\"1\""));
+    }
 
     fn credential(name: CredentialName, secret: &str) -> BoundCredential {
         BoundCredential {
@@ -129,22 +194,22 @@ mod tests {
     fn the_same_credential_names_the_same_profile_and_any_difference_another() {
         let f = Fingerprinter::random();
         let a = credential(CredentialName::CursorApiKey, "key-a");
-        let base = f.key("sha256:d", "acme", Some(&a));
-        assert_eq!(base, f.key("sha256:d", "acme", Some(&a.clone())));
+        let base = f.key("sha256:d", "acme", &with(Some(&a)));
+        assert_eq!(base, f.key("sha256:d", "acme", &with(Some(&a.clone()))));
         let others = [
             f.key(
                 "sha256:d",
                 "acme",
-                Some(&credential(CredentialName::CursorApiKey, "key-b")),
+                &with(Some(&credential(CredentialName::CursorApiKey, "key-b"))),
             ),
             f.key(
                 "sha256:d",
                 "acme",
-                Some(&credential(CredentialName::CursorAuthToken, "key-a")),
+                &with(Some(&credential(CredentialName::CursorAuthToken, "key-a"))),
             ),
-            f.key("sha256:d", "globex", Some(&a)),
-            f.key("sha256:e", "acme", Some(&a)),
-            f.key("sha256:d", "acme", None),
+            f.key("sha256:d", "globex", &with(Some(&a))),
+            f.key("sha256:e", "acme", &with(Some(&a))),
+            f.key("sha256:d", "acme", &LaunchAs::default()),
         ];
         for other in others {
             assert_ne!(base, other);
@@ -159,7 +224,7 @@ mod tests {
         let key = f.key(
             "unpinned",
             "acme",
-            Some(&credential(CredentialName::CursorApiKey, secret)),
+            &with(Some(&credential(CredentialName::CursorApiKey, secret))),
         );
         let shown = format!("{key:?} {}", key.id());
         assert!(!shown.contains(secret), "{shown}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError, WireTap};
 use cursor_runner_activity::Redactor;
 use cursor_runner_supervisor::agent_users::AgentLease;
-use cursor_runner_supervisor::{AgentProcess, BoundCredential, ExitProof, LaunchError, LaunchSpec};
+use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchError, LaunchSpec};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -17,7 +17,7 @@ use crate::credential::redactor_for;
 use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake;
-use crate::pool::SlotTicket;
+use crate::pool::{LaunchAs, SlotTicket};
 use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 
 /// The method of the idle liveness probe. ACP reserves `_`-prefixed names for
@@ -56,15 +56,18 @@ pub(crate) struct StartFailure {
     pub process: Option<FailedProcess>,
 }
 
-/// Launches the agent in its private home with at most one bound credential and runs
-/// `initialize` under the handshake timeout. On failure the process is stopped and
-/// reaped before this returns.
+/// Launches the agent in its private home with at most one bound credential (and,
+/// under an agent profile, that profile's command and environment) and runs
+/// `initialize` — then the profile's `authenticate`, when the agent offers it — under
+/// the handshake timeout. On failure the process is stopped and reaped before this returns.
 pub(crate) async fn start_process(
     config: &EngineConfig,
     ticket: &mut SlotTicket,
-    credential: Option<BoundCredential>,
+    launch_as: LaunchAs,
 ) -> Result<StartedProcess, StartFailure> {
-    let redactor = redactor_for(credential.as_ref(), &[]);
+    let LaunchAs { credential, agent } = launch_as;
+    let redactor = redactor_for(credential.as_ref(), agent.as_deref(), &[]);
+    ticket.agent = agent.as_ref().map(|a| a.profile.clone());
     let slot_id = ticket.slot_id.as_str();
     let identity = ticket.identity.as_ref().map(AgentLease::identity);
     if config.agent_users.is_some() && identity.is_none() {
@@ -78,10 +81,19 @@ pub(crate) async fn start_process(
             process: None,
         });
     }
+    let (command, extra_env) = match &agent {
+        Some(agent) => (agent.profile.command.clone(), agent.env.clone()),
+        None => (config.agent_command.clone(), Vec::new()),
+    };
+    let authenticate = agent
+        .as_ref()
+        .and_then(|a| a.profile.authenticate.as_ref())
+        .map(|a| a.method_id.clone());
     let spec = LaunchSpec {
-        command: config.agent_command.clone(),
+        command,
         private_home: ticket.home.clone(),
         credential,
+        extra_env,
         identity,
     };
     let began = Instant::now();
@@ -111,7 +123,15 @@ pub(crate) async fn start_process(
     });
     let tap = ticket.capture.clone().map(|c| c as Arc<dyn WireTap>);
     let (connection, inbound) = AcpConnection::spawn_tapped(stdin, stdout, tap);
-    match handshake::initialize(&connection, config.handshake_timeout).await {
+    let limit = config.handshake_timeout;
+    let handshake = async {
+        let initialized = handshake::initialize(&connection, limit).await?;
+        if let Some(method_id) = &authenticate {
+            handshake::authenticate(&connection, &initialized, method_id, limit).await?;
+        }
+        Ok::<_, EngineError>(initialized)
+    };
+    match handshake.await {
         Ok(initialized) => Ok(StartedProcess {
             process,
             connection,
