@@ -17,6 +17,7 @@ on_both_backends!(
     under_ask_the_profiles_ask_mode_is_set_before_the_first_prompt_so_an_auto_approving_agent_asks,
     under_ask_an_agent_whose_modes_cannot_be_made_to_ask_is_refused_not_run_unguarded,
     set_mode_takes_the_agents_own_modes_and_under_ask_never_leaves_its_ask_mode,
+    a_profiled_agent_is_sent_no_cursor_extension_and_its_missing_usage_is_not_called_cursors,
 );
 
 const SECRET: &str = "sk-profile-file-5c1e2b";
@@ -296,5 +297,45 @@ async fn set_mode_takes_the_agents_own_modes_and_under_ask_never_leaves_its_ask_
     );
     let record = get_execution(&mut client, &asking.execution_id).await;
     assert_eq!(record.session_config.unwrap().mode, "readonly", "still asking");
+    service.shutdown().await;
+}
+
+async fn a_profiled_agent_is_sent_no_cursor_extension_and_its_missing_usage_is_not_called_cursors(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("profile-agent.ndjson");
+    if agent_users::agent_users().is_some() {
+        agent_users::traversable(dir.path());
+        agent_users::appendable_by_agents(&record);
+    }
+    let recorded = record.clone();
+    let service = serve(
+        backend,
+        profiles(dir.path(), move |p| {
+            p["argv"]
+                .as_array_mut()
+                .unwrap()
+                .extend([json!("--record"), json!(recorded)]);
+        }),
+    )
+    .await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, under_profile(&service, "p-6")).await;
+    let settled = events.until_turn_settles().await;
+    let usage = payload(settled.iter().find(|e| e.event_type == "usage.reported").unwrap());
+    assert_eq!(usage["providerCostUnavailableReason"], "agent_reported_no_usage");
+    let models = client
+        .list_models(proto::ListModelsRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .expect("the catalog from what session/new offered")
+        .into_inner();
+    assert!(!models.models.is_empty());
+    let sent = std::fs::read_to_string(&record).unwrap();
+    assert!(sent.contains("session/prompt"), "the record is the profile agent's");
+    assert!(
+        !sent.contains("cursor/list_available_models"),
+        "a Cursor extension is never sent to an agent that did not advertise it"
+    );
     service.shutdown().await;
 }

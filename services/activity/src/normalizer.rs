@@ -36,8 +36,11 @@ use crate::paths::{file_uri_path, workspace_relative};
 use crate::raw_paths::{PathRewrites, rewrite_paths};
 use crate::sanitize::{display_text, is_identifier, safe_tag, sanitize_display};
 
-/// `providerCostUnavailableReason` when the agent reported no usage during the turn.
+/// `providerCostUnavailableReason` when Cursor (which never reports usage) reported none
+/// during the turn.
 pub const USAGE_UNAVAILABLE_REASON: &str = "cursor_reports_no_usage";
+/// The same for any other agent: it reported no `usage_update` during the turn.
+pub const AGENT_USAGE_UNAVAILABLE_REASON: &str = "agent_reported_no_usage";
 
 /// How a turn settled, as far as what it leaves open is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +73,8 @@ pub struct TurnNormalizer {
     children: Children,
     mode: Option<String>,
     usage: Option<UsageReported>,
+    /// Why there is no usage when the agent reported none.
+    no_usage_reason: &'static str,
     finished: bool,
 }
 
@@ -83,8 +88,16 @@ impl TurnNormalizer {
             workspace: None,
             mode: None,
             usage: None,
+            no_usage_reason: USAGE_UNAVAILABLE_REASON,
             finished: false,
         }
+    }
+
+    /// The turn is not Cursor's: a turn without usage says the agent reported none,
+    /// never that Cursor does not report it.
+    pub fn for_another_agent(mut self) -> Self {
+        self.no_usage_reason = AGENT_USAGE_UNAVAILABLE_REASON;
+        self
     }
 
     /// The workspace root, already canonicalized by the caller. Paths the agent reports
@@ -220,7 +233,7 @@ impl TurnNormalizer {
             turn_id: self.turn_id.clone(),
             request_count_source: "unavailable".into(),
             provider_cost_status: "unpriced".into(),
-            provider_cost_unavailable_reason: Some(USAGE_UNAVAILABLE_REASON.into()),
+            provider_cost_unavailable_reason: Some(self.no_usage_reason.into()),
             usage_source: None,
             used: None,
             size: None,

@@ -566,8 +566,12 @@ impl Actor {
     }
 
     /// The model catalog: `cursor/list_available_models` (every model with its own
-    /// parameters), else what `session/new` offered.
+    /// parameters) from Cursor, else what `session/new` offered. A Cursor extension is
+    /// never sent to an agent under a profile (one that never advertised it).
     async fn list_models(&self) -> Result<ModelCatalog, EngineError> {
+        if self.agent_profile.is_some() {
+            return Ok(ModelCatalog::from_session(&self.config_options, &self.legacy_models));
+        }
         let limit = self.config.handshake_timeout;
         let call = self.connection.request("cursor/list_available_models", json!({}));
         match tokio::time::timeout(limit, call).await {
@@ -614,9 +618,13 @@ impl Actor {
 
     /// The normalizer of one turn of this execution's session.
     fn turn_normalizer(&self, turn_id: &str) -> TurnNormalizer {
-        TurnNormalizer::new(turn_id)
+        let normalizer = TurnNormalizer::new(turn_id)
             .with_workspace(self.record.workspace.clone())
-            .with_root_session(self.session_id.clone())
+            .with_root_session(self.session_id.clone());
+        match self.agent_profile {
+            Some(_) => normalizer.for_another_agent(),
+            None => normalizer,
+        }
     }
 
     /// Starts watching the workspace for the life of the session; without a watcher
