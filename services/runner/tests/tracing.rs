@@ -283,6 +283,11 @@ async fn a_turn_is_traced_under_the_callers_trace_and_the_agent_gets_it_too() {
         .as_str()
         .expect("_meta.traceparent");
     assert!(carried.starts_with(&format!("00-{TRACE_ID}-")), "{carried}");
+    assert_eq!(
+        prompt["params"]["_meta"].get("tracestate"),
+        None,
+        "no empty tracestate (the trace carries no vendor state)"
+    );
     assert!(
         carried.contains(&hex::encode(&turn.span_id)),
         "the agent continues the turn's span"
