@@ -74,12 +74,16 @@ fn tokens_file(dir: &Path) -> PathBuf {
 }
 
 fn start_service(dirs: &ServiceDirs, database: &TestDatabase) -> ServiceProcess {
+    start_service_playing(dirs, database, "demo.json")
+}
+
+fn start_service_playing(dirs: &ServiceDirs, database: &TestDatabase, scenario: &str) -> ServiceProcess {
     let tokens = tokens_file(dirs.root.path());
     let service = ServiceProcess::start(ServiceSettings {
         binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url: &database.url,
         state_dir: dirs.root.path(),
-        scenario: "demo.json",
+        scenario,
         record: &dirs.record,
         env: Vec::new(),
         args: vec!["--tokens-file".into(), tokens.display().to_string()],
@@ -214,5 +218,29 @@ async fn the_grpc_web_client_runs_the_demo_over_http1_and_resumes_without_gap_or
     assert_eq!(refused.status.code(), Some(1), "a wrong token fails the client");
     let said = String::from_utf8_lossy(&refused.stderr).to_lowercase();
     assert!(said.contains("unauthenticated"), "{said}");
+    service.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_client_answers_a_real_permission_request_by_option_kind_not_label() {
+    installed_client();
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let dirs = ServiceDirs::new();
+    let service = start_service_playing(&dirs, &database, "permission_real_labels.json");
+    let addr = service.address.to_string();
+
+    let output = tokio::task::block_in_place(|| run_client("grpc", &addr, TOKEN, &dirs.workspace));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the client failed: {}\n{stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("(allow_once): INTERACTION_STATE_DELIVERED"),
+        "the permission is answered with its allow_once option:\n{stdout}"
+    );
+    assert!(stdout.contains("with no gap and no duplicate"), "{stdout}");
     service.stop();
 }

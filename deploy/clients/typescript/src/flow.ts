@@ -1,5 +1,6 @@
 // The demo flow, the same over gRPC and over gRPC-Web: create an execution, start a turn,
-// stream its events, answer the agent's question, drop the stream and resume it from the
+// stream its events, answer the agent's question (or permission request: by the option's
+// kind, never its label), drop the stream and resume it from the
 // last acknowledged sequence with no gap and no duplicate, until the turn completes; then
 // close the execution and see its agent exit.
 
@@ -43,6 +44,13 @@ export interface Runner {
     interactionId: string;
     etag: string;
     questionId: string;
+    optionId: string;
+  }): Promise<{ state: string; delivery: string }>;
+  /** Picks one offered option of a `permission` interaction by its opaque id. */
+  answerPermission(answer: {
+    requestId: string;
+    interactionId: string;
+    etag: string;
     optionId: string;
   }): Promise<{ state: string; delivery: string }>;
   closeExecution(requestId: string, executionId: string): Promise<{ state: string }>;
@@ -123,6 +131,18 @@ function pick(payload: { [key: string]: Json }, label: string): { questionId: st
   return { questionId: text(field(question, "questionId"), "questionId"), optionId: text(field(option, "optionId"), "optionId") };
 }
 
+/** The kind of permission option the flow picks: a one-time allow (agents word their
+ * options as they like — "Allow once", "Yes, proceed" — but the kind is ACP's). */
+const PERMISSION_KIND = "allow_once";
+
+/** The opaque id of the permission option of `kind`. */
+function pickPermission(payload: { [key: string]: Json }, kind: string): string {
+  const options = field(payload.request, "options");
+  const option = Array.isArray(options) ? options.find((o) => field(o, "kind") === kind) : undefined;
+  if (option === undefined) throw new Error(`the permission request offers no ${kind} option`);
+  return text(field(option, "optionId"), "optionId");
+}
+
 export async function runFlow(runner: Runner, workspace: string, choice: string): Promise<void> {
   // Request ids are the idempotency keys: unique per run, stable across retries of a call.
   const run = randomUUID();
@@ -143,16 +163,17 @@ export async function runFlow(runner: Runner, workspace: string, choice: string)
   stream.drop();
   console.log(`acked through #${acked}; dropped the stream`);
 
-  const { questionId, optionId } = pick(created.payload, choice);
   const interactionId = text(created.payload.interactionId, "interactionId");
-  const answered = await runner.answerQuestion({
-    requestId: `${run}-answer`,
-    interactionId,
-    etag: text(created.payload.etag, "etag"),
-    questionId,
-    optionId,
-  });
-  console.log(`answered ${interactionId}: ${questionId} -> ${optionId} (${choice}): ${answered.state}, ${answered.delivery}`);
+  const etag = text(created.payload.etag, "etag");
+  if (created.payload.kind === "permission") {
+    const optionId = pickPermission(created.payload, PERMISSION_KIND);
+    const answered = await runner.answerPermission({ requestId: `${run}-answer`, interactionId, etag, optionId });
+    console.log(`answered ${interactionId}: ${optionId} (${PERMISSION_KIND}): ${answered.state}, ${answered.delivery}`);
+  } else {
+    const { questionId, optionId } = pick(created.payload, choice);
+    const answered = await runner.answerQuestion({ requestId: `${run}-answer`, interactionId, etag, questionId, optionId });
+    console.log(`answered ${interactionId}: ${questionId} -> ${optionId} (${choice}): ${answered.state}, ${answered.delivery}`);
+  }
 
   stream = runner.streamEvents(executionId, acked);
   console.log(`resumed after #${acked}`);

@@ -148,6 +148,16 @@ class GrpcWebRunner implements Runner {
     return { state: interaction.state as string, delivery: interaction.delivery as string };
   }
 
+  async answerPermission(answer: { requestId: string; interactionId: string; etag: string; optionId: string }) {
+    const { interaction } = await this.unary("AnswerInteraction", {
+      requestId: answer.requestId,
+      interactionId: answer.interactionId,
+      etag: answer.etag,
+      answer: { case: "permission", value: { optionId: answer.optionId } },
+    });
+    return { state: interaction.state as string, delivery: interaction.delivery as string };
+  }
+
   async closeExecution(requestId: string, executionId: string) {
     const { execution } = await this.unary("CloseExecution", { requestId, executionId });
     return { state: execution.state as string };
