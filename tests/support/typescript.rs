@@ -50,3 +50,30 @@ pub fn installed_client() -> PathBuf {
     }
     dir
 }
+
+/// `tests/benches/node-agent`: minimal agents on the official `@agentclientprotocol/sdk`
+/// (a real Node ACP runtime), installed like the client when missing.
+pub fn installed_node_agent() -> PathBuf {
+    let dir = workspace_root().join("tests/benches/node-agent");
+    let ready = |dir: &Path| dir.join("node_modules/@agentclientprotocol/sdk").is_dir();
+    if ready(&dir) {
+        return dir;
+    }
+    let lock_file = std::fs::File::create(std::env::temp_dir().join("cursor-runner-node-agent.lock"))
+        .expect("the install lock file");
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("the install lock");
+    if !ready(&dir) {
+        let status = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .status()
+            .expect("npm");
+        assert!(
+            status.success() && ready(&dir),
+            "installing the SDK agent failed: run `npm ci --prefix tests/benches/node-agent`"
+        );
+    }
+    dir
+}

@@ -97,7 +97,13 @@ async fn the_binary_puts_an_auto_approving_agent_in_its_ask_mode_so_it_asks() {
         scenario: "env_report.json",
         record: &dirs.record,
         env: Vec::new(),
-        args: vec!["--agent-profiles".into(), profiles.display().to_string()],
+        // The permission is left pending: the stop need not wait out a long drain.
+        args: vec![
+            "--agent-profiles".into(),
+            profiles.display().to_string(),
+            "--drain-deadline-secs".into(),
+            "1".into(),
+        ],
     });
     let mut client = service.client().await;
     let request = |profile: &str| proto::CreateExecutionRequest {
@@ -118,4 +124,83 @@ async fn the_binary_puts_an_auto_approving_agent_in_its_ask_mode_so_it_asks() {
     let created = events.events_until("runtime_request.created").await;
     assert_eq!(payload(created.last().unwrap())["kind"], "permission");
     service.stop();
+}
+
+/// The real thing: an agent on the official ACP TypeScript SDK (a Node runtime) that needs
+/// `authenticate` with the key from a secret file, and whose default mode does not ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_runs_an_sdk_agent_that_needs_authenticate_and_puts_it_in_its_ask_mode() {
+    let agent_dir = cursor_runner_e2e::typescript::installed_node_agent();
+    let node = which_node();
+    let dirs = ServiceDirs::new();
+    let secret = dirs.root.path().join("sdk-api-key");
+    std::fs::write(&secret, SECRET).unwrap();
+    let profiles = dirs.root.path().join("profiles.json");
+    let file = json!({"profiles": {"sdk": {
+        "argv": [node, agent_dir.join("standard-agent.mjs")],
+        "env": {"SDK_API_KEY": {"file": secret}},
+        "authenticate": {"method_id": "sdk-api-key"},
+        "ask_mode": "default",
+    }}});
+    std::fs::write(&profiles, file.to_string()).unwrap();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url: "",
+        state_dir: dirs.root.path(),
+        scenario: "env_report.json",
+        record: &dirs.record,
+        env: Vec::new(),
+        args: vec!["--agent-profiles".into(), profiles.display().to_string()],
+    });
+    let mut client = service.client().await;
+    let request = proto::CreateExecutionRequest {
+        agent_profile: "sdk".into(),
+        approval_policy: proto::ApprovalPolicy::Ask as i32,
+        ..Default::default()
+    };
+    let (execution, _, mut events) = begin_turn_at(&mut client, &dirs.workspace, request).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    assert_eq!(created["kind"], "permission", "the SDK agent asked: {created}");
+    let allow = created["request"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "allow_once")
+        .unwrap()["optionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    client
+        .answer_interaction(proto::AnswerInteractionRequest {
+            request_id: "allow".into(),
+            interaction_id: created["interactionId"].as_str().unwrap().into(),
+            etag: created["etag"].as_str().unwrap().into(),
+            answer: Some(proto::answer_interaction_request::Answer::Permission(
+                proto::PermissionAnswer { option_id: allow },
+            )),
+        })
+        .await
+        .unwrap();
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.completed");
+    let said: String = settled
+        .iter()
+        .filter(|e| e.event_type == "item.delta")
+        .map(|e| payload(e)["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(said.contains("ran the tool in mode default"), "{said}");
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(record.session_config.unwrap().mode, "default");
+    let stderr = service.stop_and_collect_stderr().join("\n");
+    assert!(!stderr.contains(SECRET), "not in the service's logs");
+}
+
+fn which_node() -> String {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "command -v node"])
+        .output()
+        .expect("sh");
+    let node = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(node.starts_with('/'), "`node` (v20+) is required for the SDK agent");
+    node
 }
