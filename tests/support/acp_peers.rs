@@ -30,32 +30,20 @@ pub fn sdk_example_agent() -> Option<String> {
 
 fn installed() -> Option<PathBuf> {
     let dir = install_dir();
-    if dir.join(SDK_EXAMPLE_AGENT).is_file() {
-        return Some(dir);
-    }
-    std::fs::create_dir_all(&dir).expect("target/acp-peers");
-    let lock_file = std::fs::File::create(dir.join(".install.lock")).expect("the install lock file");
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("the install lock");
-    if !dir.join(SDK_EXAMPLE_AGENT).is_file() {
+    let ready = |dir: &Path| dir.join(SDK_EXAMPLE_AGENT).is_file();
+    let lay_down_the_pinned_list = || {
+        std::fs::create_dir_all(&dir).expect("target/acp-peers");
         for file in ["package.json", "package-lock.json"] {
             std::fs::copy(pinned().join(file), dir.join(file)).expect("the pinned peer list");
         }
-        let output = Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .output()
-            .expect("npm");
-        if !output.status.success() {
-            let why = String::from_utf8_lossy(&output.stderr);
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "installing the ACP peers failed under CI: {why}"
-            );
-            eprintln!("SKIPPED: the ACP peers could not be installed (is the npm registry reachable?): {why}");
-            return None;
-        }
+    };
+    if let Err(why) = crate::npm::ci_once(&dir, ready, lay_down_the_pinned_list) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "installing the ACP peers failed under CI: {why}"
+        );
+        eprintln!("SKIPPED: the ACP peers could not be installed (is the npm registry reachable?): {why}");
+        return None;
     }
     make_readable_by_agents(&dir);
     Some(dir)

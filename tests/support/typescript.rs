@@ -29,24 +29,8 @@ pub fn installed_client() -> PathBuf {
         node.as_ref().is_ok_and(|o| o.status.success()),
         "`node` (v20 or newer) and npm are required to run the TypeScript client: {node:?}"
     );
-    if installed(&dir) {
-        return dir;
-    }
-    let lock_file = std::fs::File::create(std::env::temp_dir().join("cursor-runner-typescript-client.lock"))
-        .expect("the install lock file");
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("the install lock");
-    if !installed(&dir) {
-        let status = Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .status()
-            .expect("npm");
-        assert!(
-            status.success() && installed(&dir),
-            "installing the TypeScript client failed: run `npm ci --prefix deploy/clients/typescript`"
-        );
+    if let Err(why) = crate::npm::ci_once(&dir, installed, || {}) {
+        panic!("installing the TypeScript client failed ({why}): run `npm ci --prefix deploy/clients/typescript`");
     }
     dir
 }
@@ -56,24 +40,8 @@ pub fn installed_client() -> PathBuf {
 pub fn installed_node_agent() -> PathBuf {
     let dir = workspace_root().join("tests/benches/node-agent");
     let ready = |dir: &Path| dir.join("node_modules/@agentclientprotocol/sdk").is_dir();
-    if ready(&dir) {
-        return dir;
-    }
-    let lock_file = std::fs::File::create(std::env::temp_dir().join("cursor-runner-node-agent.lock"))
-        .expect("the install lock file");
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("the install lock");
-    if !ready(&dir) {
-        let status = Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .status()
-            .expect("npm");
-        assert!(
-            status.success() && ready(&dir),
-            "installing the SDK agent failed: run `npm ci --prefix tests/benches/node-agent`"
-        );
+    if let Err(why) = crate::npm::ci_once(&dir, ready, || {}) {
+        panic!("installing the SDK agent failed ({why}): run `npm ci --prefix tests/benches/node-agent`");
     }
     dir
 }

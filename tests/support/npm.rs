@@ -1,0 +1,36 @@
+//! `npm ci` from a committed lockfile, once per directory, under a file lock: tests run as
+//! parallel processes, and a fresh machine must need nothing but the README's one command.
+
+use std::path::Path;
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+/// Makes `ready(dir)` true by running `npm ci --ignore-scripts` in `dir` once, after
+/// `prepare` (which runs under the lock, e.g. to lay down the package files). `Err` carries
+/// npm's own words when it failed.
+pub fn ci_once(dir: &Path, ready: impl Fn(&Path) -> bool, prepare: impl FnOnce()) -> Result<(), String> {
+    if ready(dir) {
+        return Ok(());
+    }
+    let key = hex::encode(Sha256::digest(dir.as_os_str().as_encoded_bytes()));
+    let lock_file = std::fs::File::create(std::env::temp_dir().join(format!("cursor-runner-npm-{}.lock", &key[..16])))
+        .expect("the install lock file");
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("the install lock");
+    if ready(dir) {
+        return Ok(());
+    }
+    prepare();
+    let output = Command::new("npm")
+        .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("npm: {e}"))?;
+    if output.status.success() && ready(dir) {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
