@@ -581,10 +581,15 @@ impl TestService {
 }
 
 pub async fn create_execution(client: &mut Client, service: &TestService, request_id: &str) -> pb::Execution {
+    create_execution_in(client, &service.workspace, request_id).await
+}
+
+/// [`create_execution`] for any service (e.g. a [`ServiceProcess`]) and workspace.
+pub async fn create_execution_in(client: &mut Client, workspace: &Path, request_id: &str) -> pb::Execution {
     client
         .create_execution(pb::CreateExecutionRequest {
             request_id: request_id.into(),
-            workspace: service.workspace.display().to_string(),
+            workspace: workspace.display().to_string(),
             ..Default::default()
         })
         .await

@@ -3,6 +3,8 @@
 //! added to the file later is served without a restart, and an agent whose default mode
 //! approves tools by itself is put in its ask mode so that it asks.
 
+use std::path::Path;
+
 use cursor_runner_e2e::*;
 use serde_json::{Value, json};
 
@@ -22,6 +24,20 @@ fn write_profiles(path: &std::path::Path, secret: &std::path::Path, names: &[&st
     std::fs::rename(partial, path).unwrap();
 }
 
+/// `serve` with the profiles file `profiles` (named in the environment, as an operator's unit
+/// file would) and `extra` arguments.
+fn serve_with_profiles(dirs: &ServiceDirs, profiles: &Path, extra: &[&str]) -> ServiceProcess {
+    ServiceProcess::start(ServiceSettings {
+        binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url: "",
+        state_dir: dirs.root.path(),
+        scenario: "env_report.json",
+        record: &dirs.record,
+        env: vec![("CURSOR_RUNNER_AGENT_PROFILES".into(), profiles.display().to_string())],
+        args: extra.iter().map(|a| a.to_string()).collect(),
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_an_agent_that_requires_authenticate_under_its_profile_and_rereads_the_file() {
     let dirs = ServiceDirs::new();
@@ -29,15 +45,7 @@ async fn the_binary_runs_an_agent_that_requires_authenticate_under_its_profile_a
     std::fs::write(&secret, SECRET).unwrap();
     let profiles = dirs.root.path().join("profiles.json");
     write_profiles(&profiles, &secret, &["sdk"]);
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
-        database_url: "",
-        state_dir: dirs.root.path(),
-        scenario: "env_report.json",
-        record: &dirs.record,
-        env: vec![("CURSOR_RUNNER_AGENT_PROFILES".into(), profiles.display().to_string())],
-        args: Vec::new(),
-    });
+    let service = serve_with_profiles(&dirs, &profiles, &[]);
     let mut client = service.client().await;
     let request = |profile: &str, request_id: &str| proto::CreateExecutionRequest {
         agent_profile: profile.into(),
@@ -90,21 +98,8 @@ async fn the_binary_puts_an_auto_approving_agent_in_its_ask_mode_so_it_asks() {
         "unguarded": {"argv": argv},
     }});
     std::fs::write(&profiles, file.to_string()).unwrap();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
-        database_url: "",
-        state_dir: dirs.root.path(),
-        scenario: "env_report.json",
-        record: &dirs.record,
-        env: Vec::new(),
-        // The permission is left pending: the stop need not wait out a long drain.
-        args: vec![
-            "--agent-profiles".into(),
-            profiles.display().to_string(),
-            "--drain-deadline-secs".into(),
-            "1".into(),
-        ],
-    });
+    // The permission is left pending: the stop need not wait out a long drain.
+    let service = serve_with_profiles(&dirs, &profiles, &["--drain-deadline-secs", "1"]);
     let mut client = service.client().await;
     let request = |profile: &str| proto::CreateExecutionRequest {
         agent_profile: profile.into(),
@@ -143,15 +138,7 @@ async fn the_binary_runs_an_sdk_agent_that_needs_authenticate_and_puts_it_in_its
         "ask_mode": "default",
     }}});
     std::fs::write(&profiles, file.to_string()).unwrap();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
-        database_url: "",
-        state_dir: dirs.root.path(),
-        scenario: "env_report.json",
-        record: &dirs.record,
-        env: Vec::new(),
-        args: vec!["--agent-profiles".into(), profiles.display().to_string()],
-    });
+    let service = serve_with_profiles(&dirs, &profiles, &[]);
     let mut client = service.client().await;
     let request = proto::CreateExecutionRequest {
         agent_profile: "sdk".into(),

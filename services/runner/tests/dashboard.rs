@@ -44,6 +44,19 @@ fn the_extractor_keeps_metric_names_and_drops_functions_keywords_labels_and_vari
     assert_eq!(names, ["a_seconds_bucket", "b_total", "c_gauge", "d"]);
 }
 
+/// Each queried metric the exposition cannot resolve, with its panels and why.
+fn missing_from(exposed: &Exposition, queried: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    queried
+        .iter()
+        .filter_map(|(name, panels)| {
+            exposed
+                .resolve(name)
+                .err()
+                .map(|why| format!("{name} (panels: {}): {why}", panels.join(", ")))
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     let dashboard = dashboard();
@@ -124,15 +137,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     extra.stop();
 
     let exposed = Exposition::parse(&text);
-    let missing: Vec<String> = queried
-        .iter()
-        .filter_map(|(name, panels)| {
-            exposed
-                .resolve(name)
-                .err()
-                .map(|why| format!("{name} (panels: {}): {why}", panels.join(", ")))
-        })
-        .collect();
+    let missing = missing_from(&exposed, &queried);
     assert!(
         missing.is_empty(),
         "dashboard metrics missing from the scrape:\n  {}\n\nscrape:\n{text}",
@@ -159,15 +164,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_fresh_scrape() {
     let queried = queried_metrics(&dashboard());
     let text = fresh_scrape().await;
     let exposed = Exposition::parse(&text);
-    let missing: Vec<String> = queried
-        .iter()
-        .filter_map(|(name, panels)| {
-            exposed
-                .resolve(name)
-                .err()
-                .map(|why| format!("{name} (panels: {}): {why}", panels.join(", ")))
-        })
-        .collect();
+    let missing = missing_from(&exposed, &queried);
     assert!(
         missing.is_empty(),
         "{} of {} dashboard metrics are not in a fresh scrape:\n  {}\n\nscrape:\n{text}",

@@ -50,10 +50,8 @@ fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> (String, String) {
     (head.to_owned(), body.to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
-    let database = TestDatabase::create(Backend::Sqlite).await;
-    let dirs = ServiceDirs::new();
+/// `serve` on `database` with its `/metrics` listener on a free address.
+fn serve_with_metrics(database: &TestDatabase, dirs: &ServiceDirs) -> (ServiceProcess, std::net::SocketAddr) {
     let metrics_address = free_address();
     let service = ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
@@ -64,6 +62,14 @@ async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
         env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics_address.to_string())],
         args: Vec::new(),
     });
+    (service, metrics_address)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let dirs = ServiceDirs::new();
+    let (service, metrics_address) = serve_with_metrics(&database, &dirs);
     let _client = service.client().await;
 
     let serving = healthcheck(service.address);
@@ -108,16 +114,7 @@ fn content_type(head: &str) -> String {
 async fn without_openmetrics_in_accept_metrics_are_the_text_format_promtool_accepts() {
     let database = TestDatabase::create(Backend::Sqlite).await;
     let dirs = ServiceDirs::new();
-    let metrics_address = free_address();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
-        database_url: &database.url,
-        state_dir: dirs.root.path(),
-        scenario: "demo.json",
-        record: &dirs.record,
-        env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics_address.to_string())],
-        args: Vec::new(),
-    });
+    let (service, metrics_address) = serve_with_metrics(&database, &dirs);
     let _client = service.client().await;
 
     let mut scrapes = Vec::new();

@@ -34,17 +34,7 @@ fn service(dirs: &ServiceDirs, pid_namespace: bool) -> ServiceProcess {
 /// Creates an execution, runs the turn that forks the sleepers, and returns the agent.
 async fn agent_with_sleepers(service: &ServiceProcess, dirs: &ServiceDirs) -> HostProcess {
     let mut client = service.client().await;
-    let execution = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: "create-1".into(),
-            workspace: dirs.workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let execution = create_execution_in(&mut client, &dirs.workspace, "create-1").await;
     let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
     start_turn(&mut client, &execution.execution_id, "turn-1")
         .await
@@ -116,17 +106,7 @@ async fn without_a_pid_namespace_descendants_forked_just_before_a_sigkill_of_the
     let first = service(&dirs, false);
     first.wait_for_stderr("pid_namespace=false pdeathsig=true subreaper=true ledger=true");
     let mut client = first.client().await;
-    let execution = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: "create-1".into(),
-            workspace: dirs.workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let execution = create_execution_in(&mut client, &dirs.workspace, "create-1").await;
     let agent = host_process(execution.pid.unwrap() as i32).expect("the agent runs");
     start_turn(&mut client, &execution.execution_id, "turn-1")
         .await
