@@ -67,17 +67,20 @@ pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
                         break;
                     }
                 }
-                let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                if !buf.ends_with(b"\n") {
+                    buf.push(b'\n');
+                }
                 if let Some(file) = record.as_mut() {
-                    let written = file
-                        .write_all(line)
-                        .and_then(|()| file.write_all(b"\n"))
-                        .and_then(|()| file.flush());
+                    // One write per line: every agent of a service appends to the same record
+                    // file, and two writes (line, then newline) let another agent's line land
+                    // between them.
+                    let written = file.write_all(&buf).and_then(|()| file.flush());
                     if let Err(e) = written {
                         log(&format!("cannot write the record file, recording stops: {e}"));
                         record = None;
                     }
                 }
+                let line = &buf[..buf.len() - 1];
                 if line.trim_ascii().is_empty() {
                     continue;
                 }
