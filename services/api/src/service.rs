@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
-use cursor_runner_executions::interaction::question::Selection;
+use cursor_runner_executions::interaction::Selection;
 use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
     AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta,

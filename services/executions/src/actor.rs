@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempts;
-use crate::engine::{EngineConfig, ViolationAction, kind_of, not_pending, policy_refusal};
+use crate::config::{EngineConfig, ViolationAction};
+use crate::error::policy_refusal;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::{self, SessionStart};
@@ -30,6 +31,7 @@ use crate::interaction::{
     self, ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
     RequestRefused, cancelled_result,
 };
+use crate::interaction::{kind_of, not_pending};
 use crate::lease::LeaseInfo;
 use crate::limits::ExecutionLimits;
 use crate::mcp::McpServer;

@@ -7,38 +7,39 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
+use cursor_runner_activity::{ActivityPayload, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
 use cursor_runner_store::{
     EventRecord, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionQuery, InteractionRecord, Patience,
     Store, StoreError, TurnRecord, now_ms,
 };
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
-use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian, GuardianConfig};
+use cursor_runner_supervisor::{BoundCredential, Guardian, GuardianConfig};
 
 use crate::credential::{CredentialBinding, redactor_for};
 use cursor_runner_activity::Redactor;
-use cursor_runner_supervisor::workspace_policy::{WorkspacePolicy, WorkspaceRefusal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::actor::{self, Command, ConfigChange, ModelCatalog};
-use crate::agent_profile::{AgentProfiles, ResolvedProfile};
+use crate::agent_profile::ResolvedProfile;
 use crate::attempts::UsageTotal;
+use crate::config::EngineConfig;
+use crate::error::policy_refusal;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::handshake::SessionStart;
 use crate::interaction::{self, ApprovalPolicy, InteractionAnswer};
+use crate::interaction::{kind_of, not_pending};
 use crate::lease::{LeaseInfo, micros};
-use crate::limits::{ExecutionLimits, TenantLimits};
-use crate::mcp::{McpAllowlist, McpServer};
+use crate::limits::ExecutionLimits;
+use crate::mcp::McpServer;
 use crate::metrics::Metrics;
-use crate::pool::{LaunchAs, MAX_LEASE_WAIT, Pool, PoolConfig, PoolStatus, Reservation};
+use crate::pool::{LaunchAs, MAX_LEASE_WAIT, Pool, PoolStatus, Reservation};
 use crate::prompt::Prompt;
-use crate::retention::{self, Retention};
+use crate::retention::{self};
 use crate::session_config::{ConfigRequest, SessionConfig};
 use crate::state::{ExecutionState, InteractionState, TurnState};
-use cursor_runner_supervisor::agent_users::AgentUsers;
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
 pub type ExecutionView = ExecutionRecord;
@@ -55,60 +56,6 @@ const SUBSCRIBER_BUFFER: usize = 256;
 /// recovery) and re-reads the store.
 const WRITER_POLL: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    pub agent_command: AgentCommand,
-    /// Private per-process homes live under `<state_dir>/homes/`.
-    pub state_dir: PathBuf,
-    /// Bound on `initialize` and on `session/new`.
-    pub handshake_timeout: Duration,
-    /// How long a cancelled turn may take to settle before its process is stopped
-    /// (Cursor itself waits ~10 s for child agents).
-    pub cancel_grace: Duration,
-    /// SIGTERM → SIGKILL grace in the stop ladder.
-    pub stop_grace: Duration,
-    /// Idle time after which a stream gets a heartbeat.
-    pub heartbeat_interval: Duration,
-    /// What a workspace may not contain (checked at admission and before `session/new`).
-    pub workspace_policy: WorkspacePolicy,
-    /// What happens when refused configuration appears during a session.
-    pub on_workspace_violation: ViolationAction,
-    /// The binary whose hidden `agent-init` mode runs as PID 1 of each agent's own PID
-    /// namespace (`serve` sets its own executable). `None`: no namespace, fallbacks only.
-    pub agent_init: Option<PathBuf>,
-    /// `false` turns the PID-namespace mechanism off even with `agent_init` set.
-    pub pid_namespace: bool,
-    /// Set by [`Engine::start`]: launches every agent (ledger swept, subreaper set).
-    pub guardian: Option<Guardian>,
-    /// Warm slots, limits, restart intensity.
-    pub pool: PoolConfig,
-    /// How long a drain lets running turns finish before it cancels them.
-    pub drain_deadline: Duration,
-    /// The runner-owned MCP servers an execution may name.
-    pub mcp_allowlist: McpAllowlist,
-    /// Per-tenant ceilings on every execution's limits.
-    pub tenant_limits: TenantLimits,
-    /// Pruning of acknowledged events past a period; `None` keeps every event.
-    pub retention: Option<Retention>,
-    /// The turn deadline of an execution whose request and tenant name none; `None`: none.
-    pub default_turn_deadline: Option<Duration>,
-    /// The idle-output watchdog of every turn (`agent_idle`); `None`: off.
-    pub turn_idle_timeout: Option<Duration>,
-    /// How long an execution's writes retry a store that does not answer (a database
-    /// restart) before the execution fails `STORE_UNAVAILABLE`; meanwhile its agent's
-    /// output waits in the pipe.
-    pub store_outage_limit: Duration,
-    /// How long completed calls answer retries of their `request_id`; `None` keeps them.
-    pub idempotency_retention: Option<Retention>,
-    /// Where each execution's raw wire traffic is captured (redacted, bounded); `None`: off.
-    pub wire_capture_dir: Option<PathBuf>,
-    /// The unprivileged accounts agents run as, one per process; `None`: agents run as
-    /// the service's own uid (only when it cannot switch uids).
-    pub agent_users: Option<AgentUsers>,
-    /// The operator's agent profiles (`--agent-profiles`), named by `CreateExecution`.
-    pub agent_profiles: Option<Arc<AgentProfiles>>,
-}
-
 /// The agent profile a recorded execution's process ran under (its lease says).
 fn recorded_agent_profile(record: &ExecutionRecord) -> Option<String> {
     record
@@ -116,49 +63,6 @@ fn recorded_agent_profile(record: &ExecutionRecord) -> Option<String> {
         .as_deref()
         .and_then(LeaseInfo::from_json)
         .and_then(|l| l.agent_profile)
-}
-
-/// The reaction to refused configuration appearing in a workspace mid-session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ViolationAction {
-    /// Emit a warning notice and cancel the running turn.
-    #[default]
-    StopTurn,
-    /// Emit a warning notice only.
-    Warn,
-}
-
-impl EngineConfig {
-    pub fn new(agent_command: AgentCommand, state_dir: PathBuf) -> Self {
-        Self {
-            agent_command,
-            state_dir,
-            handshake_timeout: Duration::from_secs(60),
-            cancel_grace: Duration::from_secs(15),
-            stop_grace: Duration::from_secs(5),
-            heartbeat_interval: Duration::from_secs(15),
-            workspace_policy: WorkspacePolicy::default(),
-            on_workspace_violation: ViolationAction::default(),
-            agent_init: None,
-            pid_namespace: true,
-            guardian: None,
-            pool: PoolConfig::default(),
-            drain_deadline: Duration::from_secs(30),
-            mcp_allowlist: McpAllowlist::default(),
-            tenant_limits: TenantLimits::default(),
-            retention: None,
-            default_turn_deadline: Some(crate::limits::DEFAULT_TURN_DEADLINE),
-            turn_idle_timeout: Some(crate::limits::DEFAULT_TURN_IDLE_TIMEOUT),
-            store_outage_limit: crate::limits::DEFAULT_STORE_OUTAGE_LIMIT,
-            idempotency_retention: Some(Retention {
-                keep: retention::DEFAULT_IDEMPOTENCY_RETENTION,
-                sweep_every: retention::DEFAULT_SWEEP_INTERVAL,
-            }),
-            wire_capture_dir: None,
-            agent_users: None,
-            agent_profiles: None,
-        }
-    }
 }
 
 /// Identity of a mutating call.
@@ -290,7 +194,7 @@ impl Engine {
         }));
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::new());
-        let pool = Pool::start(config.pool.clone(), config.clone(), metrics.clone());
+        let pool = Pool::start(config.pool.clone(), config.launch_settings(), metrics.clone());
         let engine = Arc::new(Self {
             store,
             config,
@@ -1743,14 +1647,6 @@ fn adopt_identity(request: &mut ConfigRequest, recorded: &SessionConfig) -> Resu
     Ok(())
 }
 
-pub(crate) fn kind_of(kind: &str) -> InteractionKind {
-    match kind {
-        "plan" => InteractionKind::Plan,
-        "permission" => InteractionKind::Permission,
-        _ => InteractionKind::Question,
-    }
-}
-
 /// How long start-up waits for the database's previous service (e.g. a pod still
 /// stopping) to let go before it refuses to start.
 pub const SOLE_SERVICE_WAIT: Duration = Duration::from_secs(5);
@@ -1798,19 +1694,6 @@ fn events_pruned(after_sequence: i64, oldest: i64) -> EngineError {
         ),
     )
     .with("oldest_sequence", oldest.to_string())
-}
-
-pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
-    EngineError::precondition(
-        Reason::InteractionNotPending,
-        format!("interaction `{}` is {}", record.id, record.state),
-    )
-    .with("state", record.state.clone())
-}
-
-pub(crate) fn policy_refusal(refusal: WorkspaceRefusal) -> EngineError {
-    EngineError::precondition(Reason::WorkspacePolicy, refusal.to_string())
-        .with("path", refusal.path().display().to_string())
 }
 
 fn validate_workspace(workspace: &str) -> Result<PathBuf, EngineError> {

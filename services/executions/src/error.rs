@@ -3,6 +3,7 @@
 
 use cursor_runner_activity::Redactor;
 use cursor_runner_store::StoreError;
+use cursor_runner_supervisor::workspace_policy::WorkspaceRefusal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -255,6 +256,12 @@ impl From<StoreError> for EngineError {
             _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
         }
     }
+}
+
+/// The refusal of a workspace (or home) the workspace policy does not admit.
+pub(crate) fn policy_refusal(refusal: WorkspaceRefusal) -> EngineError {
+    EngineError::precondition(Reason::WorkspacePolicy, refusal.to_string())
+        .with("path", refusal.path().display().to_string())
 }
 
 #[cfg(test)]

@@ -104,7 +104,7 @@ pub(crate) async fn new_session(
 ) -> Result<NewSession, EngineError> {
     policy
         .check(Path::new(workspace))
-        .map_err(crate::engine::policy_refusal)?;
+        .map_err(crate::error::policy_refusal)?;
     let mut new_session = serde_json::to_value(schema::NewSessionRequest::new(workspace))
         .map_err(|e| EngineError::internal(e.to_string()))?;
     new_session["mcpServers"] = mcp_servers.clone();
@@ -151,7 +151,7 @@ pub(crate) async fn load_session(
 ) -> Result<(NewSession, u64), EngineError> {
     policy
         .check(Path::new(workspace))
-        .map_err(crate::engine::policy_refusal)?;
+        .map_err(crate::error::policy_refusal)?;
     let params = json!({"sessionId": session_id, "cwd": workspace, "mcpServers": mcp_servers});
     // In wire order: the answer comes after every replayed update, so none is left
     // behind for the session to stream.

@@ -6,6 +6,7 @@ mod actor;
 pub mod agent_profile;
 pub mod attempts;
 pub mod capabilities;
+mod config;
 pub mod credential;
 mod engine;
 mod error;
@@ -25,11 +26,9 @@ mod tracing_context;
 pub mod wire_capture;
 
 pub use actor::{ModelCatalog, ModelEntry};
+pub use config::{EngineConfig, ViolationAction};
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
-pub use engine::{
-    AnswerCommand, CreateExecutionCommand, Engine, EngineConfig, ExecutionView, RequestMeta, StreamItem,
-    ViolationAction,
-};
+pub use engine::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
 pub use error::{EngineError, ErrorKind, Reason};
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;

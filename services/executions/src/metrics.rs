@@ -393,7 +393,7 @@ impl Metrics {
             .iter()
             .filter(|s| **s != crate::state::SlotState::Stopped)
         {
-            for origin in crate::pool::ProfileOrigin::ALL {
+            for origin in crate::state::ProfileOrigin::ALL {
                 let labels = SlotLabels {
                     state: state.as_str(),
                     profile: origin.as_str(),

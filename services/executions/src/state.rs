@@ -157,6 +157,30 @@ impl ProfileHealth {
     }
 }
 
+/// Where a profile came from, as the bounded label of its slots' metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileOrigin {
+    /// A warm profile in the operator's configuration.
+    Configured,
+    /// Learned from a `CreateExecution` that presented its credential.
+    Learned,
+}
+
+impl ProfileOrigin {
+    pub const ALL: [Self; 2] = [Self::Configured, Self::Learned];
+
+    pub fn of(configured: bool) -> Self {
+        if configured { Self::Configured } else { Self::Learned }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Configured => "configured",
+            Self::Learned => "learned",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,63 +2,25 @@
 //! opaque ids the control plane answers with, and the validation of an answer against
 //! the persisted request. One module per kind; this one holds what they share.
 
+mod answer;
+mod bounds;
 pub mod permission;
 pub mod plan;
 pub mod question;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use serde_json::Value;
 
-use crate::error::EngineError;
+use crate::error::{EngineError, Reason};
 use crate::state::InteractionState;
+pub use answer::{InteractionAnswer, Selection, cancelled_result};
+use bounds::durable_json;
+pub use bounds::{MAX_DESCRIPTION_CHARS, MAX_DURABLE_PAYLOAD_BYTES, RequestRefused};
 pub use cursor_runner_activity::InteractionKind;
 use cursor_runner_store::{InteractionRecord, Store};
-pub use permission::PermissionRequest;
+pub use permission::{ApprovalPolicy, PermissionRequest};
 pub use plan::PlanRequest;
 pub use question::QuestionRequest;
-
-/// Characters one description (a prompt, label, title, plan text, todo) may have.
-pub const MAX_DESCRIPTION_CHARS: usize = 100_000;
-/// UTF-8 bytes of a whole persisted request.
-pub const MAX_DURABLE_PAYLOAD_BYTES: usize = 196 * 1024;
-
-/// Why a native request was refused. The agent gets a refusal on the wire (never a
-/// silent drop) and the control plane a notice.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct RequestRefused(pub String);
-
-/// Who may decide the agent's permission requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ApprovalPolicy {
-    /// A human decides each request; session-scoped approval is not offered.
-    #[default]
-    Ask,
-    /// A human decides; `allow_always` may be offered.
-    AllowSessionScope,
-    /// Every permission request is rejected without a human.
-    DenyAll,
-}
-
-impl ApprovalPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ask => "ask",
-            Self::AllowSessionScope => "allow_session_scope",
-            Self::DenyAll => "deny_all",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "ask" => Some(Self::Ask),
-            "allow_session_scope" => Some(Self::AllowSessionScope),
-            "deny_all" => Some(Self::DenyAll),
-            _ => None,
-        }
-    }
-}
 
 /// The persisted request of one interaction; `kind` tags the JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,61 +69,11 @@ impl PersistedRequest {
 
     /// The JSON text to persist, checked against the durable payload bound.
     pub fn to_durable_json(&self) -> Result<String, RequestRefused> {
-        let text = serde_json::to_string(self).map_err(|e| RequestRefused(e.to_string()))?;
-        if text.len() > MAX_DURABLE_PAYLOAD_BYTES {
-            return Err(RequestRefused(format!(
-                "the request is {} bytes, over the {MAX_DURABLE_PAYLOAD_BYTES}-byte durable bound",
-                text.len()
-            )));
+        match self {
+            Self::Question(q) => durable_json(InteractionKind::Question, q),
+            Self::Plan(p) => durable_json(InteractionKind::Plan, p),
+            Self::Permission(p) => durable_json(InteractionKind::Permission, p),
         }
-        Ok(text)
-    }
-}
-
-/// The result that cancels any interaction on the wire (the same shape for all kinds).
-pub fn cancelled_result() -> Value {
-    json!({"outcome": {"outcome": "cancelled"}})
-}
-
-/// Refuses text over [`MAX_DESCRIPTION_CHARS`]; it is never truncated.
-pub(crate) fn check_chars(field: &str, text: &str) -> Result<(), RequestRefused> {
-    if text.chars().count() > MAX_DESCRIPTION_CHARS {
-        return Err(RequestRefused(format!(
-            "a {field} over {MAX_DESCRIPTION_CHARS} characters"
-        )));
-    }
-    Ok(())
-}
-
-/// An answer from the control plane, in the interaction's opaque ids.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InteractionAnswer {
-    /// Selections for every question of a `question`.
-    Questions(Vec<question::Selection>),
-    /// Decline: a question is `skipped`; a permission selects its `reject_once` option.
-    Decline {
-        reason: Option<String>,
-    },
-    /// Cancel the request, whatever its kind.
-    Cancel,
-    AcceptPlan {
-        feedback: Option<String>,
-    },
-    RejectPlan {
-        reason: Option<String>,
-    },
-    /// One offered option of a `permission`.
-    SelectOption {
-        option_id: String,
-    },
-}
-
-impl InteractionAnswer {
-    /// A digest of the answer, to tell a retry from a different answer.
-    pub fn fingerprint(&self) -> String {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(&bytes))
     }
 }
 
@@ -190,6 +102,24 @@ pub async fn transition(
 ) -> Result<bool, EngineError> {
     check_transition(from, record)?;
     Ok(store.transition_interaction(from.as_str(), record).await?)
+}
+
+/// The kind a stored interaction row names.
+pub(crate) fn kind_of(kind: &str) -> InteractionKind {
+    match kind {
+        "plan" => InteractionKind::Plan,
+        "permission" => InteractionKind::Permission,
+        _ => InteractionKind::Question,
+    }
+}
+
+/// The refusal of an answer to an interaction that is no longer pending.
+pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
+    EngineError::precondition(
+        Reason::InteractionNotPending,
+        format!("interaction `{}` is {}", record.id, record.state),
+    )
+    .with("state", record.state.clone())
 }
 
 #[cfg(test)]

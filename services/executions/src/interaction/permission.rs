@@ -6,8 +6,41 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{ApprovalPolicy, InteractionAnswer, PersistedRequest, RequestRefused, cancelled_result, check_chars};
+use super::answer::{InteractionAnswer, cancelled_result};
+use super::bounds::{RequestRefused, check_chars, durable_json};
 use crate::error::{EngineError, Reason};
+use cursor_runner_activity::InteractionKind;
+
+/// Who may decide the agent's permission requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApprovalPolicy {
+    /// A human decides each request; session-scoped approval is not offered.
+    #[default]
+    Ask,
+    /// A human decides; `allow_always` may be offered.
+    AllowSessionScope,
+    /// Every permission request is rejected without a human.
+    DenyAll,
+}
+
+impl ApprovalPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ask => "ask",
+            Self::AllowSessionScope => "allow_session_scope",
+            Self::DenyAll => "deny_all",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "ask" => Some(Self::Ask),
+            "allow_session_scope" => Some(Self::AllowSessionScope),
+            "deny_all" => Some(Self::DenyAll),
+            _ => None,
+        }
+    }
+}
 
 /// Options one permission request may carry; more is ambiguous and refused.
 pub const MAX_PERMISSION_OPTIONS: usize = 32;
@@ -117,7 +150,7 @@ impl PermissionRequest {
             options,
             withheld,
         };
-        PersistedRequest::Permission(request.clone()).to_durable_json()?;
+        durable_json(InteractionKind::Permission, &request)?;
         Ok(request)
     }
 

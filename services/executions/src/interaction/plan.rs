@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{InteractionAnswer, PersistedRequest, RequestRefused, cancelled_result, check_chars};
+use super::answer::{InteractionAnswer, cancelled_result};
+use super::bounds::{RequestRefused, check_chars, durable_json};
 use crate::error::{EngineError, Reason};
+use cursor_runner_activity::InteractionKind;
 
 /// Characters a rejection reason may have (PRP short text).
 pub const MAX_REJECTION_REASON_CHARS: usize = 4_000;
@@ -66,7 +68,7 @@ impl PlanRequest {
             phases: params.phases,
             is_project: params.is_project,
         };
-        PersistedRequest::Plan(request.clone()).to_durable_json()?;
+        durable_json(InteractionKind::Plan, &request)?;
         Ok(request)
     }
 
@@ -107,7 +109,7 @@ fn revision_digest(params: &CreatePlanParams) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interaction::{MAX_DESCRIPTION_CHARS, MAX_DURABLE_PAYLOAD_BYTES};
+    use crate::interaction::{MAX_DESCRIPTION_CHARS, MAX_DURABLE_PAYLOAD_BYTES, PersistedRequest};
 
     fn params(v: Value) -> CreatePlanParams {
         serde_json::from_value(v).unwrap()

@@ -6,8 +6,10 @@ use std::collections::HashSet;
 use cursor_runner_acp::cursor::{AskQuestionOutcome, AskQuestionParams, NativeAnswer};
 use serde::{Deserialize, Serialize};
 
-use super::{InteractionAnswer, PersistedRequest, RequestRefused, check_chars};
+use super::answer::InteractionAnswer;
+use super::bounds::{RequestRefused, check_chars, durable_json};
 use crate::error::{EngineError, Reason};
+use cursor_runner_activity::InteractionKind;
 
 /// Questions in one request (PRP question sets).
 pub const MAX_QUESTIONS: usize = 64;
@@ -93,7 +95,7 @@ impl QuestionRequest {
             tool_call_id: params.tool_call_id,
             questions,
         };
-        PersistedRequest::Question(request.clone()).to_durable_json()?;
+        durable_json(InteractionKind::Question, &request)?;
         Ok(request)
     }
 
@@ -159,16 +161,10 @@ impl QuestionRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Selection {
-    pub question_id: String,
-    pub option_ids: Vec<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interaction::{MAX_DESCRIPTION_CHARS, MAX_DURABLE_PAYLOAD_BYTES};
+    use crate::interaction::{MAX_DESCRIPTION_CHARS, MAX_DURABLE_PAYLOAD_BYTES, PersistedRequest, Selection};
     use serde_json::json;
 
     fn request() -> QuestionRequest {

@@ -12,9 +12,11 @@
 //! Slot states follow [`SlotState`] (`warming → idle → leased → draining → stopped`);
 //! every change goes through `PoolState::transition`.
 
+mod config;
 mod intensity;
 mod profile;
 mod slot;
+mod ticket;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -22,25 +24,26 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use cursor_runner_acp::{AcpConnection, InboundStream};
-use cursor_runner_supervisor::{AgentProcess, BoundCredential};
+use cursor_runner_supervisor::AgentProcess;
 use tokio::sync::{Notify, oneshot};
 
+pub(crate) use config::LaunchAs;
+pub use config::{LaunchSettings, PoolConfig, WarmProfile};
 pub use intensity::{BACKOFF_BASE, BACKOFF_MAX, RestartIntensity};
-pub use profile::{FINGERPRINT_DISPLAY_CHARS, ProfileOrigin};
+pub use profile::FINGERPRINT_DISPLAY_CHARS;
 pub use slot::IDLE_PROBE_METHOD;
 pub(crate) use slot::{StartFailure, StartTimings, exit_message};
+pub(crate) use ticket::SlotTicket;
 
-use crate::agent_profile::{AgentProfile, ResolvedProfile};
 use crate::credential::redactor_for;
-use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::metrics::Metrics;
-use crate::state::{ProfileHealth, SlotState};
-use crate::wire_capture::WireCapture;
-use cursor_runner_supervisor::agent_users::{AgentLease, AgentUsers};
+use crate::state::{ProfileHealth, ProfileOrigin, SlotState};
+use cursor_runner_supervisor::agent_users::AgentUsers;
 use intensity::FailureWindow;
 use profile::{Fingerprinter, ProfileKey};
 use slot::{Handoff, IdleEnd, IdleProcess, IdleRules};
+use ticket::SlotRegistry;
 
 /// The retry hint of a `RESOURCE_EXHAUSTED` refusal.
 pub const POOL_RETRY_HINT: Duration = Duration::from_secs(1);
@@ -48,65 +51,6 @@ pub const POOL_RETRY_HINT: Duration = Duration::from_secs(1);
 pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(300);
 /// How often the replenisher looks at every profile even when nothing woke it.
 const REPLENISH_TICK: Duration = Duration::from_secs(1);
-
-/// Pool settings (`serve --pool-*`).
-#[derive(Debug, Clone)]
-pub struct PoolConfig {
-    /// Idle slots kept per profile once the profile is known.
-    pub min_idle: usize,
-    /// Processes (warming, idle and leased) per profile.
-    pub max_per_profile: usize,
-    /// Processes (warming, idle and leased) on this node.
-    pub max_processes: usize,
-    /// An idle slot older than this is recycled (and replaced if `min_idle` asks).
-    pub idle_ttl: Duration,
-    /// A profile learned from a `CreateExecution` is forgotten — its idle slots
-    /// stopped, its credential dropped from memory — after this long without a lease.
-    pub profile_ttl: Duration,
-    /// Sessions one process may serve; 1 recycles every process after its session.
-    /// More lets a process that ended cleanly serve the same profile again.
-    pub sessions_per_process: u32,
-    pub intensity: RestartIntensity,
-    /// How often an idle slot is probed (`None`: never).
-    pub probe_interval: Option<Duration>,
-    pub probe_timeout: Duration,
-    /// Profiles an operator keeps warm from the start.
-    pub warm_profiles: Vec<WarmProfile>,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        Self {
-            min_idle: 0,
-            max_per_profile: 16,
-            max_processes: 64,
-            idle_ttl: Duration::from_secs(10 * 60),
-            profile_ttl: Duration::from_secs(30 * 60),
-            sessions_per_process: 1,
-            intensity: RestartIntensity::default(),
-            probe_interval: Some(Duration::from_secs(30)),
-            probe_timeout: Duration::from_secs(5),
-            warm_profiles: Vec::new(),
-        }
-    }
-}
-
-/// A profile an operator keeps warm; its credential comes from a file read at start-up.
-#[derive(Debug, Clone)]
-pub struct WarmProfile {
-    pub tenant_id: String,
-    pub credential: Option<BoundCredential>,
-    pub min_idle: usize,
-}
-
-/// What a profile's processes are launched with: its credential (held in memory only)
-/// and, under an operator's agent profile, that profile's command, environment and
-/// authentication.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LaunchAs {
-    pub credential: Option<BoundCredential>,
-    pub agent: Option<Arc<ResolvedProfile>>,
-}
 
 /// A process leased to an execution (or on its way to one).
 pub(crate) struct WarmProcess {
@@ -132,50 +76,9 @@ pub(crate) enum Reservation {
 
 /// A slot reserved in `warming` for one execution.
 pub(crate) struct ColdStart {
+    pool: Weak<PoolInner>,
     ticket: SlotTicket,
     launch_as: LaunchAs,
-}
-
-/// Keeps a slot's bookkeeping: when it drops, the slot is `stopped` and capacity freed,
-/// and its private home is removed — unless a session was opened in it: Cursor keeps a
-/// session's history in its home, so the home stays for `session/load` later.
-pub(crate) struct SlotTicket {
-    pool: Weak<PoolInner>,
-    pub slot_id: String,
-    pub profile_id: String,
-    pub home: PathBuf,
-    keep_home: bool,
-    /// The agent account this slot's process runs as, given back (and swept) when the
-    /// slot ends; `None` when the service does not separate uids.
-    pub identity: Option<AgentLease>,
-    /// The capture of this slot's wire traffic from its first byte (`--wire-capture-dir`),
-    /// handed to each execution that leases the process.
-    pub capture: Option<Arc<WireCapture>>,
-    /// The operator's agent profile this slot's process runs under, if any.
-    pub agent: Option<Arc<AgentProfile>>,
-}
-
-impl SlotTicket {
-    /// A session lives in this home now: keep it when the process ends.
-    pub fn keep_home(&mut self) {
-        self.keep_home = true;
-    }
-}
-
-impl Drop for SlotTicket {
-    fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.slot_ended(&self.slot_id);
-        }
-        if self.keep_home {
-            return;
-        }
-        if let Err(e) = std::fs::remove_dir_all(&self.home)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(slot_id = %self.slot_id, error = %e, "removing a private home failed");
-        }
-    }
 }
 
 /// One profile in `GetPoolStatus`.
@@ -234,7 +137,7 @@ pub(crate) struct Pool {
 
 struct PoolInner {
     config: PoolConfig,
-    launch: Arc<EngineConfig>,
+    launch: Arc<LaunchSettings>,
     fingerprints: Fingerprinter,
     metrics: Arc<Metrics>,
     state: Mutex<PoolState>,
@@ -312,7 +215,8 @@ enum Attempt {
 
 impl Pool {
     /// Starts the pool and its replenisher (which ends with the pool).
-    pub(crate) fn start(config: PoolConfig, launch: Arc<EngineConfig>, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn start(config: PoolConfig, launch: LaunchSettings, metrics: Arc<Metrics>) -> Self {
+        let launch = Arc::new(launch);
         let fingerprints = Fingerprinter::random();
         let distribution = launch.agent_command.distribution_label();
         let now = Instant::now();
@@ -569,8 +473,12 @@ impl ColdStart {
     /// Launches and `initialize`s the reserved slot's process. A failure counts against
     /// the profile's restart intensity and ends the slot.
     pub(crate) async fn start(self) -> Result<WarmProcess, StartFailure> {
-        let ColdStart { mut ticket, launch_as } = self;
-        let Some(pool) = ticket.pool.upgrade() else {
+        let ColdStart {
+            pool,
+            mut ticket,
+            launch_as,
+        } = self;
+        let Some(pool) = pool.upgrade() else {
             return Err(StartFailure {
                 error: EngineError::internal("the pool is gone"),
                 process: None,
@@ -672,6 +580,7 @@ impl PoolInner {
             ticket.home = home.to_path_buf();
         }
         Ok(Attempt::Cold(ColdStart {
+            pool: Arc::downgrade(self),
             ticket,
             launch_as: launch_as.clone(),
         }))
@@ -679,16 +588,9 @@ impl PoolInner {
 
     fn ticket(self: &Arc<Self>, slot_id: String, profile_id: String) -> SlotTicket {
         let home = self.launch.state_dir.join("homes").join(&slot_id);
-        SlotTicket {
-            pool: Arc::downgrade(self),
-            slot_id,
-            profile_id,
-            home,
-            keep_home: false,
-            identity: self.launch.agent_users.as_ref().and_then(AgentUsers::take),
-            capture: None,
-            agent: None,
-        }
+        let registry: Weak<dyn SlotRegistry> = Arc::downgrade(self) as Weak<dyn SlotRegistry>;
+        let identity = self.launch.agent_users.as_ref().and_then(AgentUsers::take);
+        SlotTicket::new(registry, slot_id, profile_id, home, identity)
     }
 
     fn accepts_return(&self, state: &PoolState, profile_id: &str, sessions_served: u32) -> bool {
@@ -786,7 +688,9 @@ impl PoolInner {
             state.recycle(&id);
         }
     }
+}
 
+impl SlotRegistry for PoolInner {
     fn slot_ended(&self, slot_id: &str) {
         let mut state = self.lock();
         if let Some(slot) = state.slots.get(slot_id) {
@@ -798,7 +702,9 @@ impl PoolInner {
         drop(state);
         self.changed.notify_waiters();
     }
+}
 
+impl PoolInner {
     /// Starts what profiles need to keep their idle minimum, forgets learned profiles
     /// nobody leased from for a while, and says when to look again.
     fn replenish_once(self: &Arc<Self>) -> Instant {

@@ -4,35 +4,11 @@
 
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
-use super::LaunchAs;
+use super::config::LaunchAs;
 use sha2::{Digest, Sha256};
 
 /// Hex characters of a credential fingerprint shown in `GetPoolStatus`.
 pub const FINGERPRINT_DISPLAY_CHARS: usize = 16;
-
-/// Where a profile came from, as the bounded label of its slots' metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProfileOrigin {
-    /// A warm profile in the operator's configuration.
-    Configured,
-    /// Learned from a `CreateExecution` that presented its credential.
-    Learned,
-}
-
-impl ProfileOrigin {
-    pub const ALL: [Self; 2] = [Self::Configured, Self::Learned];
-
-    pub fn of(configured: bool) -> Self {
-        if configured { Self::Configured } else { Self::Learned }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Configured => "configured",
-            Self::Learned => "learned",
-        }
-    }
-}
 
 /// The identity of a profile. Holds a keyed digest of the secret, never the secret.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

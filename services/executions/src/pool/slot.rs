@@ -13,11 +13,11 @@ use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchError, LaunchSpec}
 use serde_json::json;
 use tokio::sync::oneshot;
 
+use super::config::{LaunchAs, LaunchSettings};
+use super::ticket::SlotTicket;
 use crate::credential::redactor_for;
-use crate::engine::EngineConfig;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake;
-use crate::pool::{LaunchAs, SlotTicket};
 use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 
 /// The method of the idle liveness probe. ACP reserves `_`-prefixed names for
@@ -61,7 +61,7 @@ pub(crate) struct StartFailure {
 /// `initialize` — then the profile's `authenticate`, when the agent offers it — under
 /// the handshake timeout. On failure the process is stopped and reaped before this returns.
 pub(crate) async fn start_process(
-    config: &EngineConfig,
+    config: &LaunchSettings,
     ticket: &mut SlotTicket,
     launch_as: LaunchAs,
 ) -> Result<StartedProcess, StartFailure> {
