@@ -109,6 +109,8 @@ fn production_code(source: &str) -> String {
     code
 }
 
+/// The child modules a file declares: in files of their own (`mod x;`) and inline
+/// (`mod x {`, e.g. generated code), which count as modules with no imports of their own.
 fn declared_children(code: &str) -> BTreeSet<String> {
     code.lines()
         .filter_map(|l| {
@@ -116,7 +118,8 @@ fn declared_children(code: &str) -> BTreeSet<String> {
                 .trim_start()
                 .trim_start_matches("pub(crate) ")
                 .trim_start_matches("pub ");
-            let name = l.strip_prefix("mod ")?.strip_suffix(';')?;
+            let name = l.strip_prefix("mod ")?;
+            let name = name.strip_suffix(';').or_else(|| name.strip_suffix(" {"))?;
             Some(name.trim().to_owned())
         })
         .collect()
@@ -168,7 +171,14 @@ fn graph_of(src: &Path) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
         .into_iter()
         .map(|(file, source)| (module_of(file.strip_prefix(src).unwrap()), production_code(&source)))
         .collect();
-    let known: BTreeSet<ModulePath> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut known: BTreeSet<ModulePath> = files.iter().map(|(m, _)| m.clone()).collect();
+    for (module, code) in &files {
+        for child in declared_children(code) {
+            let mut inline = module.clone();
+            inline.push(child);
+            known.insert(inline);
+        }
+    }
     let mut graph = BTreeMap::new();
     for (module, code) in &files {
         let children = declared_children(code);

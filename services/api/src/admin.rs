@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
+use cursor_runner_executions::Engine;
 use cursor_runner_executions::state::SlotState;
-use cursor_runner_executions::{Engine, EngineError, Reason};
 use tonic::{Request, Response, Status};
 
-use crate::auth::{Caller, Role};
 use crate::convert::{duration, std_duration_proto};
 use crate::pb;
 use crate::status::to_status;
@@ -19,20 +18,6 @@ pub struct AdminApi {
 impl AdminApi {
     pub fn new(engine: Arc<Engine>) -> Self {
         Self { engine }
-    }
-}
-
-/// With authentication on, an admin call needs an admin token: a tenant's valid
-/// token is `PERMISSION_DENIED` (it is authenticated, just not allowed).
-pub(crate) fn require_admin(caller: &Caller) -> Result<(), Status> {
-    if caller.role == Role::Admin {
-        Ok(())
-    } else {
-        Err(to_status(EngineError::new(
-            cursor_runner_executions::ErrorKind::PermissionDenied,
-            Reason::PermissionDenied,
-            "this call needs an admin token",
-        )))
     }
 }
 

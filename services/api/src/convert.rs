@@ -13,13 +13,14 @@ use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind
 use serde_json::Value;
 
 use crate::pb;
+use crate::status::to_status;
 
 pub fn approval_policy(value: i32) -> Result<ApprovalPolicy, tonic::Status> {
     match pb::ApprovalPolicy::try_from(value) {
         Ok(pb::ApprovalPolicy::Unspecified | pb::ApprovalPolicy::Ask) => Ok(ApprovalPolicy::Ask),
         Ok(pb::ApprovalPolicy::AllowSessionScope) => Ok(ApprovalPolicy::AllowSessionScope),
         Ok(pb::ApprovalPolicy::DenyAll) => Ok(ApprovalPolicy::DenyAll),
-        Err(_) => Err(crate::to_status(EngineError::invalid(
+        Err(_) => Err(to_status(EngineError::invalid(
             Reason::InvalidArgument,
             format!("unknown approval_policy {value}"),
         ))),
@@ -37,7 +38,7 @@ fn approval_policy_proto(text: &str) -> pb::ApprovalPolicy {
 
 pub fn duration(d: prost_types::Duration) -> Result<std::time::Duration, tonic::Status> {
     std::time::Duration::try_from(d).map_err(|_| {
-        crate::to_status(EngineError::invalid(
+        to_status(EngineError::invalid(
             Reason::InvalidArgument,
             "a duration must not be negative",
         ))
@@ -195,7 +196,7 @@ pub fn limits(limits: Option<pb::ExecutionLimits>) -> Result<ExecutionLimits, to
         .max_turns
         .map(|n| {
             u32::try_from(n).map_err(|_| {
-                crate::to_status(EngineError::invalid(
+                to_status(EngineError::invalid(
                     Reason::InvalidArgument,
                     "max_turns is out of range",
                 ))
@@ -243,7 +244,7 @@ pub fn prompt_block(block: pb::PromptBlock) -> Result<PromptBlock, tonic::Status
             PromptBlock::EmbeddedResource { uri: resource.uri }
         }
         None => {
-            return Err(crate::to_status(EngineError::invalid(
+            return Err(to_status(EngineError::invalid(
                 Reason::InvalidArgument,
                 "a prompt block has no content",
             )));

@@ -3,17 +3,19 @@
 //! `cursor_runner_requests_refused_total{reason}` cannot miss a path. Reasons come from
 //! the closed catalog; an unknown one is counted as `INTERNAL`. The transport's own
 //! refusals (a message over `MAX_REQUEST_BYTES`, one that does not decode) get their
-//! catalog reason here first (`status::transport_status`), so they are counted and
+//! catalog reason here first (`transport_status`), so they are counted and
 //! returned like every other refusal.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use cursor_runner_executions::{Metrics, Reason};
+use cursor_runner_executions::{EngineError, ErrorKind, Metrics, Reason};
+use tonic::Code;
 use tonic_types::StatusExt;
 
-use crate::status::transport_status;
+use crate::bounds::MAX_REQUEST_BYTES;
+use crate::status::to_status;
 
 #[derive(Clone)]
 pub struct RefusalLayer {
@@ -85,4 +87,31 @@ where
             Ok(response)
         })
     }
+}
+
+/// A status the transport made (tonic, while decoding a request) carries no `ErrorInfo`;
+/// this gives the two a client can cause one from the catalog. `None`: the status is
+/// ours already, or not one of them.
+pub fn transport_status(status: &tonic::Status) -> Option<tonic::Status> {
+    if status.get_error_details().error_info().is_some() {
+        return None;
+    }
+    let error = match status.code() {
+        Code::OutOfRange if status.message().contains("message length too large") => EngineError::new(
+            ErrorKind::ResourceExhausted,
+            Reason::MessageTooLarge,
+            format!(
+                "the request message is over {} bytes: {}",
+                MAX_REQUEST_BYTES,
+                status.message()
+            ),
+        )
+        .with("max_bytes", MAX_REQUEST_BYTES.to_string()),
+        Code::Internal if status.message().contains("decode") => EngineError::invalid(
+            Reason::MessageMalformed,
+            format!("the request message could not be decoded: {}", status.message()),
+        ),
+        _ => return None,
+    };
+    Some(to_status(error))
 }

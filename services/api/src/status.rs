@@ -1,6 +1,6 @@
 //! Domain errors → gRPC status, once, with `google.rpc.ErrorInfo`.
 
-use cursor_runner_executions::{EngineError, ErrorKind, Reason};
+use cursor_runner_executions::{EngineError, ErrorKind};
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -26,31 +26,4 @@ pub fn to_status(error: EngineError) -> tonic::Status {
         details.set_retry_info(Some(delay));
     }
     tonic::Status::with_error_details(code, error.message, details)
-}
-
-/// A status the transport made (tonic, while decoding a request) carries no `ErrorInfo`;
-/// this gives the two a client can cause one from the catalog. `None`: the status is
-/// ours already, or not one of them.
-pub fn transport_status(status: &tonic::Status) -> Option<tonic::Status> {
-    if status.get_error_details().error_info().is_some() {
-        return None;
-    }
-    let error = match status.code() {
-        Code::OutOfRange if status.message().contains("message length too large") => EngineError::new(
-            ErrorKind::ResourceExhausted,
-            Reason::MessageTooLarge,
-            format!(
-                "the request message is over {} bytes: {}",
-                crate::bounds::MAX_REQUEST_BYTES,
-                status.message()
-            ),
-        )
-        .with("max_bytes", crate::bounds::MAX_REQUEST_BYTES.to_string()),
-        Code::Internal if status.message().contains("decode") => EngineError::invalid(
-            Reason::MessageMalformed,
-            format!("the request message could not be decoded: {}", status.message()),
-        ),
-        _ => return None,
-    };
-    Some(to_status(error))
 }

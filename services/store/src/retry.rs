@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Patience, RETRY_FIRST_DELAY, RETRY_MAX_DELAY};
+use crate::contract::{Patience, RETRY_FIRST_DELAY, RETRY_MAX_DELAY};
 
 /// Tracks one operation's attempts: whether a transient failure may be retried, after
 /// which pause, and whether one happened (an attempt that failed transiently may still

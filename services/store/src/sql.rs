@@ -8,7 +8,8 @@ use sqlx::{PgPool, QueryBuilder, SqlitePool};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::*;
+use crate::contract::*;
+use crate::records::*;
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");

@@ -27,7 +27,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 
 use crate::launch::{LaunchError, LaunchSpec};
 use crate::ledger::{LaunchMarker, LaunchRecord, Ledger, LedgerEntry, LedgerRole};
-use crate::process::{AgentProcess, Isolation};
+use crate::process::{AgentProcess, Isolation, TreeWatch};
 use crate::procfs::{self, ProcStat};
 use crate::spawner::Spawner;
 
@@ -266,10 +266,10 @@ impl Guardian {
             pid_namespace = self.inner.report.pid_namespace,
             "agent launched"
         );
-        process.attach(Registration {
+        process.attach(Box::new(Registration {
             inner: self.inner.clone(),
             key,
-        });
+        }));
         Ok((process, stdin, stdout))
     }
 }
@@ -291,10 +291,10 @@ pub(crate) struct Registration {
     key: u64,
 }
 
-impl Registration {
+impl TreeWatch for Registration {
     /// Walks `/proc` now for this agent's descendants (before a stop, while the tree
     /// still hangs from the agent).
-    pub(crate) fn census(&self) {
+    fn census(&self) {
         let wanted = lock(&self.inner.tracked)
             .get(&self.key)
             .is_some_and(|t| t.census && !t.ended);
@@ -306,7 +306,7 @@ impl Registration {
 
     /// The agent has exited and been reaped: kill what is known to descend from it
     /// (with a namespace there is nothing left to kill: just retire its ledger lines).
-    pub(crate) fn end(&self) {
+    fn end(&self) {
         let census = {
             let mut tracked = lock(&self.inner.tracked);
             match tracked.get_mut(&self.key) {

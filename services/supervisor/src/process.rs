@@ -14,7 +14,6 @@ use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use crate::guardian::Registration;
 use crate::launch::{LaunchError, LaunchSpec};
 use crate::ledger::{LAUNCH_MARKER_VARIABLE, LaunchMarker};
 use crate::spawner::{ChildGuard, Spawner};
@@ -56,6 +55,14 @@ impl From<std::process::ExitStatus> for ExitProof {
     }
 }
 
+/// What watches an agent's process tree beyond the agent itself (the guardian): told
+/// before a stop to take a census of the descendants, and when the agent has been reaped.
+/// Dropping it ends the watch.
+pub(crate) trait TreeWatch: Send + Sync {
+    fn census(&self);
+    fn end(&self);
+}
+
 pub struct AgentProcess {
     /// `agent-init` with a PID namespace, else the agent itself.
     child: Child,
@@ -69,7 +76,7 @@ pub struct AgentProcess {
     /// Reads stderr into the tail until EOF; awaited (bounded) after the reap.
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
     exit: Option<ExitProof>,
-    registration: Option<Registration>,
+    registration: Option<Box<dyn TreeWatch>>,
 }
 
 impl AgentProcess {
@@ -218,7 +225,7 @@ impl AgentProcess {
         ))
     }
 
-    pub(crate) fn attach(&mut self, registration: Registration) {
+    pub(crate) fn attach(&mut self, registration: Box<dyn TreeWatch>) {
         self.registration = Some(registration);
     }
 

@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 
 use tar::EntryType;
 
-use super::ARCHIVE_ROOT;
 use super::hash::{HASH_CHUNK_BYTES, hash_reader};
 use super::manifest::{FileDigest, Manifest, ManifestError, Platform, PlatformPin, ancestors};
+
+/// The one directory of a distribution archive whose contents are the closure.
+pub const ARCHIVE_ROOT: &str = "dist-package";
 
 /// Why one archive entry is refused. Each names the entry's path as written in the
 /// archive (lossily decoded when it is not UTF-8).

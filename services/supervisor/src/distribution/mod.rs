@@ -49,7 +49,7 @@ mod materialize;
 pub mod synthetic;
 mod verify;
 
-pub use archive::{EntryRefusal, PinError, pin, pin_platform};
+pub use archive::{ARCHIVE_ROOT, EntryRefusal, PinError, pin, pin_platform};
 pub use hash::{HASH_CHUNK_BYTES, HashError, default_threads, hash_file, hash_tree};
 pub use manifest::{
     ENTRYPOINT, EXECUTABLE, FileDigest, MAX_MANIFEST_BYTES, Manifest, ManifestError, Platform, PlatformPin,
@@ -57,6 +57,3 @@ pub use manifest::{
 };
 pub use materialize::{MaterializeError, Materialized, Phase, Progress, materialize};
 pub use verify::{VerifyError, VerifyMode, VerifyOptions, VerifyReport, verify, verify_with};
-
-/// The one directory of a distribution archive whose contents are the closure.
-pub const ARCHIVE_ROOT: &str = "dist-package";

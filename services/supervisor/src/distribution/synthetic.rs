@@ -24,7 +24,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use tar::{EntryType, Header};
 
-use super::ARCHIVE_ROOT;
+use super::archive::ARCHIVE_ROOT;
 
 /// What kind of entry a [`RawEntry`] is.
 #[derive(Debug, Clone, PartialEq, Eq)]

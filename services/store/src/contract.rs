@@ -1,0 +1,194 @@
+//! What every store promises: the [`Store`] trait, its errors, and how long an
+//! operation waits out an unavailable database ([`Patience`]).
+
+use crate::records::*;
+use crate::transient;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(String),
+    /// A failure that says nothing about the request and may pass: the connection was
+    /// refused, reset or shut down by the server, the pool had no connection in time, or
+    /// the database asked for the transaction to be retried.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    #[error("a row with this identity already exists")]
+    Duplicate,
+    /// The write carried a generation that is no longer the execution's: another
+    /// lease (another process, or another replica) owns it now.
+    #[error("the execution's generation moved on; this write was refused")]
+    Fenced,
+    #[error("migration failed: {0}")]
+    Migration(String),
+    #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]
+    UnsupportedUrl(String),
+    /// Another service process holds this database (one per database until scale-out).
+    #[error(
+        "another cursor-runner serves this database; until replicas can share one, run a single \
+         service per database (stop the other, or wait for it to exit)"
+    )]
+    AnotherService,
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => Self::Duplicate,
+            _ if transient::is_transient(&e) => Self::Unavailable(e.to_string()),
+            _ => Self::Database(e.to_string()),
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the same operation may succeed if tried again later.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// How long a store operation keeps retrying transient failures ([`StoreError::Unavailable`])
+/// before it reports one. Retries back off from `RETRY_FIRST_DELAY` to `RETRY_MAX_DELAY`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// Report the first one: a caller is waiting and is better served by a fast, typed
+    /// `UNAVAILABLE` it can retry.
+    None,
+    /// Retry for up to this long: an execution's own writes ride out a short outage
+    /// (a database restart) instead of failing a healthy execution.
+    For(std::time::Duration),
+    /// Retry until the store answers: a settlement that must land once it is back.
+    UntilBack,
+}
+
+/// The first pause before a transient failure is retried.
+pub const RETRY_FIRST_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest pause between two attempts.
+pub const RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Told about each store operation (for latency and error metrics).
+pub trait StoreObserver: Send + Sync {
+    /// `operation` is the `Store` method's name: a small closed set.
+    fn observed(&self, operation: &'static str, took: std::time::Duration, ok: bool);
+}
+
+/// What a claim on an idempotency key found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyClaim {
+    /// The key is new and now belongs to the caller.
+    Claimed,
+    /// Another call with the same key and body is still running.
+    InFlight,
+    /// The same key and body completed before; here is its stored response.
+    Completed(serde_json::Value),
+    /// The key was used with a different request body.
+    DigestMismatch,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `postgres` or `sqlite`.
+    fn backend(&self) -> &'static str;
+
+    /// Reports every later operation (its method name, duration and success) to
+    /// `observer`; the first observer set stays.
+    fn observe_with(&self, observer: Arc<dyn StoreObserver>);
+
+    /// The same store (same connections, observer and claim) whose operations retry
+    /// transient failures as `patience` says. A fresh store has [`Patience::None`].
+    fn with_patience(&self, patience: Patience) -> Arc<dyn Store>;
+
+    /// Makes this process the only service on the database for as long as it lives (a
+    /// PostgreSQL session advisory lock; an exclusive lock on a file beside the SQLite
+    /// database). [`StoreError::AnotherService`] while another process holds it.
+    async fn claim_sole_service(&self) -> StoreResult<()>;
+
+    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
+    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;
+    /// Drops a claim whose call failed before it changed anything, so a retry may run.
+    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
+    /// Completes every claim still `in_flight` with `response`: at start-up, when the calls
+    /// that made them died with the previous incarnation. The number completed.
+    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64>;
+    /// Deletes at most `limit` completed keys created before `created_before_ms` (never one
+    /// in flight); the number deleted.
+    async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64>;
+
+    async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()>;
+    /// Writes the mutable columns, fenced by the row's generation.
+    async fn update_execution(&self, execution: &ExecutionRecord) -> StoreResult<bool>;
+    /// Compare-and-set of the one fence: a new lease (another process for the
+    /// execution) moves the generation from `expected` to `expected + 1`; every write
+    /// still carrying `expected` is refused from then on. False if it had moved already.
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool>;
+    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>>;
+    /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
+    async fn list_executions(
+        &self,
+        tenant_id: &str,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>>;
+    /// Executions a previous incarnation left live.
+    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>>;
+    /// The tenant's newest execution that ran the agent session `session_id`.
+    async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>>;
+    /// The tenant's recorded sessions: per session id, its newest execution; paged by
+    /// session id.
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>>;
+
+    async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()>;
+    /// Settles a turn; only a `running` turn can be settled (compare-and-set).
+    async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool>;
+    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>>;
+    /// An execution's turns in order, after turn number `after_number`.
+    async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TurnRecord>>;
+
+    async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()>;
+    /// Compare-and-set: writes `next` only if the row is still in `expected_state` and its
+    /// execution is still at the interaction's generation (the one fence).
+    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool>;
+    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>>;
+    async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>>;
+
+    /// Appends one execution's events of one generation in one statement; sequences
+    /// are assigned by the caller (the execution's single writer) and the primary key
+    /// refuses a duplicate. [`StoreError::Fenced`] if the execution's generation is no
+    /// longer theirs: nothing is appended.
+    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
+    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
+    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
+    /// The oldest event still kept (`None`: the execution has none).
+    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>>;
+    /// Deletes at most `limit` of the oldest events with a sequence ≤ `through` emitted
+    /// before `emitted_before_ms`; the number deleted.
+    async fn prune_events(
+        &self,
+        execution_id: &str,
+        through: i64,
+        emitted_before_ms: i64,
+        limit: i64,
+    ) -> StoreResult<u64>;
+    /// (execution id, acked sequence) of executions the control plane acknowledged
+    /// anything of, by id, after `after_id`.
+    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>>;
+    /// Records a cumulative acknowledgement.
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()>;
+}
