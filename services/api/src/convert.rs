@@ -171,11 +171,41 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
                 session_new_duration: l.session_new_us.map(us_proto),
                 sessions_served: l.sessions_served,
                 agent_profile: l.agent_profile.unwrap_or_default(),
+                agent: l.agent.map(agent_report),
             }),
         session_config: session_config(r.session_config.as_deref()),
         limits: Some(limits),
         active_time: Some(duration_proto(r.active_ms)),
         credential_name: r.credential_name.unwrap_or_default(),
+    }
+}
+
+fn agent_report(a: cursor_runner_executions::lease::AgentReport) -> pb::AgentReport {
+    pb::AgentReport {
+        protocol_version: a.protocol_version,
+        name: a.name,
+        title: a.title,
+        version: a.version,
+        capabilities_json: a.capabilities,
+        auth_methods: a
+            .auth_methods
+            .into_iter()
+            .map(|m| pb::AgentAuthMethod {
+                id: m.id,
+                name: m.name,
+                description: m.description,
+                r#type: m.r#type,
+                variables: m.variables,
+            })
+            .collect(),
+        unavailable: a
+            .unavailable
+            .into_iter()
+            .map(|u| pb::UnavailableCapability {
+                capability: u.capability,
+                reason: u.reason,
+            })
+            .collect(),
     }
 }
 

@@ -262,6 +262,11 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         }
     };
     lease.session_new_us = Some(crate::lease::micros(began.elapsed()));
+    lease.agent = Some(crate::lease::AgentReport::new(
+        &initialized,
+        opened.as_ref().ok().map(|o| (&o.config_options, &o.modes, &o.models)),
+        ticket.agent.is_some(),
+    ));
     record.lease = Some(lease.to_json());
     let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
     if opened.is_ok() {

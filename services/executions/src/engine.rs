@@ -865,6 +865,8 @@ impl Engine {
             sessions_served: warm.sessions_served,
             home: warm.ticket.home.display().to_string(),
             agent_profile: warm.ticket.agent.as_ref().map(|a| a.name.clone()),
+            // Once the session is open (`actor::launch`).
+            agent: None,
         };
         let (commands_tx, commands_rx) = mpsc::channel(64);
         {
