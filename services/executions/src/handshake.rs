@@ -34,6 +34,31 @@ pub(crate) fn auth_method_ids(initialized: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The `authenticate` method an execution names, if any: its agent profile's; else the
+/// agent's own `env_var` method that reads the very variable the execution's credential
+/// is bound to (the binding names the method through the agent's own declaration). With
+/// neither, nothing is called, and an agent that needs it answers `-32000`.
+pub(crate) fn named_method(
+    initialized: &Value,
+    profile_method: Option<&str>,
+    credential_variable: Option<&str>,
+) -> Option<String> {
+    if let Some(method) = profile_method {
+        return Some(method.to_owned());
+    }
+    let variable = credential_variable?;
+    initialized["authMethods"]
+        .as_array()?
+        .iter()
+        .filter(|m| m["type"] == "env_var")
+        .find(|m| {
+            m["vars"]
+                .as_array()
+                .is_some_and(|vars| vars.iter().any(|v| v["name"] == variable))
+        })
+        .and_then(|m| m["id"].as_str().map(str::to_owned))
+}
+
 /// ACP `authenticate {methodId}` for an agent profile that names a method, before any
 /// session. An agent that advertises no methods needs none (nothing is sent); one that
 /// advertises others, or refuses the call, is `AUTH_REQUIRED` listing what it offers.
@@ -254,6 +279,30 @@ pub(crate) async fn timed(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_profile_names_the_method_else_the_env_var_method_reading_the_bound_credential() {
+        let initialized = json!({"authMethods": [
+            {"id": "chatgpt", "name": "ChatGPT"},
+            {"type": "env_var", "id": "codex-api-key", "name": "k", "vars": [{"name": "CODEX_API_KEY"}]},
+            {"type": "env_var", "id": "openai-api-key", "name": "k", "vars": [{"name": "OPENAI_API_KEY"}]},
+            {"type": "terminal", "id": "login", "name": "t", "vars": [{"name": "HOME_KEY"}]}]});
+        let cases = [
+            (Some("chatgpt"), Some("OPENAI_API_KEY"), Some("chatgpt")),
+            (None, Some("OPENAI_API_KEY"), Some("openai-api-key")),
+            (None, Some("CODEX_API_KEY"), Some("codex-api-key")),
+            (None, Some("HOME_KEY"), None),
+            (None, Some("CURSOR_API_KEY"), None),
+            (None, None, None),
+        ];
+        for (profile, credential, expected) in cases {
+            assert_eq!(
+                named_method(&initialized, profile, credential).as_deref(),
+                expected,
+                "{profile:?} {credential:?}"
+            );
+        }
+    }
 
     #[test]
     fn only_documented_error_shapes_mean_the_session_is_unknown() {

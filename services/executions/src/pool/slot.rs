@@ -89,6 +89,7 @@ pub(crate) async fn start_process(
         .as_ref()
         .and_then(|a| a.profile.authenticate.as_ref())
         .map(|a| a.method_id.clone());
+    let credential_variable = credential.as_ref().map(|c| c.name.as_str().to_owned());
     let spec = LaunchSpec {
         command,
         private_home: ticket.home.clone(),
@@ -126,7 +127,8 @@ pub(crate) async fn start_process(
     let limit = config.handshake_timeout;
     let handshake = async {
         let initialized = handshake::initialize(&connection, limit).await?;
-        if let Some(method_id) = &authenticate {
+        let named = handshake::named_method(&initialized, authenticate.as_deref(), credential_variable.as_deref());
+        if let Some(method_id) = &named {
             handshake::authenticate(&connection, &initialized, method_id, limit).await?;
         }
         Ok::<_, EngineError>(initialized)
