@@ -1043,9 +1043,11 @@ fn bound_raw_input(mut value: Value, workspace: Option<&Path>) -> Option<(Value,
     (size <= MAX_RAW_INPUT_BYTES).then_some((value, paths))
 }
 
-/// An exit code only when `rawOutput.exitCode` is a JSON integer in the `i32` range.
+/// An exit code only when `rawOutput.exitCode` (Cursor's spelling) or, without it,
+/// `rawOutput.exit_code` (codex-acp's) is a JSON integer in the `i32` range.
 fn validated_exit_code(raw: &Value) -> Option<i64> {
     raw.get("exitCode")
+        .or_else(|| raw.get("exit_code"))
         .and_then(Value::as_i64)
         .filter(|code| i32::try_from(*code).is_ok())
 }
@@ -1448,6 +1450,9 @@ mod tests {
             (json!({"exitCode":"1"}), None),
             (json!({"exitCode":4_294_967_296u64}), None),
             (json!({"exitCode":null}), None),
+            (json!({"exit_code":3}), Some(3)),
+            (json!({"exit_code":"3"}), None),
+            (json!({"exitCode":0,"exit_code":3}), Some(0)),
         ];
         for (raw, code) in cases {
             let mut n = ws();
