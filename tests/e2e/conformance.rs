@@ -11,6 +11,8 @@ use cursor_runner_e2e::*;
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::{Value, json};
 
+use crate::peer_matrix::{SDK, observed};
+
 /// A service whose agent is the SDK's example agent, capturing its wire traffic.
 async fn with_the_sdk_example_agent(capture: &Path) -> Option<TestService> {
     let command = acp_peers::sdk_example_agent()?;
@@ -23,7 +25,7 @@ async fn with_the_sdk_example_agent(capture: &Path) -> Option<TestService> {
 }
 
 /// Every line of an execution's capture as (direction, message).
-fn wire(capture: &Path, execution_id: &str) -> Vec<(String, Value)> {
+pub(crate) fn wire(capture: &Path, execution_id: &str) -> Vec<(String, Value)> {
     std::fs::read_to_string(capture.join(format!("{execution_id}.ndjson")))
         .unwrap()
         .lines()
@@ -58,6 +60,15 @@ async fn the_sdk_example_agent_streams_a_turn_and_gets_exactly_one_answer_to_its
         .map(payload)
         .expect("the read tool call completed");
     assert_eq!(read["operation"], "read");
+    observed(
+        SDK,
+        "text turn",
+        &format!(
+            "{} first, text and a read tool call (operation {}) streamed in order",
+            types(&before[..3]).join(" → "),
+            read["operation"]
+        ),
+    );
 
     let created = payload(before.last().unwrap());
     assert_eq!(created["kind"], "permission");
@@ -115,6 +126,22 @@ async fn the_sdk_example_agent_streams_a_turn_and_gets_exactly_one_answer_to_its
         [&json!({"jsonrpc": "2.0", "id": asked, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})],
         "exactly one response, under the agent's own id and option id"
     );
+    let native: Vec<String> = lines
+        .iter()
+        .find(|(dir, m)| dir == "agent" && m["method"] == "session/request_permission")
+        .and_then(|(_, m)| m["params"]["options"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|o| o["optionId"].as_str().map(str::to_owned))
+        .collect();
+    observed(
+        SDK,
+        "permission",
+        &format!(
+            "integer id {asked}; options {}; one response selecting `allow`",
+            native.join(", ")
+        ),
+    );
     service.shutdown().await;
 }
 
@@ -137,6 +164,7 @@ async fn cancelling_a_turn_of_the_sdk_example_agent_settles_it_cancelled() {
             .any(|(dir, m)| dir == "agent" && m["result"]["stopReason"] == "cancelled"),
         "the agent itself settled the prompt as cancelled"
     );
+    observed(SDK, "cancel", "session/cancel → stopReason cancelled → turn.cancelled");
     service.shutdown().await;
 }
 
@@ -150,6 +178,35 @@ async fn closing_an_execution_of_the_sdk_example_agent_leaves_no_process() {
     let execution = create_execution(&mut client, &service, "create-1").await;
     let pid = execution.pid.expect("a pid");
     assert!(process_alive(pid));
+    let agent = get_execution(&mut client, &execution.execution_id)
+        .await
+        .lease
+        .and_then(|l| l.agent)
+        .expect("the agent's initialize report");
+    observed(
+        SDK,
+        "initialize report",
+        &format!(
+            "recorded: agentInfo {}, authMethods [{}]",
+            if agent.name.is_empty() { "none" } else { &agent.name },
+            agent
+                .auth_methods
+                .iter()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    observed(
+        SDK,
+        "cursor extensions",
+        &agent
+            .unavailable
+            .iter()
+            .find(|u| u.capability == "cursor_extensions")
+            .map(|u| format!("unavailable: {}", u.reason))
+            .expect("cursor extensions are unavailable"),
+    );
     client
         .close_execution(proto::CloseExecutionRequest {
             request_id: "close-1".into(),
@@ -158,5 +215,24 @@ async fn closing_an_execution_of_the_sdk_example_agent_leaves_no_process() {
         .await
         .expect("closed");
     eventually("the agent is gone", || !process_alive(pid)).await;
+    let exited = service
+        .store
+        .read_events(&execution.execution_id, 0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.event_type == "process.exited")
+        .map(|e| serde_json::from_str::<Value>(&e.payload).unwrap())
+        .expect("the exit proof");
+    observed(
+        SDK,
+        "stdin EOF",
+        &match exited["signal"].as_i64() {
+            None => format!("exits by itself (exit code {}), no process left", exited["exitCode"]),
+            Some(signal) => {
+                format!("ended by the stop ladder right after stdin closed (signal {signal}), no process left")
+            }
+        },
+    );
     service.shutdown().await;
 }

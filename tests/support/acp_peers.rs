@@ -12,6 +12,18 @@ use crate::workspace_root;
 /// The SDK's example agent (streaming text, tool calls, one permission request).
 const SDK_EXAMPLE_AGENT: &str = "node_modules/@agentclientprotocol/sdk/dist/examples/agent.js";
 
+/// `@zed-industries/codex-acp`'s Rust binary, from its per-platform package (the
+/// package's own `bin/codex-acp.js` only finds and spawns it; the service launches the
+/// binary itself, so the stop ladder reaches the agent, not a wrapper).
+fn codex_acp_binary() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("node_modules/@zed-industries/codex-acp-linux-{arch}/bin/codex-acp")
+}
+
 fn install_dir() -> PathBuf {
     workspace_root().join("target/acp-peers")
 }
@@ -28,9 +40,16 @@ pub fn sdk_example_agent() -> Option<String> {
     Some(format!("{} {}", node.display(), dir.join(SDK_EXAMPLE_AGENT).display()))
 }
 
+/// `@zed-industries/codex-acp`'s binary (absolute), or `None` when the registry is
+/// unreachable outside CI.
+pub fn codex_acp() -> Option<PathBuf> {
+    Some(installed()?.join(codex_acp_binary()))
+}
+
 fn installed() -> Option<PathBuf> {
     let dir = install_dir();
-    let ready = |dir: &Path| dir.join(SDK_EXAMPLE_AGENT).is_file();
+    // Every pinned peer, so a cache laid down before a peer was added is installed again.
+    let ready = |dir: &Path| dir.join(SDK_EXAMPLE_AGENT).is_file() && dir.join(codex_acp_binary()).is_file();
     let lay_down_the_pinned_list = || {
         std::fs::create_dir_all(&dir).expect("target/acp-peers");
         for file in ["package.json", "package-lock.json"] {

@@ -20,6 +20,7 @@ pub use cursor_runner_api::pb as proto;
 pub use cursor_runner_executions::mcp::McpAllowlist;
 
 pub mod lease_latency;
+pub mod mock_responses;
 pub mod npm;
 mod processes;
 mod service_process;
