@@ -10,6 +10,7 @@ use std::path::Path;
 use cursor_runner_e2e::*;
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::{Value, json};
+use tonic::Code;
 
 use crate::peer_matrix::{SDK, observed};
 
@@ -234,5 +235,32 @@ async fn closing_an_execution_of_the_sdk_example_agent_leaves_no_process() {
             }
         },
     );
+    service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_the_sdk_example_agent_does_not_advertise_is_refused_not_recorded_unverified() {
+    let capture = tempfile::tempdir().unwrap();
+    let Some(service) = with_the_sdk_example_agent(capture.path()).await else {
+        return;
+    };
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    assert_refused(
+        client
+            .set_mode(proto::SetModeRequest {
+                request_id: "mode-1".into(),
+                execution_id: execution.execution_id.clone(),
+                mode: "ask".into(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        "MODEL_UNAVAILABLE",
+    );
+    let sent_modes = wire(capture.path(), &execution.execution_id)
+        .iter()
+        .filter(|(dir, m)| dir == "runner" && m["method"] == "session/set_mode")
+        .count();
+    assert_eq!(sent_modes, 0, "a mode the agent never offered is not sent");
     service.shutdown().await;
 }

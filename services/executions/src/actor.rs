@@ -493,13 +493,15 @@ impl Actor {
         }
         if let Some(mode) = &request.mode {
             let advertised = session_config::advertised_modes(&Value::Null, &self.modes);
-            if !advertised.is_empty() && !advertised.contains(mode) {
+            if !advertised.contains(mode) {
+                let offered = if advertised.is_empty() {
+                    "it offers no modes".to_owned()
+                } else {
+                    format!("it offers: {}", advertised.join(", "))
+                };
                 return Err(EngineError::precondition(
                     Reason::ModelUnavailable,
-                    format!(
-                        "the agent does not offer mode `{mode}` (it offers: {})",
-                        advertised.join(", ")
-                    ),
+                    format!("the agent does not offer mode `{mode}` ({offered})"),
                 )
                 .with("config_id", "mode")
                 .with("requested", mode.clone()));

@@ -143,7 +143,7 @@ impl AgentReport {
             if !offered("mode") && modes["availableModes"].as_array().is_none_or(Vec::is_empty) {
                 unavailable.push(Unavailable {
                     capability: "modes".into(),
-                    reason: "session/new reported no modes (no `modes`, no mode config option): the agent has no mode to set, and none in which an agent profile could make it ask".into(),
+                    reason: "session/new reported no modes (no `modes`, no mode config option): SetMode and a requested mode are refused MODEL_UNAVAILABLE, and no agent profile can make it ask".into(),
                 });
             }
             if !offered("model") && models["availableModels"].as_array().is_none_or(Vec::is_empty) {
