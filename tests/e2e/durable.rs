@@ -22,6 +22,7 @@ on_both_backends!(
     a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once,
     an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_never_delivered,
     a_terminal_interaction_refuses_every_further_write,
+    an_execution_row_is_written_only_by_a_writer_that_knows_its_state,
     text_the_database_cannot_hold_as_is_is_persisted_exposed_and_answered,
 );
 
@@ -543,6 +544,47 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
     assert_eq!(
         service.store.get_interaction(TENANT, &id).await.unwrap().unwrap(),
         delivered
+    );
+    service.shutdown().await;
+}
+
+async fn an_execution_row_is_written_only_by_a_writer_that_knows_its_state(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    client
+        .close_execution(proto::CloseExecutionRequest {
+            request_id: "close-1".into(),
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .unwrap();
+    let closed = service
+        .store
+        .get_execution(TENANT, &execution.execution_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(closed.state, "closed");
+    let mut rewrite = closed.clone();
+    rewrite.state = "ready".into();
+    rewrite.failure_message = Some("late".into());
+    // A writer that believes the execution still ready (or closing) is refused: the row is
+    // compared on its state as well as its generation.
+    for expected in ["starting", "ready", "closing"] {
+        assert!(
+            !service.store.update_execution(expected, &rewrite).await.unwrap(),
+            "{expected}"
+        );
+    }
+    assert_eq!(
+        service
+            .store
+            .get_execution(TENANT, &execution.execution_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        closed
     );
     service.shutdown().await;
 }

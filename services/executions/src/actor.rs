@@ -26,6 +26,7 @@ use crate::config::{EngineConfig, ViolationAction};
 use crate::error::policy_refusal;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
+use crate::execution_row;
 use crate::handshake::{self, SessionStart};
 use crate::interaction::{
     self, ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
@@ -129,6 +130,8 @@ struct Actor {
     config: Arc<EngineConfig>,
     pool: Pool,
     record: ExecutionRecord,
+    /// The state `record`'s row is in, as last written: every write compares and sets it.
+    stored_state: ExecutionState,
     events: EventWriter,
     process: AgentProcess,
     connection: AcpConnection,
@@ -284,6 +287,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 store,
                 config,
                 pool,
+                stored_state: ExecutionState::parse(&record.state).unwrap_or(ExecutionState::Starting),
                 record: record.clone(),
                 events,
                 process,
@@ -351,6 +355,7 @@ pub(crate) async fn fail_execution(
     exit: Option<ExitProof>,
     recovery: bool,
 ) {
+    let from = ExecutionState::parse(&record.state).unwrap_or(ExecutionState::Starting);
     record.state = if recovery {
         ExecutionState::Lost
     } else {
@@ -365,8 +370,12 @@ pub(crate) async fn fail_execution(
         record.exit_signal = exit.signal.map(i64::from);
     }
     record.updated_at_ms = now_ms();
-    if let Err(e) = store.update_execution(record).await {
-        tracing::error!(execution_id = %record.id, error = %e, "recording a failed execution failed");
+    match execution_row::save(store.as_ref(), from, record).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(execution_id = %record.id, "a failed launch was not recorded: the execution moved on")
+        }
+        Err(e) => tracing::error!(execution_id = %record.id, error = %e, "recording a failed execution failed"),
     }
 }
 
@@ -1898,10 +1907,11 @@ impl Actor {
         if let Some(message) = &mut self.record.failure_message {
             *message = self.events.redactor().redact_text(message).0;
         }
-        if !self.store.update_execution(&self.record).await? {
+        if !execution_row::save(self.store.as_ref(), self.stored_state, &self.record).await? {
             self.events.refused_by_fence("execution");
             return Err(StoreError::Fenced.into());
         }
+        self.stored_state = execution_row::check_transition(self.stored_state, &self.record)?;
         Ok(())
     }
 

@@ -28,6 +28,7 @@ use crate::config::EngineConfig;
 use crate::error::policy_refusal;
 use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
+use crate::execution_row;
 use crate::handshake::SessionStart;
 use crate::interaction::{self, ApprovalPolicy, InteractionAnswer};
 use crate::interaction::{kind_of, not_pending};
@@ -763,6 +764,7 @@ impl Engine {
             ));
         }
         record.generation += 1;
+        let recorded = ExecutionState::parse(&record.state).unwrap_or(ExecutionState::Lost);
         record.state = ExecutionState::Starting.as_str().into();
         record.pid = None;
         record.exit_code = None;
@@ -770,7 +772,13 @@ impl Engine {
         record.failure_reason = None;
         record.failure_message = None;
         record.updated_at_ms = now_ms();
-        self.execution_store().update_execution(&record).await?;
+        if !execution_row::save(self.execution_store().as_ref(), recorded, &record).await? {
+            return Err(EngineError::new(
+                ErrorKind::Aborted,
+                Reason::ExecutionFenced,
+                "the execution was recovered concurrently",
+            ));
+        }
         let span = tracing::info_span!(
             "execution.start",
             execution_id = %record.id,
@@ -1554,6 +1562,9 @@ impl Engine {
 
     async fn recover_after_restart(&self) -> Result<(), EngineError> {
         for mut execution in self.store.list_live_executions().await? {
+            let Some(recorded) = ExecutionState::parse(&execution.state) else {
+                continue;
+            };
             let head = self.store.head_sequence(&execution.id).await?;
             let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head)
                 .with_metrics(self.metrics.clone());
@@ -1615,7 +1626,7 @@ impl Engine {
             execution.state = ExecutionState::Lost.as_str().into();
             execution.failure_reason = Some("service_restarted".into());
             execution.updated_at_ms = now_ms();
-            self.store.update_execution(&execution).await?;
+            execution_row::save(self.store.as_ref(), recorded, &execution).await?;
         }
         Ok(())
     }

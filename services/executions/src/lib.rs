@@ -11,6 +11,7 @@ pub mod credential;
 mod engine;
 mod error;
 mod events;
+mod execution_row;
 mod handshake;
 pub mod interaction;
 pub mod lease;

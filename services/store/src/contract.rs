@@ -121,8 +121,10 @@ pub trait Store: Send + Sync + 'static {
     async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64>;
 
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()>;
-    /// Writes the mutable columns, fenced by the row's generation.
-    async fn update_execution(&self, execution: &ExecutionRecord) -> StoreResult<bool>;
+    /// Compare-and-sets the mutable columns: only while the row is at the execution's
+    /// generation and in `expected_state`. `Ok(false)`: it was not (fenced, or another
+    /// writer moved it on); nothing was written.
+    async fn update_execution(&self, expected_state: &str, execution: &ExecutionRecord) -> StoreResult<bool>;
     /// Compare-and-set of the one fence: a new lease (another process for the
     /// execution) moves the generation from `expected` to `expected + 1`; every write
     /// still carrying `expected` is refused from then on. False if it had moved already.

@@ -8,7 +8,7 @@ pub struct IdempotencyKey {
     pub request_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct ExecutionRecord {
     pub id: String,
     pub tenant_id: String,

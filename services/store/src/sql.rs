@@ -184,6 +184,18 @@ impl SqlStore {
         Ok(row.map(|(state,)| state))
     }
 
+    /// An execution's state and update time at `generation`, to tell whether a retried
+    /// update had landed.
+    async fn execution_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, updated_at_ms FROM executions WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?))
+    }
+
     /// An interaction's state and update time at `generation`, to tell whether a retried
     /// transition had landed (the time tells this transition from an earlier one).
     async fn interaction_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
@@ -406,13 +418,13 @@ impl Store for SqlStore {
         already_there_after_retry(outcome, retried)
     }
 
-    async fn update_execution(&self, e: &ExecutionRecord) -> StoreResult<bool> {
-        let n = on_pool!(self, |pool| {
+    async fn update_execution(&self, expected_state: &str, e: &ExecutionRecord) -> StoreResult<bool> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
                 "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
              exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
              credential_name = $13, active_ms = $14 \
-             WHERE id = $15 AND generation = $16",
+             WHERE id = $15 AND generation = $16 AND state = $17",
             )
             .bind(&e.state)
             .bind(&e.session_id)
@@ -430,11 +442,19 @@ impl Store for SqlStore {
             .bind(e.active_ms)
             .bind(&e.id)
             .bind(e.generation)
+            .bind(expected_state)
             .execute(pool)
             .await?
             .rows_affected()
         });
-        Ok(n == 1)
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already `e`.
+            _ if retried => {
+                Ok(self.execution_state(&e.id, e.generation).await? == Some((e.state.clone(), e.updated_at_ms)))
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {

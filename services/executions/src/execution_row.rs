@@ -1,0 +1,59 @@
+//! The one way an execution's row is written after it exists: a compare-and-set on its
+//! generation and its state, after the execution state machine admits the change — so
+//! the machine of `state.rs` is the one that runs, not only the one that is tested.
+
+use cursor_runner_store::{ExecutionRecord, Store};
+
+use crate::error::EngineError;
+use crate::state::ExecutionState;
+
+/// Checks that `from → record.state` is an execution transition (or no change of state).
+pub(crate) fn check_transition(from: ExecutionState, record: &ExecutionRecord) -> Result<ExecutionState, EngineError> {
+    let to = ExecutionState::parse(&record.state)
+        .ok_or_else(|| EngineError::internal(format!("unknown execution state `{}`", record.state)))?;
+    if from == to || from.can_become(to) {
+        Ok(to)
+    } else {
+        Err(EngineError::internal(format!(
+            "execution `{}`: {from} → {to} is not a transition of the execution state machine",
+            record.id
+        )))
+    }
+}
+
+/// Writes `record` if its row is still at its generation and in `from`, after
+/// [`check_transition`]. `Ok(false)`: it was not; nothing was written.
+pub(crate) async fn save(
+    store: &dyn Store,
+    from: ExecutionState,
+    record: &ExecutionRecord,
+) -> Result<bool, EngineError> {
+    check_transition(from, record)?;
+    Ok(store.update_execution(from.as_str(), record).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(state: ExecutionState) -> ExecutionRecord {
+        ExecutionRecord {
+            id: "e-1".into(),
+            state: state.as_str().into(),
+            ..ExecutionRecord::default()
+        }
+    }
+
+    #[test]
+    fn only_transitions_of_the_machine_or_no_change_pass_the_check() {
+        for &from in ExecutionState::ALL {
+            for &to in ExecutionState::ALL {
+                let checked = check_transition(from, &record(to));
+                assert_eq!(checked.is_ok(), from == to || from.can_become(to), "{from} → {to}");
+            }
+        }
+        let mut unknown = record(ExecutionState::Ready);
+        unknown.state = "running".into();
+        assert!(check_transition(ExecutionState::Ready, &unknown).is_err());
+    }
+}
