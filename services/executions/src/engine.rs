@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-use crate::actor::{self, Command, ConfigChange, ModelCatalog};
+use crate::actor::{self, Command, ConfigChange};
 use crate::agent_profile::ResolvedProfile;
 use crate::attempts::UsageTotal;
 use crate::config::EngineConfig;
@@ -36,6 +36,7 @@ use crate::lease::{LeaseInfo, micros};
 use crate::limits::ExecutionLimits;
 use crate::mcp::McpServer;
 use crate::metrics::Metrics;
+use crate::model_catalog::ModelCatalog;
 use crate::pool::{LaunchAs, MAX_LEASE_WAIT, Pool, PoolStatus, Reservation};
 use crate::prompt::Prompt;
 use crate::retention::{self};

@@ -1,0 +1,190 @@
+//! The actor's state, the commands it takes and how its loop ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cursor_runner_acp::{AcpConnection, AgentRequest, RpcError};
+use cursor_runner_activity::*;
+use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord};
+use cursor_runner_supervisor::workspace_watch::WatchGuard;
+use cursor_runner_supervisor::{AgentProcess, ExitProof};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::events::EventWriter;
+use crate::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest};
+use crate::model_catalog::ModelCatalog;
+use crate::pool::{Pool, SlotTicket};
+use crate::prompt::{Prompt, PromptCapabilities};
+use crate::session_config::ConfigRequest;
+use crate::state::ExecutionState;
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
+
+/// Most `session/update`s normalized into one outbox append.
+pub(super) const MAX_UPDATES_PER_APPEND: usize = 256;
+
+pub(crate) enum Command {
+    StartTurn {
+        prompt: Prompt,
+        replace_active: bool,
+        reply: Reply<TurnRecord>,
+    },
+    CancelTurn {
+        turn_id: String,
+        reply: Reply<TurnRecord>,
+    },
+    Answer {
+        record: Box<InteractionRecord>,
+        etag: String,
+        request_id: String,
+        answer: InteractionAnswer,
+        reply: Reply<InteractionRecord>,
+    },
+    Close {
+        reply: Reply<ExecutionRecord>,
+    },
+    /// `SetModel`, `SetMode`, `SetConfigOption`.
+    Configure {
+        change: ConfigChange,
+        reply: Reply<ExecutionRecord>,
+    },
+    ListModels {
+        reply: Reply<ModelCatalog>,
+    },
+    /// The service drains: let the running turn settle until `deadline`, then cancel
+    /// it; close once no turn runs. Replies when the execution is closed. A second
+    /// drain may only bring the deadline forward.
+    Drain {
+        deadline: Instant,
+        reply: Reply<ExecutionRecord>,
+    },
+}
+
+impl Command {
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Self::StartTurn { .. } => "start_turn",
+            Self::CancelTurn { .. } => "cancel_turn",
+            Self::Answer { .. } => "answer",
+            Self::Close { .. } => "close",
+            Self::Drain { .. } => "drain",
+            Self::Configure { .. } => "configure",
+            Self::ListModels { .. } => "list_models",
+        }
+    }
+}
+
+pub(super) struct ActiveTurn {
+    pub(super) record: TurnRecord,
+    pub(super) normalizer: TurnNormalizer,
+    /// Our JSON-RPC id of the turn's `session/prompt`.
+    pub(super) prompt_request_id: Option<i64>,
+    /// The service, not the caller, cancelled this turn (a `replace_active` start, or
+    /// the drain deadline): a `cancelled` stop settles it `interrupted` with this reason.
+    pub(super) interrupted_by: Option<TurnFailureReason>,
+    pub(super) cancel_deadline: Option<Instant>,
+    /// When a bound before spend cancels the turn, and which (`deadline_exceeded`,
+    /// `budget_exhausted`); taken once it fires.
+    pub(super) bound: Option<(Instant, TurnFailureReason)>,
+    /// The last sign of life on the turn: a message from the agent, or the end of a
+    /// wait on a human. The idle watchdog counts from here.
+    pub(super) last_activity: Instant,
+    /// The turn's span, a child of the `StartTurn` call's (so of the caller's trace);
+    /// ends when the turn settles.
+    pub(super) span: tracing::Span,
+}
+
+pub(super) struct PendingInteraction {
+    pub(super) record: InteractionRecord,
+    pub(super) request: AgentRequest,
+    pub(super) persisted: PersistedRequest,
+    /// When a question or plan is handed off durably if still unanswered.
+    pub(super) handoff_at: Instant,
+}
+
+pub(super) struct Actor {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Arc<EngineConfig>,
+    pub(super) pool: Pool,
+    pub(super) record: ExecutionRecord,
+    /// The state `record`'s row is in, as last written: every write compares and sets it.
+    pub(super) stored_state: ExecutionState,
+    pub(super) events: EventWriter,
+    pub(super) process: AgentProcess,
+    pub(super) connection: AcpConnection,
+    /// The leased slot; `None` once the process went back to the pool.
+    pub(super) ticket: Option<SlotTicket>,
+    /// What the process's `initialize` answered, and the prompt content it accepts.
+    pub(super) initialized: Value,
+    pub(super) prompt_capabilities: PromptCapabilities,
+    /// Sessions the process served before this one.
+    pub(super) sessions_served: u32,
+    pub(super) session_id: String,
+    /// The agent's latest `configOptions` (empty on builds without them).
+    pub(super) config_options: Value,
+    /// The flat `models` list of `session/new`, for builds without `configOptions`.
+    pub(super) legacy_models: Value,
+    /// ACP `modes` of `session/new` (`availableModes`), for agents without `configOptions`.
+    pub(super) modes: Value,
+    /// The operator's agent profile: its ask modes bound every mode change.
+    pub(super) agent_profile: Option<Arc<crate::agent_profile::AgentProfile>>,
+    /// The runner-owned MCP servers (allowlist names) the session was opened with: part
+    /// of its recorded identity, kept through every configuration change.
+    pub(super) mcp_servers: Vec<String>,
+    pub(super) turn: Option<ActiveTurn>,
+    pub(super) session_normalizer: TurnNormalizer,
+    pub(super) pending: HashMap<String, PendingInteraction>,
+    pub(super) policy: ApprovalPolicy,
+    pub(super) wait_limit: Duration,
+    /// Keeps the workspace watched while the actor lives.
+    pub(super) _workspace_watch: Option<WatchGuard>,
+    /// The prompt of a `replace_active` start, sent once the replaced turn settles.
+    pub(super) queued_start: Option<(Prompt, Reply<TurnRecord>)>,
+    /// Set by a clean close the pool accepts: the process serves another session.
+    pub(super) reuse: bool,
+    /// The service is draining: refuse new turns, settle the running one by the
+    /// deadline (else cancel it), then close.
+    pub(super) drain: Option<Drain>,
+}
+
+pub(super) struct Drain {
+    pub(super) deadline: Instant,
+    pub(super) cancelled: bool,
+    pub(super) replies: Vec<Reply<ExecutionRecord>>,
+}
+
+/// How an actor's loop ends.
+pub(super) enum Ending {
+    Continue,
+    Stop,
+}
+
+/// A change of the session's configuration.
+pub(crate) enum ConfigChange {
+    /// Model (+ parameters) and/or mode.
+    Request(ConfigRequest),
+    /// One option by its id (`SetConfigOption`).
+    Option { config_id: String, value: String },
+}
+
+pub(crate) fn exited(pid: u32, exit: ExitProof, initiated_by: &str) -> ActivityPayload {
+    ActivityPayload::ProcessExited(ProcessExited {
+        pid,
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        initiated_by: initiated_by.into(),
+    })
+}
+
+/// Answers an agent request; a write failure means the process is gone, which the
+/// reader reports separately.
+pub(super) async fn respond(request: AgentRequest, result: Result<Value, RpcError>) {
+    if let Err(e) = request.respond(result).await {
+        tracing::debug!(error = %e, "answering an agent request failed");
+    }
+}

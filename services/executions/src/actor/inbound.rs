@@ -1,0 +1,145 @@
+//! What the agent streams: session updates in batches through the turn's normalizer, and Cursor's extension notifications.
+
+use cursor_runner_acp::cursor::{self};
+use cursor_runner_acp::{AcpError, Inbound, InboundStream};
+use cursor_runner_activity::*;
+use cursor_runner_supervisor::workspace_paths::workspace_file;
+use serde_json::Value;
+
+use crate::error::EngineError;
+
+use super::data::*;
+
+impl Actor {
+    pub(super) async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
+        match message {
+            Inbound::Request(request) => self.on_agent_request(request).await?,
+            Inbound::Notification { method, params } => match method.as_str() {
+                "session/update" => self.on_session_update(&params).await?,
+                cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
+                    self.on_extension(&method, &params).await?
+                }
+                _ => {}
+            },
+            Inbound::Invalid { reason } => {
+                self.notice(
+                    "protocol_invalid_frame",
+                    format!("skipped a malformed line from the agent: {reason}"),
+                )
+                .await?;
+            }
+            Inbound::Oversized { bytes } => {
+                self.notice(
+                    "protocol_oversized_frame",
+                    format!("skipped a {bytes}-byte line over the frame bound"),
+                )
+                .await?;
+            }
+            Inbound::Response { id, result } => {
+                return self.on_prompt_result(id, result.map_err(AcpError::Rpc)).await;
+            }
+            Inbound::UnmatchedResponse { id } => {
+                self.notice(
+                    "protocol_unmatched_response",
+                    format!("a response to unknown request id {id}"),
+                )
+                .await?;
+            }
+            Inbound::Closed { .. } => return self.on_process_lost().await,
+        }
+        Ok(Ending::Continue)
+    }
+
+    pub(super) async fn on_extension(&mut self, method: &str, params: &Value) -> Result<(), EngineError> {
+        if method == cursor::GENERATE_IMAGE {
+            return self.on_generated_image(params).await;
+        }
+        let (turn_id, payloads) = match self.turn.as_mut() {
+            Some(turn) => (
+                Some(turn.record.id.clone()),
+                turn.normalizer.on_extension(method, params),
+            ),
+            None => (None, self.session_normalizer.on_extension(method, params)),
+        };
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    /// `cursor/generate_image`: every path is checked on disk (inside the workspace by
+    /// real path, a regular file, no symlink) before an event refers to it.
+    pub(super) async fn on_generated_image(&mut self, params: &Value) -> Result<(), EngineError> {
+        let workspace = std::path::Path::new(&self.record.workspace);
+        let mut refused = 0;
+        let mut check = |path: &str| match workspace_file(workspace, path) {
+            Ok(relative) => Some(relative),
+            Err(_) => {
+                refused += 1;
+                None
+            }
+        };
+        let reference = params["filePath"].as_str().and_then(&mut check);
+        let viewed: Vec<String> = params["referenceImagePaths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(&mut check)
+            .collect();
+        let tool_call_id = params["toolCallId"].as_str().unwrap_or("unknown");
+        let description = params["description"].as_str().unwrap_or_default();
+        let payloads = generated_image(tool_call_id, description, reference, viewed, refused);
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    pub(super) async fn on_session_update(&mut self, params: &Value) -> Result<(), EngineError> {
+        let payloads = self.normalize_update(params);
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events.emit(turn_id.as_deref(), payloads).await
+    }
+
+    /// A run of `session/update`s already waiting in the inbound queue is normalized
+    /// into one outbox append (one commit) instead of one per update; the first other
+    /// message ends the run and is handled after it, so wire order is kept.
+    pub(super) async fn on_updates(
+        &mut self,
+        first: Value,
+        inbound: &mut InboundStream,
+    ) -> Result<Ending, EngineError> {
+        let mut payloads = self.normalize_update(&first);
+        let mut next = None;
+        for _ in 1..MAX_UPDATES_PER_APPEND {
+            match inbound.try_recv() {
+                Ok(Inbound::Notification { method, params }) if method == "session/update" => {
+                    payloads.extend(self.normalize_update(&params));
+                }
+                Ok(other) => {
+                    next = Some(other);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events.emit(turn_id.as_deref(), coalesce_deltas(payloads)).await?;
+        match next {
+            None => Ok(Ending::Continue),
+            Some(Inbound::Closed { .. }) => self.on_process_lost().await,
+            Some(message) => self.on_inbound(message).await,
+        }
+    }
+
+    /// The events of one `session/update`, for the running turn or the session. The
+    /// normalizer decides whose it is: the root session, a child it knows (spawned from
+    /// its parent in this turn), or nobody's (suppressed with a notice).
+    pub(super) fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
+        if let (Some(metrics), Some((kind, fields))) = (self.events.metrics(), unconsumed_fields(&params["update"])) {
+            for field in fields {
+                metrics.unconsumed_field(kind, field);
+            }
+        }
+        match self.turn.as_mut() {
+            Some(turn) => turn.normalizer.on_session_update(params),
+            None => self.session_normalizer.on_session_update(params),
+        }
+    }
+}

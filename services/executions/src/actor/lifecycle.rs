@@ -1,0 +1,244 @@
+//! How an execution ends: closing, draining, a lost or failed agent, a fenced writer, and the fenced write of its row.
+
+use cursor_runner_acp::schema;
+use cursor_runner_activity::*;
+use cursor_runner_store::{ExecutionRecord, Patience, StoreError, now_ms};
+use cursor_runner_supervisor::ExitProof;
+
+use crate::error::{EngineError, Reason};
+use crate::execution_row;
+use crate::pool::exit_message;
+use crate::state::{ExecutionState, InteractionState, TurnState};
+
+use super::data::*;
+use super::launch::fail_execution;
+
+impl Actor {
+    /// A launch that failed after the process was leased: stop it, record the exit
+    /// proof, fail the execution.
+    pub(super) async fn fail_launch(mut self, error: EngineError, recovery: bool) -> EngineError {
+        let error = error.redacted(self.events.redactor());
+        if let Some(ticket) = &self.ticket {
+            self.pool
+                .record_failure(&ticket.profile_id, error.reason, &error.message);
+        }
+        self.connection.close_stdin().await;
+        let exit = self.process.stop(self.config.stop_grace).await;
+        let _ = self
+            .events
+            .emit(None, vec![exited(self.process.pid(), exit, "runner")])
+            .await;
+        fail_execution(&self.store, &mut self.record, &error, Some(exit), recovery).await;
+        error
+    }
+
+    pub(super) async fn on_process_lost(&mut self) -> Result<Ending, EngineError> {
+        let exit = match self.process.wait_for(self.config.stop_grace).await {
+            Some(exit) => exit,
+            None => self.process.stop(self.config.stop_grace).await,
+        };
+        let message = exit_message(&exit, &self.process.stderr_tail(), self.events.redactor());
+        if let Some(ticket) = &self.ticket {
+            self.pool
+                .record_failure(&ticket.profile_id, Reason::AgentExited, &message);
+        }
+        self.record.exit_code = exit.exit_code.map(i64::from);
+        self.record.exit_signal = exit.signal.map(i64::from);
+        self.events
+            .emit(None, vec![exited(self.process.pid(), exit, "agent")])
+            .await?;
+        self.settle_pending_lost().await?;
+        self.record.failure_message = Some(message.clone());
+        self.mark_lost(Reason::AgentExited.as_str()).await?;
+        if self.turn.is_some() {
+            self.settle_turn(
+                TurnState::Failed,
+                None,
+                Some(TurnFailureReason::AgentExited),
+                Some(message),
+            )
+            .await?;
+        }
+        Ok(Ending::Stop)
+    }
+
+    /// The actor cannot go on (the store stayed unavailable past the outage limit, or
+    /// refused a write for good): the agent is stopped and everything live settles as for
+    /// a lost process — pending interactions expire, the running turn fails, the execution
+    /// is `lost` — so no turn is left `running` without an owner. After a store outage
+    /// those writes wait until the store is back.
+    pub(super) async fn fail(&mut self, error: EngineError) {
+        let error = error.redacted(self.events.redactor());
+        tracing::error!(execution_id = %self.record.id, error = %error, "execution actor failed; stopping its agent");
+        // First, so the agent never waits on a store that may be gone for long.
+        let exit = self.stop_agent().await;
+        if error.reason == Reason::StoreUnavailable {
+            self.store = self.store.with_patience(Patience::UntilBack);
+            if let Err(e) = self.events.resume_with(self.store.clone()).await {
+                tracing::error!(execution_id = %self.record.id, error = %e, "could not read the outbox's head back");
+            }
+        }
+        let failure = match error.reason {
+            Reason::StoreUnavailable => TurnFailureReason::StoreUnavailable,
+            Reason::ProtocolError => TurnFailureReason::ProtocolError,
+            _ => TurnFailureReason::ProviderLost,
+        };
+        if let Err(e) = self.settle_failed(exit, &error, failure).await {
+            tracing::error!(execution_id = %self.record.id, error = %e, "could not record the execution's failure");
+        }
+    }
+
+    pub(super) async fn settle_failed(
+        &mut self,
+        exit: ExitProof,
+        error: &EngineError,
+        failure: TurnFailureReason,
+    ) -> Result<(), EngineError> {
+        self.events
+            .emit(None, vec![exited(self.process.pid(), exit, "runner")])
+            .await?;
+        self.settle_pending_lost().await?;
+        self.record.failure_message = Some(error.message.clone());
+        self.mark_lost(error.reason.as_str()).await?;
+        if self.turn.is_some() {
+            self.settle_turn(TurnState::Failed, None, Some(failure), Some(error.message.clone()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The process is gone: pending interactions expire and are never re-sent.
+    pub(super) async fn settle_pending_lost(&mut self) -> Result<(), EngineError> {
+        let mut pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
+        pending.sort_unstable_by(|a, b| a.record.id.cmp(&b.record.id));
+        for p in pending {
+            self.end_pending(p.record, InteractionState::Expired, "provider_process_lost", "not_sent")
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn close(&mut self) -> Result<ExecutionRecord, EngineError> {
+        self.record.state = ExecutionState::Closing.as_str().into();
+        self.save_record().await?;
+        if self.turn.is_some() {
+            let notify = schema::CancelNotification::new(self.session_id.clone());
+            let _ = self.connection.notify("session/cancel", notify).await;
+        }
+        self.settle_pending("turn_cancelled").await?;
+        // A process that ends its session cleanly may serve the profile again.
+        self.reuse = self.turn.is_none()
+            && self
+                .ticket
+                .as_ref()
+                .is_some_and(|t| self.pool.accepts_return(&t.profile_id, self.sessions_served));
+        if self.reuse {
+            self.events
+                .emit(
+                    None,
+                    vec![ActivityPayload::ProcessReleased(ProcessReleased {
+                        pid: self.process.pid(),
+                        sessions_served: self.sessions_served + 1,
+                    })],
+                )
+                .await?;
+        } else {
+            let exit = self.stop_process("runner").await?;
+            self.record.exit_code = exit.exit_code.map(i64::from);
+            self.record.exit_signal = exit.signal.map(i64::from);
+        }
+        if self.turn.is_some() {
+            self.settle_turn(
+                TurnState::Interrupted,
+                None,
+                None,
+                Some("the execution was closed".into()),
+            )
+            .await?;
+        }
+        self.record.state = ExecutionState::Closed.as_str().into();
+        self.save_record().await?;
+        Ok(self.record.clone())
+    }
+
+    /// The stop ladder: close stdin, SIGTERM the group, grace, SIGKILL, reap.
+    pub(super) async fn stop_process(&mut self, initiated_by: &str) -> Result<ExitProof, EngineError> {
+        let exit = self.stop_agent().await;
+        self.events
+            .emit(None, vec![exited(self.process.pid(), exit, initiated_by)])
+            .await?;
+        Ok(exit)
+    }
+
+    /// The stop ladder, recording nothing.
+    pub(super) async fn stop_agent(&mut self) -> ExitProof {
+        self.process.census_descendants();
+        self.connection.close_stdin().await;
+        self.process.stop(self.config.stop_grace).await
+    }
+
+    pub(super) async fn mark_lost(&mut self, reason: &str) -> Result<(), EngineError> {
+        self.record.state = ExecutionState::Lost.as_str().into();
+        self.record.failure_reason = Some(reason.to_owned());
+        self.save_record().await
+    }
+
+    pub(super) async fn notice(&mut self, category: &str, summary: impl Into<String>) -> Result<(), EngineError> {
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        let notice = ProviderNotice::warning(category, NoticeScope::Turn, summary);
+        self.events
+            .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
+            .await
+    }
+
+    /// Writes the execution row, fenced by its generation.
+    pub(super) async fn save_record(&mut self) -> Result<(), EngineError> {
+        self.record.updated_at_ms = now_ms();
+        if let Some(message) = &mut self.record.failure_message {
+            *message = self.events.redactor().redact_text(message).0;
+        }
+        if !execution_row::save(self.store.as_ref(), self.stored_state, &self.record).await? {
+            self.events.refused_by_fence("execution");
+            return Err(StoreError::Fenced.into());
+        }
+        self.stored_state = execution_row::check_transition(self.stored_state, &self.record)?;
+        Ok(())
+    }
+
+    /// The execution's generation moved on: this process no longer serves it. Stop it
+    /// without writing anything more for the execution (every write would be refused).
+    pub(super) async fn stop_fenced(&mut self) {
+        tracing::warn!(
+            execution_id = %self.record.id,
+            generation = self.record.generation,
+            "the execution's generation moved on; stopping this agent"
+        );
+        self.process.census_descendants();
+        self.connection.close_stdin().await;
+        self.process.stop(self.config.stop_grace).await;
+    }
+
+    /// Draining and no turn runs (or waits to): close now.
+    pub(super) async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
+        if self.drain.is_none() || self.turn.is_some() || self.queued_start.is_some() {
+            return Ok(Ending::Continue);
+        }
+        self.close().await?;
+        Ok(Ending::Stop)
+    }
+
+    /// The drain deadline passed with a turn still running: cancel it (its pending
+    /// interactions settle by the usual rules, reason `service_draining`).
+    pub(super) async fn on_drain_deadline(&mut self) -> Result<Ending, EngineError> {
+        if let Some(drain) = self.drain.as_mut() {
+            drain.cancelled = true;
+        }
+        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+            return Ok(Ending::Continue);
+        };
+        turn.interrupted_by = Some(TurnFailureReason::ServiceDraining);
+        let turn_id = turn.record.id.clone();
+        self.cancel_turn_with(&turn_id, "service_draining").await?;
+        Ok(Ending::Continue)
+    }
+}

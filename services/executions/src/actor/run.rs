@@ -1,0 +1,275 @@
+//! The actor's loop: one command, agent message, timer or workspace violation at a time.
+
+use cursor_runner_acp::{Inbound, InboundStream};
+use cursor_runner_activity::*;
+use cursor_runner_supervisor::workspace_watch::{Violation, WorkspaceWatcher};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::ViolationAction;
+use crate::error::policy_refusal;
+use crate::error::{EngineError, Reason};
+use crate::pool::WarmProcess;
+
+use super::data::*;
+
+impl Actor {
+    pub(super) async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<(Command, tracing::Span)>,
+        mut inbound: InboundStream,
+        mut violations: Option<mpsc::UnboundedReceiver<Violation>>,
+    ) {
+        loop {
+            let deadline = self.turn.as_ref().and_then(|t| t.cancel_deadline);
+            let handoff = self
+                .pending
+                .values()
+                .filter(|p| p.persisted.kind() != InteractionKind::Permission)
+                .map(|p| p.handoff_at)
+                .min();
+            let drain_due = self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline);
+            let bound_due = self
+                .turn
+                .as_ref()
+                .filter(|t| t.cancel_deadline.is_none())
+                .and_then(|t| t.bound)
+                .map(|(at, _)| at);
+            // Silence while a human is being asked is not the agent hanging.
+            let waiting_on_human = !self.pending.is_empty();
+            let idle_due = self
+                .turn
+                .as_ref()
+                .filter(|t| t.cancel_deadline.is_none() && !waiting_on_human)
+                .zip(self.config.turn_idle_timeout)
+                .map(|(t, idle)| t.last_activity + idle);
+            // What the agent sends during a turn is handled inside the turn's span.
+            let turn_span = self.turn.as_ref().map_or_else(tracing::Span::none, |t| t.span.clone());
+            let ending = tokio::select! {
+                Some((command, span)) = commands.recv() => self.on_command(command).instrument(span).await,
+                () = sleep_until(drain_due) => self.on_drain_deadline().await,
+                () = sleep_until(bound_due) => self.on_turn_bound().await,
+                () = sleep_until(idle_due) => self.on_turn_idle().await,
+                message = inbound.recv() => {
+                    self.touch_turn();
+                    match message {
+                        Some(Inbound::Closed { .. }) | None => self.on_process_lost().instrument(turn_span.clone()).await,
+                        Some(Inbound::Notification { method, params }) if method == "session/update" => {
+                            self.on_updates(params, &mut inbound).instrument(turn_span.clone()).await
+                        }
+                        Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
+                    }
+                },
+                                () = sleep_until(deadline) => self.on_cancel_timeout().await,
+                                () = sleep_until(handoff) => self.on_handoff_due().await,
+                Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
+            };
+            if waiting_on_human {
+                self.touch_turn();
+            }
+            if self.events.is_fenced() {
+                self.stop_fenced().await;
+                break;
+            }
+            let ending = match ending {
+                Ok(Ending::Continue) => self.close_if_drained().await,
+                other => other,
+            };
+            match ending {
+                Ok(Ending::Continue) => {}
+                Ok(Ending::Stop) => break,
+                Err(e) => {
+                    self.fail(e).await;
+                    break;
+                }
+            }
+        }
+        // Refuse what is still queued: the execution is over.
+        if let Some((_, reply)) = self.queued_start.take() {
+            let _ = reply.send(Err(EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!("execution `{}` is {}", self.record.id, self.record.state),
+            )));
+        }
+        if let Some(drain) = self.drain.take() {
+            for reply in drain.replies {
+                let _ = reply.send(Ok(self.record.clone()));
+            }
+        }
+        commands.close();
+        while let Some((command, _)) = commands.recv().await {
+            self.refuse(command);
+        }
+        self.release(inbound);
+    }
+
+    /// After the loop: a process the pool takes back serves another session; any other
+    /// was stopped already, and its slot ends with its ticket.
+    pub(super) fn release(self, inbound: InboundStream) {
+        let Some(ticket) = self.ticket else { return };
+        if !self.reuse {
+            return;
+        }
+        let warm = WarmProcess {
+            process: self.process,
+            connection: self.connection,
+            inbound,
+            timings: Default::default(),
+            initialized: self.initialized,
+            sessions_served: self.sessions_served,
+            ticket,
+        };
+        if let Err(warm) = self.pool.give_back(warm) {
+            // Draining began meanwhile: stop it off the actor.
+            let grace = self.config.stop_grace;
+            tokio::spawn(async move {
+                let mut warm = *warm;
+                warm.connection.close_stdin().await;
+                warm.process.stop(grace).await;
+            });
+        }
+    }
+
+    pub(super) fn refuse(&self, command: Command) {
+        let error = || {
+            EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!("execution `{}` is {}", self.record.id, self.record.state),
+            )
+            .with("state", self.record.state.clone())
+        };
+        match command {
+            Command::StartTurn { reply, .. } => drop(reply.send(Err(error()))),
+            Command::CancelTurn { reply, .. } => drop(reply.send(Err(error()))),
+            Command::Answer { reply, .. } => drop(reply.send(Err(error()))),
+            Command::Close { reply } | Command::Drain { reply, .. } => drop(reply.send(Ok(self.record.clone()))),
+            Command::Configure { reply, .. } => drop(reply.send(Err(error()))),
+            Command::ListModels { reply } => drop(reply.send(Err(error()))),
+        }
+    }
+
+    pub(super) async fn on_command(&mut self, command: Command) -> Result<Ending, EngineError> {
+        tracing::debug!(execution_id = %self.record.id, command = command.name(), "command");
+        match command {
+            Command::StartTurn {
+                prompt,
+                replace_active: true,
+                reply,
+            } if self.turn.is_some() => self.replace_turn(prompt, reply).await?,
+            Command::StartTurn { prompt, reply, .. } => {
+                let result = self.start_turn(prompt).await;
+                let _ = reply.send(result);
+            }
+            Command::CancelTurn { turn_id, reply } => {
+                let result = self.cancel_turn(&turn_id).await;
+                let _ = reply.send(result);
+            }
+            Command::Answer {
+                record,
+                etag,
+                request_id,
+                answer,
+                reply,
+            } => {
+                let result = self.answer(*record, &etag, &request_id, answer).await;
+                let _ = reply.send(result);
+            }
+            Command::Close { reply } => {
+                let result = self.close().await;
+                let _ = reply.send(result);
+                return Ok(Ending::Stop);
+            }
+            Command::Configure { change, reply } => {
+                let result = self.change_config(change).await;
+                let _ = reply.send(result);
+            }
+            Command::ListModels { reply } => {
+                let _ = reply.send(self.list_models().await);
+            }
+            Command::Drain { deadline, reply } => match self.drain.as_mut() {
+                Some(drain) => {
+                    drain.deadline = drain.deadline.min(deadline);
+                    drain.replies.push(reply);
+                }
+                None => {
+                    self.drain = Some(Drain {
+                        deadline,
+                        cancelled: false,
+                        replies: vec![reply],
+                    });
+                }
+            },
+        }
+        Ok(Ending::Continue)
+    }
+
+    /// Starts watching the workspace for the life of the session; without a watcher
+    /// (inotify unavailable) the admission checks still hold and a warning is logged.
+    pub(super) fn watch_workspace(&mut self) -> Option<mpsc::UnboundedReceiver<Violation>> {
+        let watched = WorkspaceWatcher::global().and_then(|watcher| {
+            watcher.watch(
+                std::path::Path::new(&self.record.workspace),
+                self.config.workspace_policy.clone(),
+            )
+        });
+        match watched {
+            Ok((guard, violations)) => {
+                self._workspace_watch = Some(guard);
+                Some(violations)
+            }
+            Err(e) => {
+                tracing::warn!(execution_id = %self.record.id, error = %e, "continuous workspace protection is off");
+                None
+            }
+        }
+    }
+
+    /// The workspace policy again, before every prompt: the watch narrows the race, this
+    /// closes it for the next turn (a violation between turns, or one the watch missed).
+    pub(super) fn check_workspace(&self) -> Result<(), EngineError> {
+        self.config
+            .workspace_policy
+            .check(std::path::Path::new(&self.record.workspace))
+            .map_err(policy_refusal)
+    }
+
+    /// Configuration that would load code appeared in the workspace during the session.
+    pub(super) async fn on_workspace_violation(&mut self, violation: Violation) -> Result<Ending, EngineError> {
+        let stop = self.config.on_workspace_violation == ViolationAction::StopTurn;
+        let mut notice = ProviderNotice::warning(
+            "workspace_policy_violation",
+            NoticeScope::Environment,
+            format!("{violation}{}", if stop { "; the turn is stopped" } else { "" }),
+        );
+        notice.user_actionable = true;
+        let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
+        self.events
+            .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
+            .await?;
+        if stop
+            && let Some(turn_id) = self
+                .turn
+                .as_ref()
+                .filter(|t| t.cancel_deadline.is_none())
+                .map(|t| t.record.id.clone())
+        {
+            self.cancel_turn_with(&turn_id, "workspace_policy").await?;
+        }
+        Ok(Ending::Continue)
+    }
+}
+
+async fn next_violation(violations: &mut Option<mpsc::UnboundedReceiver<Violation>>) -> Option<Violation> {
+    match violations {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

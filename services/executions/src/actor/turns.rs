@@ -1,0 +1,345 @@
+//! Turns: start (or replace), cancel, the bounds before spend, the idle watchdog, and settlement.
+
+use std::time::Duration;
+
+use cursor_runner_acp::{AcpError, schema};
+use cursor_runner_activity::*;
+use cursor_runner_store::{TurnRecord, now_ms};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::attempts;
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::limits::ExecutionLimits;
+use crate::prompt::Prompt;
+use crate::state::TurnState;
+
+use super::data::*;
+
+impl Actor {
+    /// The normalizer of one turn of this execution's session.
+    pub(super) fn turn_normalizer(&self, turn_id: &str) -> TurnNormalizer {
+        let normalizer = TurnNormalizer::new(turn_id)
+            .with_workspace(self.record.workspace.clone())
+            .with_root_session(self.session_id.clone());
+        match self.agent_profile {
+            Some(_) => normalizer.for_another_agent(),
+            None => normalizer,
+        }
+    }
+
+    /// The running turn hit its deadline or the execution's active-time budget: it is
+    /// cancelled through the normal path and settles `interrupted` with that reason.
+    pub(super) async fn on_turn_bound(&mut self) -> Result<Ending, EngineError> {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+            return Ok(Ending::Continue);
+        };
+        let Some((_, reason)) = turn.bound.take() else {
+            return Ok(Ending::Continue);
+        };
+        turn.interrupted_by = Some(reason);
+        let turn_id = turn.record.id.clone();
+        self.cancel_turn_with(&turn_id, reason.as_str()).await?;
+        Ok(Ending::Continue)
+    }
+
+    /// The agent sent nothing for the idle timeout and nothing waits on a human: the
+    /// turn is cancelled through the normal path and settles `interrupted` (`agent_idle`);
+    /// an agent too hung to settle it is stopped by the cancel ladder.
+    pub(super) async fn on_turn_idle(&mut self) -> Result<Ending, EngineError> {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+            return Ok(Ending::Continue);
+        };
+        turn.interrupted_by = Some(TurnFailureReason::AgentIdle);
+        let turn_id = turn.record.id.clone();
+        self.cancel_turn_with(&turn_id, TurnFailureReason::AgentIdle.as_str())
+            .await?;
+        Ok(Ending::Continue)
+    }
+
+    pub(super) fn touch_turn(&mut self) {
+        if let Some(turn) = self.turn.as_mut() {
+            turn.last_activity = Instant::now();
+        }
+    }
+
+    /// `replace_active`: cancel the running turn (it settles `interrupted`, reason
+    /// `replaced_by_new_turn`) and start the new prompt once it has settled.
+    pub(super) async fn replace_turn(&mut self, prompt: Prompt, reply: Reply<TurnRecord>) -> Result<(), EngineError> {
+        if self.queued_start.is_some() {
+            let _ = reply.send(Err(EngineError::precondition(
+                Reason::TurnActive,
+                "another turn is already waiting to replace the running one",
+            )));
+            return Ok(());
+        }
+        // Refused before the running turn is touched: it goes on.
+        if let Err(refusal) = self.check_workspace() {
+            let _ = reply.send(Err(refusal));
+            return Ok(());
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        turn.interrupted_by = Some(TurnFailureReason::ReplacedByNewTurn);
+        let (turn_id, cancelling) = (turn.record.id.clone(), turn.cancel_deadline.is_some());
+        self.queued_start = Some((prompt, reply));
+        if !cancelling {
+            self.cancel_turn_with(&turn_id, "replaced_by_new_turn").await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn start_turn(&mut self, prompt: Prompt) -> Result<TurnRecord, EngineError> {
+        prompt.check_supported(self.prompt_capabilities)?;
+        if self.drain.is_some() {
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::Draining,
+                "the service is draining: it starts no new turns",
+            ));
+        }
+        if let Some(turn) = &self.turn {
+            return Err(EngineError::precondition(
+                Reason::TurnActive,
+                format!("turn `{}` is still running", turn.record.id),
+            )
+            .with("turn_id", turn.record.id.clone()));
+        }
+        self.check_workspace()?;
+        let bound = ExecutionLimits::of(&self.record).next_turn(&self.record)?;
+        let turn_number = self.record.turn_count + 1;
+        let record = TurnRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            execution_id: self.record.id.clone(),
+            tenant_id: self.record.tenant_id.clone(),
+            generation: self.record.generation,
+            turn_number,
+            state: TurnState::Running.as_str().into(),
+            stop_reason: None,
+            failure_reason: None,
+            failure_message: None,
+            started_at_ms: now_ms(),
+            ended_at_ms: None,
+            credential_name: self.record.credential_name.clone(),
+            session_config: self.record.session_config.clone(),
+            usage: None,
+        };
+        self.store.insert_turn(&record).await?;
+        self.record.turn_count = turn_number;
+        self.record.active_turn_id = Some(record.id.clone());
+        self.save_record().await?;
+        self.events
+            .emit(
+                Some(&record.id),
+                vec![ActivityPayload::TurnStarted(TurnStarted {
+                    turn_id: record.id.clone(),
+                    turn_number,
+                    prompt_chars: prompt.text_chars(),
+                })],
+            )
+            .await?;
+        let span = tracing::info_span!(
+            "turn",
+            execution_id = %self.record.id,
+            generation = self.record.generation,
+            turn_id = %record.id,
+            turn_number,
+        );
+        let mut request = serde_json::to_value(schema::PromptRequest::new(self.session_id.clone(), prompt.to_acp()))
+            .map_err(|e| EngineError::internal(e.to_string()))?;
+        // ACP reserves `_meta.traceparent` for W3C trace context: the agent's turn can
+        // continue the caller's trace.
+        let trace_context = crate::tracing_context::w3c_fields(&span);
+        if !trace_context.is_empty() {
+            request["_meta"] = json!(trace_context);
+        }
+        // The prompt's response comes back in wire order, after the updates before it.
+        let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
+        self.turn = Some(ActiveTurn {
+            normalizer: self.turn_normalizer(&record.id),
+            record: record.clone(),
+            prompt_request_id,
+            interrupted_by: None,
+            cancel_deadline: None,
+            bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
+            last_activity: Instant::now(),
+            span,
+        });
+        Ok(record)
+    }
+
+    pub(super) async fn cancel_turn(&mut self, turn_id: &str) -> Result<TurnRecord, EngineError> {
+        self.cancel_turn_with(turn_id, "turn_cancelled").await
+    }
+
+    /// `session/cancel`, then every pending interaction of the turn is answered
+    /// `cancelled` and recorded with `reason`; the turn settles when the prompt returns.
+    pub(super) async fn cancel_turn_with(&mut self, turn_id: &str, reason: &str) -> Result<TurnRecord, EngineError> {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.record.id == turn_id) else {
+            return Err(EngineError::precondition(
+                Reason::NoActiveTurn,
+                format!("turn `{turn_id}` is not running"),
+            ));
+        };
+        if turn.cancel_deadline.is_none() {
+            turn.cancel_deadline = Some(Instant::now() + self.config.cancel_grace);
+            let notify = schema::CancelNotification::new(self.session_id.clone());
+            if let Err(e) = self.connection.notify("session/cancel", notify).await {
+                tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
+            }
+            self.settle_pending(reason).await?;
+        }
+        self.turn
+            .as_ref()
+            .map(|t| t.record.clone())
+            .ok_or_else(|| EngineError::internal("a cancelled turn stays active until it settles"))
+    }
+
+    pub(super) async fn on_prompt_result(
+        &mut self,
+        request_id: i64,
+        result: Result<Value, AcpError>,
+    ) -> Result<Ending, EngineError> {
+        if self.turn.as_ref().and_then(|t| t.prompt_request_id) != Some(request_id) {
+            return Ok(Ending::Continue);
+        }
+        let settlement = match result {
+            Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
+                Some("cancelled") if let Some(reason) = self.turn.as_ref().and_then(|t| t.interrupted_by) => (
+                    TurnState::Interrupted,
+                    Some("cancelled".to_owned()),
+                    Some(reason),
+                    Some(interruption_message(reason).to_owned()),
+                ),
+                Some("cancelled") => (TurnState::Cancelled, Some("cancelled".to_owned()), None, None),
+                Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
+                None => (
+                    TurnState::Failed,
+                    None,
+                    Some(TurnFailureReason::ProtocolError),
+                    Some("the prompt result has no stopReason".to_owned()),
+                ),
+            },
+            Err(AcpError::Rpc(e)) if e.code == cursor_runner_acp::AUTH_REQUIRED => (
+                TurnState::Failed,
+                None,
+                Some(TurnFailureReason::AuthRequired),
+                Some(e.to_string()),
+            ),
+            Err(AcpError::Rpc(e)) => (
+                TurnState::Failed,
+                None,
+                Some(TurnFailureReason::ProtocolError),
+                Some(e.to_string()),
+            ),
+            // The connection is gone: the process-loss path settles the turn with the exit status.
+            Err(_) => return Ok(Ending::Continue),
+        };
+        let (state, stop_reason, failure, message) = settlement;
+        self.settle_turn(state, stop_reason, failure, message).await?;
+        if let Some((prompt, reply)) = self.queued_start.take() {
+            let started = self.start_turn(prompt).await;
+            let _ = reply.send(started);
+        }
+        Ok(Ending::Continue)
+    }
+
+    pub(super) async fn settle_turn(
+        &mut self,
+        state: TurnState,
+        stop_reason: Option<String>,
+        failure: Option<TurnFailureReason>,
+        message: Option<String>,
+    ) -> Result<(), EngineError> {
+        let reason = if state == TurnState::Cancelled {
+            "turn_cancelled"
+        } else {
+            "turn_settled"
+        };
+        self.settle_pending(reason).await?;
+        let Some(mut turn) = self.turn.take() else {
+            return Ok(());
+        };
+        let turn_id = turn.record.id.clone();
+        let mut payloads = turn.normalizer.finish(match state {
+            TurnState::Completed | TurnState::Running => TurnEnding::Completed,
+            TurnState::Cancelled => TurnEnding::Cancelled,
+            TurnState::Interrupted => TurnEnding::Interrupted,
+            TurnState::Failed => TurnEnding::Failed,
+        });
+        turn.record.state = state.as_str().into();
+        turn.record.stop_reason = stop_reason.clone();
+        turn.record.failure_reason = failure.map(|f| f.as_str().to_owned());
+        // The agent's words may be in it (a prompt error, a stderr tail).
+        let message = message.map(|m| self.events.redactor().redact_text(&m).0);
+        turn.record.failure_message = message.clone();
+        let ended = now_ms();
+        turn.record.ended_at_ms = Some(ended);
+        turn.record.usage = attempts::usage_column(payloads.iter().find_map(|p| match p {
+            ActivityPayload::UsageReported(usage) => Some(usage),
+            _ => None,
+        }));
+        self.store.settle_turn(&turn.record).await?;
+        let ran = (ended - turn.record.started_at_ms).max(0);
+        self.record.active_ms += ran;
+        if let Some(metrics) = self.events.metrics() {
+            metrics.turn_settled_after(state.as_str(), Duration::from_millis(ran as u64));
+        }
+        let settled = TurnSettled {
+            turn_id: turn_id.clone(),
+            stop_reason,
+            failure_reason: failure,
+            message,
+        };
+        payloads.push(match state {
+            TurnState::Completed | TurnState::Running => ActivityPayload::TurnCompleted(settled),
+            TurnState::Cancelled => ActivityPayload::TurnCancelled(settled),
+            TurnState::Interrupted => ActivityPayload::TurnInterrupted(settled),
+            TurnState::Failed => ActivityPayload::TurnFailed(settled),
+        });
+        // The execution row first: a client reacting to the terminal event reads the
+        // execution as the turn left it (active time, no active turn).
+        self.record.active_turn_id = None;
+        self.save_record().await?;
+        self.events.emit(Some(&turn_id), payloads).await?;
+        Ok(())
+    }
+
+    pub(super) async fn on_cancel_timeout(&mut self) -> Result<Ending, EngineError> {
+        self.stop_process("runner").await?;
+        // The execution is marked lost before the turn's terminal event, so a client
+        // reacting to that event already reads the final state.
+        self.mark_lost("cancel_timeout").await?;
+        // The turn reports why it was cancelled (a deadline, a budget, a drain, a
+        // replacement) when the service did it; the stop ladder is how it ended.
+        let cause = self.turn.as_ref().and_then(|t| t.interrupted_by);
+        let ladder = format!(
+            "the agent did not settle within {:?} of the cancel; it was stopped",
+            self.config.cancel_grace
+        );
+        let message = match cause {
+            Some(cause) => format!("{}; {ladder}", interruption_message(cause)),
+            None => ladder,
+        };
+        self.settle_turn(
+            TurnState::Interrupted,
+            None,
+            Some(cause.unwrap_or(TurnFailureReason::CancelTimeout)),
+            Some(message),
+        )
+        .await?;
+        Ok(Ending::Stop)
+    }
+}
+
+/// Why the service cancelled a turn, in words.
+fn interruption_message(reason: TurnFailureReason) -> &'static str {
+    match reason {
+        TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
+        TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
+        TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
+        TurnFailureReason::AgentIdle => "cancelled: the agent sent nothing for the idle timeout",
+        _ => "replaced by a new turn (replace_active)",
+    }
+}

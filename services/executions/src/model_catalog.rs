@@ -1,0 +1,95 @@
+//! The models an agent offers, from `cursor/list_available_models` or from what `session/new` reported.
+
+use serde_json::Value;
+
+use crate::session_config;
+
+/// The agent's models and their parameters (`ListModels`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCatalog {
+    pub models: Vec<ModelEntry>,
+    /// `cursor/list_available_models`, `session/new configOptions` or `session/new models`.
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelEntry {
+    pub model_id: String,
+    pub name: String,
+    /// Known for every model from `cursor/list_available_models`; else only for the
+    /// current model.
+    pub parameters: Vec<session_config::ConfigOption>,
+}
+
+impl ModelCatalog {
+    pub(crate) fn from_list(result: &Value) -> Self {
+        let models = result["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                Some(ModelEntry {
+                    model_id: m["value"].as_str()?.to_owned(),
+                    name: m["name"].as_str().unwrap_or_default().to_owned(),
+                    parameters: session_config::parse_options(&m["configOptions"]),
+                })
+            })
+            .collect();
+        Self {
+            models,
+            source: "cursor/list_available_models",
+        }
+    }
+
+    pub(crate) fn from_session(config_options: &Value, legacy_models: &Value) -> Self {
+        let options = config_options.as_array().cloned().unwrap_or_default();
+        if let Some(model) = options.iter().find(|o| o["id"] == "model") {
+            let current = model["currentValue"].as_str().unwrap_or_default();
+            let parameters: Vec<_> = session_config::parse_options(config_options)
+                .into_iter()
+                .filter(|o| o.id != "model" && o.id != "mode")
+                .collect();
+            let models = model["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|entry| match entry["options"].as_array() {
+                    Some(group) => group.iter().collect::<Vec<_>>(),
+                    None => vec![entry],
+                })
+                .filter_map(|entry| {
+                    let model_id = entry["value"].as_str()?.to_owned();
+                    Some(ModelEntry {
+                        parameters: if model_id == current {
+                            parameters.clone()
+                        } else {
+                            Vec::new()
+                        },
+                        name: entry["name"].as_str().unwrap_or_default().to_owned(),
+                        model_id,
+                    })
+                })
+                .collect();
+            return Self {
+                models,
+                source: "session/new configOptions",
+            };
+        }
+        let models = legacy_models["availableModels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                Some(ModelEntry {
+                    model_id: m["modelId"].as_str()?.to_owned(),
+                    name: m["name"].as_str().unwrap_or_default().to_owned(),
+                    parameters: Vec::new(),
+                })
+            })
+            .collect();
+        Self {
+            models,
+            source: "session/new models",
+        }
+    }
+}
