@@ -14,7 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::framing::{FrameReader, ReadFrame};
-use crate::message::{Classified, RequestId, RpcError, classify};
+use crate::message::{Classified, INTERNAL_ERROR, RequestId, RpcError, classify};
+use crate::methods::AgentMessage;
 
 /// How many decoded inbound messages may wait for the consumer before the reader
 /// stops reading stdout (so the pipe pushes back on the agent instead of memory growing).
@@ -67,6 +68,13 @@ pub enum Inbound {
     },
 }
 
+impl Inbound {
+    /// A `session/update` notification (the high-volume message of a turn).
+    pub fn is_session_update(&self) -> bool {
+        matches!(self, Self::Notification { method, .. } if method == crate::methods::SESSION_UPDATE)
+    }
+}
+
 pub type InboundStream = mpsc::Receiver<Inbound>;
 
 /// An agent→client request. It must be answered exactly once through
@@ -81,6 +89,11 @@ pub struct AgentRequest {
 }
 
 impl AgentRequest {
+    /// What the request is, by its method, with its params decoded.
+    pub fn classify(&self) -> AgentMessage<'_> {
+        AgentMessage::classify(&self.method, &self.params)
+    }
+
     /// Writes the response and resolves once it has been written and flushed to the
     /// agent's stdin: proof of transport hand-off, not of the agent's acknowledgement.
     pub async fn respond(mut self, result: Result<Value, RpcError>) -> Result<(), AcpError> {
@@ -93,7 +106,7 @@ impl AgentRequest {
 impl Drop for AgentRequest {
     fn drop(&mut self) {
         if let Some(out) = self.out.take() {
-            let error = RpcError::new(crate::INTERNAL_ERROR, "request dropped by the client");
+            let error = RpcError::new(INTERNAL_ERROR, "request dropped by the client");
             if let Ok(line) = encode_response(&self.id, Err(error)) {
                 let _ = out.try_send(Outgoing::Line { line, flushed: None });
             }
@@ -433,7 +446,7 @@ mod tests {
         drop(req);
         let answer = peer.recv().await;
         assert_eq!(answer["id"], 0);
-        assert_eq!(answer["error"]["code"], crate::INTERNAL_ERROR);
+        assert_eq!(answer["error"]["code"], INTERNAL_ERROR);
     }
 
     #[tokio::test]

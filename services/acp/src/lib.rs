@@ -6,24 +6,28 @@
 //! `cursor/*` methods (no `_` prefix) or its unknown `sessionUpdate` tags; see
 //! ARCHITECTURE.md ("Hand-rolled protocol pieces").
 
+//!
+//! Every method name and the typed classification of what an agent sends are in
+//! [`methods`]; Cursor's parameter shapes in [`cursor`]. Without the default `connection`
+//! feature the crate is pure (no tokio): the names, shapes and classifiers only, which is
+//! what `activity` uses.
+
+#[cfg(feature = "connection")]
 mod connection;
 pub mod cursor;
+#[cfg(feature = "connection")]
 mod framing;
 mod message;
+pub mod methods;
 
 pub use agent_client_protocol_schema::ProtocolVersion;
 pub use agent_client_protocol_schema::v1 as schema;
+#[cfg(feature = "connection")]
 pub use connection::{AcpConnection, AcpError, AgentRequest, Direction, Inbound, InboundStream, WireTap};
+#[cfg(feature = "connection")]
 pub use framing::{FrameReader, MAX_FRAME_BYTES, ReadFrame};
-pub use message::{Classified, RequestId, RpcError, classify};
-
-/// JSON-RPC error code for "method not found".
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// JSON-RPC error code for "invalid params".
-pub const INVALID_PARAMS: i64 = -32602;
-/// ACP's resource-not-found (a missing session carries `data.sessionId`).
-pub const RESOURCE_NOT_FOUND: i64 = -32002;
-/// JSON-RPC error code for "internal error".
-pub const INTERNAL_ERROR: i64 = -32603;
-/// ACP's "authentication required" code.
-pub const AUTH_REQUIRED: i64 = -32000;
+pub use message::{
+    AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, RequestId,
+    RpcError, classify,
+};
+pub use methods::{AgentMessage, MalformedParams, SessionUpdate};

@@ -5,6 +5,17 @@ use serde_json::{Map, Value};
 
 pub use agent_client_protocol_schema::v1::RequestId;
 
+/// JSON-RPC error code for "method not found".
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC error code for "invalid params".
+pub const INVALID_PARAMS: i64 = -32602;
+/// ACP's resource-not-found (a missing session carries `data.sessionId`).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// JSON-RPC error code for "internal error".
+pub const INTERNAL_ERROR: i64 = -32603;
+/// ACP's "authentication required" code.
+pub const AUTH_REQUIRED: i64 = -32000;
+
 /// A JSON-RPC error object as it travels on the wire. The code stays an integer so
 /// that unknown codes from newer agents survive classification.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,7 +37,7 @@ impl RpcError {
 
     pub fn method_not_found(method: &str) -> Self {
         Self {
-            code: crate::METHOD_NOT_FOUND,
+            code: METHOD_NOT_FOUND,
             message: format!("\"Method not found\": {method}"),
             data: Some(Value::String(method.to_owned())),
         }

@@ -16,6 +16,8 @@
 
 use std::collections::HashMap;
 
+use cursor_runner_acp::cursor::UpdateTodosParams;
+use cursor_runner_acp::methods;
 use serde_json::Value;
 
 use crate::bounds::{MAX_PLAN_STEPS, MAX_STEP_BODY_CHARS};
@@ -76,11 +78,11 @@ impl Checklist {
     }
 
     /// `cursor/update_todos` params: `{toolCallId, todos[{id, content, status}], merge}`.
-    pub(crate) fn apply_todos(&mut self, params: &Value) -> Vec<ActivityPayload> {
-        let Some(todos) = params.get("todos").and_then(Value::as_array) else {
-            return vec![malformed("cursor/update_todos", "`todos` is not an array")];
+    pub(crate) fn apply_todos(&mut self, params: &UpdateTodosParams) -> Vec<ActivityPayload> {
+        let Some(todos) = &params.todos else {
+            return vec![malformed(methods::UPDATE_TODOS, "`todos` is not an array")];
         };
-        let merge = params.get("merge").and_then(Value::as_bool).unwrap_or(false);
+        let merge = params.merge.unwrap_or(false);
         let mut dropped = 0usize;
         let mut parsed = Vec::new();
         for raw in todos {
@@ -252,8 +254,8 @@ mod tests {
             .expect("a plan.updated")
     }
 
-    fn todos(list: Value, merge: bool) -> Value {
-        json!({"toolCallId": "tc", "todos": list, "merge": merge})
+    fn todos(list: Value, merge: bool) -> UpdateTodosParams {
+        UpdateTodosParams::from_params(&json!({"toolCallId": "tc", "todos": list, "merge": merge}))
     }
 
     #[test]
@@ -393,7 +395,7 @@ mod tests {
         ));
         assert_eq!(events.len(), 2);
         assert_eq!(snapshot(&events).steps.len(), 1);
-        let events = c.apply_todos(&json!({"todos": "nope"}));
+        let events = c.apply_todos(&UpdateTodosParams::from_params(&json!({"todos": "nope"})));
         assert_eq!(events.len(), 1);
     }
 

@@ -35,6 +35,7 @@ use std::path::Path;
 
 use agent_client_protocol_schema::MaybeUndefined;
 use agent_client_protocol_schema::v1 as acp;
+use cursor_runner_acp::cursor::{SubagentType, TaskParams, UpdateTodosParams};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -345,7 +346,7 @@ impl Children {
 
     /// `cursor/task`: enriches the child its `Task` tool call spawned, or — when no
     /// known child has that tool call — is the metadata-only `delegation.completed`.
-    pub(crate) fn on_cursor_task(&mut self, params: &Value) -> Vec<ActivityPayload> {
+    pub(crate) fn on_cursor_task(&mut self, params: &TaskParams) -> Vec<ActivityPayload> {
         let Some(task) = CursorTask::parse(params) else {
             return vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
                 "malformed_cursor_extension",
@@ -400,7 +401,7 @@ impl Children {
     }
 
     /// `cursor/update_todos` for a child's tool call: that child's checklist.
-    pub(crate) fn on_todos(&mut self, child: usize, params: &Value) -> Vec<ActivityPayload> {
+    pub(crate) fn on_todos(&mut self, child: usize, params: &UpdateTodosParams) -> Vec<ActivityPayload> {
         let child = &mut self.list[child];
         let mut events = child.transcript.apply_todos(params);
         child.attribute(&mut events);
@@ -872,10 +873,12 @@ struct CursorTask {
 
 impl CursorTask {
     /// `None` without an `agentId` or a `toolCallId`.
-    fn parse(params: &Value) -> Option<Self> {
-        let text = |key: &str| params.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
-        let tool_call_id = text("toolCallId");
-        let agent_id = text("agentId");
+    fn parse(params: &TaskParams) -> Option<Self> {
+        fn text(field: &Option<String>) -> Option<&str> {
+            field.as_deref().filter(|s| !s.is_empty())
+        }
+        let tool_call_id = text(&params.tool_call_id);
+        let agent_id = text(&params.agent_id);
         let child = agent_id.or(tool_call_id)?;
         let mut sanitized = false;
         let mut clean = |raw: &str, max: usize| {
@@ -885,21 +888,18 @@ impl CursorTask {
         };
         let child_id = clean(child, MAX_NAME_CHARS);
         let parent_tool_call_id = tool_call_id.map(|id| clean(id, MAX_NAME_CHARS));
-        let (role, name, subagent_type_raw) = match params.get("subagentType") {
-            None | Some(Value::Null) => ("unspecified".to_owned(), None, None),
-            Some(Value::String(kind)) => (clean(kind, MAX_NAME_CHARS), None, None),
-            Some(Value::Object(map)) if map.len() == 1 && map.get("custom").is_some_and(Value::is_string) => {
-                let custom = map["custom"].as_str().unwrap_or_default();
-                ("custom".to_owned(), Some(clean(custom, MAX_NAME_CHARS)), None)
-            }
-            Some(other) => (
+        let (role, name, subagent_type_raw) = match &params.subagent_type {
+            None => ("unspecified".to_owned(), None, None),
+            Some(SubagentType::Named(kind)) => (clean(kind, MAX_NAME_CHARS), None, None),
+            Some(SubagentType::Custom(custom)) => ("custom".to_owned(), Some(clean(custom, MAX_NAME_CHARS)), None),
+            Some(SubagentType::Other(other)) => (
                 "unknown".to_owned(),
                 None,
                 Some(clean(&other.to_string(), MAX_NAME_CHARS)),
             ),
         };
-        let model = text("model").map(|m| clean(m, MAX_NAME_CHARS));
-        let (task, task_truncated) = match text("description") {
+        let model = text(&params.model).map(|m| clean(m, MAX_NAME_CHARS));
+        let (task, task_truncated) = match text(&params.description) {
             Some(description) => {
                 let sane = sanitize_display(description);
                 sanitized |= sane.sanitized;
@@ -908,11 +908,8 @@ impl CursorTask {
             }
             None => (None, false),
         };
-        let prompt_chars = params
-            .get("prompt")
-            .and_then(Value::as_str)
-            .map(|p| p.chars().count() as u64);
-        let duration_ms = params.get("durationMs").and_then(|d| {
+        let prompt_chars = params.prompt.as_deref().map(|p| p.chars().count() as u64);
+        let duration_ms = params.duration_ms.as_ref().and_then(|d| {
             d.as_u64().or_else(|| {
                 d.as_f64()
                     .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)

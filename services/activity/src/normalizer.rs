@@ -24,6 +24,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol_schema::v1 as acp;
+use cursor_runner_acp::cursor::{TaskParams, UpdateTodosParams};
+use cursor_runner_acp::{AgentMessage, SessionUpdate};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -128,8 +130,8 @@ impl TurnNormalizer {
     /// session's updates, a known child's (attributed to it), or — for any other
     /// session — an `unknown_session_update` notice, counted.
     pub fn on_session_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
-        let session = params.get("sessionId").and_then(Value::as_str);
-        let update = params.get("update").unwrap_or(&Value::Null);
+        let params = SessionUpdate::new(params);
+        let (session, update) = (params.session_id(), params.update());
         match self.children.route(session) {
             Route::Root => self.on_update(update),
             Route::Child(child) => self.children.on_child_update(child, update, self.workspace.as_deref()),
@@ -164,25 +166,48 @@ impl TurnNormalizer {
     /// the session whose tool call it is, a task to the child its `Task` call spawned.
     /// Any other method yields an `unprojected_cursor_extension` notice.
     pub fn on_extension(&mut self, method: &str, params: &Value) -> Vec<ActivityPayload> {
-        match method {
-            "cursor/update_todos" => {
-                let owner = params
-                    .get("toolCallId")
-                    .and_then(Value::as_str)
-                    .filter(|id| !self.root.knows_tool(id))
-                    .and_then(|id| self.children.tool_owner(id));
-                match owner {
-                    Some(child) => self.children.on_todos(child, params),
-                    None => self.root.apply_todos(params),
-                }
-            }
-            "cursor/task" => self.children.on_cursor_task(params),
+        self.on_extension_message(&AgentMessage::classify(method, params))
+    }
+
+    /// Normalizes one classified agent message: a `session/update` as
+    /// [`Self::on_session_update`], Cursor's extensions as [`Self::on_extension`].
+    pub fn on_agent_message(&mut self, message: &AgentMessage<'_>) -> Vec<ActivityPayload> {
+        match message {
+            AgentMessage::SessionUpdate(update) => self.on_session_update(update.params),
+            other => self.on_extension_message(other),
+        }
+    }
+
+    /// `cursor/update_todos`: the checklist of the session whose tool call it names
+    /// (the root's when it is the root's or nobody's).
+    pub fn on_update_todos(&mut self, params: &UpdateTodosParams) -> Vec<ActivityPayload> {
+        let owner = params
+            .tool_call_id
+            .as_deref()
+            .filter(|id| !self.root.knows_tool(id))
+            .and_then(|id| self.children.tool_owner(id));
+        match owner {
+            Some(child) => self.children.on_todos(child, params),
+            None => self.root.apply_todos(params),
+        }
+    }
+
+    /// `cursor/task`: enriches the child its `Task` tool call spawned, else is the
+    /// metadata-only `delegation.completed`.
+    pub fn on_cursor_task(&mut self, params: &TaskParams) -> Vec<ActivityPayload> {
+        self.children.on_cursor_task(params)
+    }
+
+    fn on_extension_message(&mut self, message: &AgentMessage<'_>) -> Vec<ActivityPayload> {
+        match message {
+            AgentMessage::UpdateTodos(params) => self.on_update_todos(params),
+            AgentMessage::Task(params) => self.on_cursor_task(params),
             other => vec![ActivityPayload::ProviderNotice(ProviderNotice::info(
                 "unprojected_cursor_extension",
                 NoticeScope::Turn,
                 format!(
                     "extension request `{}` is not projected by the normalizer",
-                    display_text(other, MAX_NAME_CHARS).0
+                    display_text(other.method(), MAX_NAME_CHARS).0
                 ),
             ))],
         }
@@ -350,7 +375,7 @@ impl Transcript {
         })
     }
 
-    pub(crate) fn apply_todos(&mut self, params: &Value) -> Vec<ActivityPayload> {
+    pub(crate) fn apply_todos(&mut self, params: &UpdateTodosParams) -> Vec<ActivityPayload> {
         self.checklist.apply_todos(params)
     }
 
