@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::agent_message::AgentMessage;
 use crate::framing::{FrameReader, ReadFrame};
 use crate::message::{Classified, INTERNAL_ERROR, RequestId, RpcError, classify};
-use crate::methods::AgentMessage;
 
 /// How many decoded inbound messages may wait for the consumer before the reader
 /// stops reading stdout (so the pipe pushes back on the agent instead of memory growing).

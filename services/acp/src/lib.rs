@@ -7,11 +7,12 @@
 //! ARCHITECTURE.md ("Hand-rolled protocol pieces").
 
 //!
-//! Every method name and the typed classification of what an agent sends are in
-//! [`methods`]; Cursor's parameter shapes in [`cursor`]. Without the default `connection`
+//! Every method name is spelled in [`methods`]; Cursor's parameter shapes are in
+//! [`cursor`]; [`AgentMessage`] classifies what an agent sends by both. Without the default `connection`
 //! feature the crate is pure (no tokio): the names, shapes and classifiers only, which is
 //! what `activity` uses.
 
+mod agent_message;
 #[cfg(feature = "connection")]
 mod connection;
 pub mod cursor;
@@ -22,6 +23,7 @@ pub mod methods;
 
 pub use agent_client_protocol_schema::ProtocolVersion;
 pub use agent_client_protocol_schema::v1 as schema;
+pub use agent_message::{AgentMessage, MalformedParams, SessionUpdate};
 #[cfg(feature = "connection")]
 pub use connection::{AcpConnection, AcpError, AgentRequest, Direction, Inbound, InboundStream, WireTap};
 #[cfg(feature = "connection")]
@@ -30,4 +32,3 @@ pub use message::{
     AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, RequestId,
     RpcError, classify,
 };
-pub use methods::{AgentMessage, MalformedParams, SessionUpdate};

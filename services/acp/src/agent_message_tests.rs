@@ -37,14 +37,6 @@ fn only_the_three_extensions_are_fire_and_forget() {
 }
 
 #[test]
-fn method_names_are_distinct() {
-    let mut names = ALL.to_vec();
-    names.sort_unstable();
-    names.dedup();
-    assert_eq!(names.len(), ALL.len());
-}
-
-#[test]
 fn a_session_update_is_read_field_by_field() {
     let params = json!({"sessionId": "s", "update": {"sessionUpdate": "plan"}});
     let update = SessionUpdate::new(&params);
