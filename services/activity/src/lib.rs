@@ -13,10 +13,13 @@ mod paths;
 mod raw_paths;
 mod redact;
 mod sanitize;
+mod session_meta;
 #[cfg(test)]
 mod test_events;
 #[cfg(test)]
 mod test_rng;
+mod tool;
+mod transcript;
 
 pub use bounds::{
     BoundedOutput, BoundedText, MAX_ACTIVITY_SUMMARY_CHARS, MAX_CHILDREN_PER_TURN, MAX_CONFIG_OPTION_VALUES,

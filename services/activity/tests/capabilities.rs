@@ -68,10 +68,10 @@ fn check_test_evidence(name: &str, exercises: &[&str]) -> Result<(), String> {
     let signature = format!("fn {name}(");
     let mut found = Vec::new();
     for dir in TEST_DIRS {
-        for file in std::fs::read_dir(root().join(dir)).into_iter().flatten().flatten() {
-            let text = std::fs::read_to_string(file.path()).unwrap_or_default();
+        for path in rust_files(&root().join(dir)) {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
             if let Some(at) = text.find(&signature) {
-                found.push((file.path(), text, at));
+                found.push((path, text, at));
             }
         }
     }
@@ -96,13 +96,28 @@ fn check_test_evidence(name: &str, exercises: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The `.rs` files under `dir`, its subfolders included (unit tests live beside their
+/// modules, e.g. `src/children/tests.rs`).
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// A test function is run when an attribute line just above it says `test`, or when the
 /// end-to-end macro that instantiates it once per backend names it.
 fn is_run(text: &str, at: usize, name: &str) -> bool {
-    let attributed = text[..at]
+    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+    let attributed = text[..line_start]
         .lines()
         .rev()
-        .skip(1)
         .take_while(|line| line.trim_start().starts_with("#[") || line.trim_start().starts_with("///"))
         .any(|line| line.contains("test"));
     let instantiated = text.split("on_both_backends!(").skip(1).any(|call| {

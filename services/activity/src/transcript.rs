@@ -1,0 +1,263 @@
+//! One session's transcript — the root's or a child's — and the notice for an update
+//! that does not decode. Shared by the turn's normalizer and each child agent.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use agent_client_protocol_schema::v1 as acp;
+use cursor_runner_acp::cursor::UpdateTodosParams;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::bounds::*;
+use crate::checklist::Checklist;
+use crate::event::*;
+use crate::sanitize::{display_text, is_identifier, sanitize_display};
+use crate::tool::{ToolState, operation};
+
+/// The events of a decoded update, or a `malformed_acp_update` notice saying why not.
+pub(crate) fn or_malformed_notice(tag: &str, decoded: Result<Vec<ActivityPayload>, String>) -> Vec<ActivityPayload> {
+    decoded.unwrap_or_else(|reason| {
+        let summary = if tag.is_empty() {
+            reason
+        } else {
+            format!("{tag}: {reason}")
+        };
+        vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
+            "malformed_acp_update",
+            NoticeScope::Turn,
+            summary,
+        ))]
+    })
+}
+
+/// One session's transcript — the root's or a child's: its open text items, its tool
+/// calls (ids are session-local: the same id in two sessions is two tools) and its
+/// checklist. Item ids are unique per turn: `<prefix>:msg-<n>`, where the prefix is the
+/// turn id, plus `:child-<n>` for a child.
+#[derive(Debug)]
+pub(crate) struct Transcript {
+    item_prefix: String,
+    next_item: u32,
+    open_message: Option<String>,
+    open_reasoning: Option<String>,
+    tools: HashMap<String, ToolState>,
+    checklist: Checklist,
+}
+
+impl Transcript {
+    pub(crate) fn new(item_prefix: String) -> Self {
+        Self {
+            checklist: Checklist::new(format!("{item_prefix}:checklist")),
+            item_prefix,
+            next_item: 0,
+            open_message: None,
+            open_reasoning: None,
+            tools: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn item_prefix(&self) -> &str {
+        &self.item_prefix
+    }
+
+    /// The projections every session shares: text and reasoning items, tool calls and
+    /// the ACP plan. `None` for any other tag.
+    pub(crate) fn project(
+        &mut self,
+        tag: &str,
+        update: &Value,
+        workspace: Option<&Path>,
+    ) -> Option<Result<Vec<ActivityPayload>, String>> {
+        Some(match tag {
+            "agent_message_chunk" => self.chunk(update, ItemKind::AgentMessage),
+            "agent_thought_chunk" => self.chunk(update, ItemKind::Reasoning),
+            "tool_call" => self.tool(update, true, workspace),
+            "tool_call_update" => self.tool(update, false, workspace),
+            "plan" => Ok(self.checklist.apply_acp_plan(update)),
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn apply_todos(&mut self, params: &UpdateTodosParams) -> Vec<ActivityPayload> {
+        self.checklist.apply_todos(params)
+    }
+
+    pub(crate) fn knows_tool(&self, tool_call_id: &str) -> bool {
+        self.tools.contains_key(tool_call_id)
+    }
+
+    fn chunk(&mut self, update: &Value, kind: ItemKind) -> Result<Vec<ActivityPayload>, String> {
+        let chunk = acp::ContentChunk::deserialize(update).map_err(|e| e.to_string())?;
+        let acp::ContentBlock::Text(text) = chunk.content else {
+            return Ok(vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
+                "unprojected_content_block",
+                NoticeScope::Turn,
+                "a non-text content block in a message chunk is not projected yet",
+            ))]);
+        };
+        let channel = match kind {
+            ItemKind::AgentMessage => Channel::Progress,
+            ItemKind::Reasoning => Channel::Summary,
+        };
+        let mut events = Vec::new();
+        let slot = match kind {
+            ItemKind::AgentMessage => &self.open_message,
+            ItemKind::Reasoning => &self.open_reasoning,
+        };
+        let item_id = match slot {
+            Some(item_id) => item_id.clone(),
+            None => {
+                let item_id = self.new_item_id(kind);
+                events.push(ActivityPayload::ItemStarted(ItemBoundary {
+                    item_id: item_id.clone(),
+                    kind,
+                    channel,
+                    child_id: None,
+                }));
+                match kind {
+                    ItemKind::AgentMessage => self.open_message = Some(item_id.clone()),
+                    ItemKind::Reasoning => self.open_reasoning = Some(item_id.clone()),
+                }
+                item_id
+            }
+        };
+        let clean = sanitize_display(&text.text);
+        let bounded = bound_text(&clean.text, MAX_ITEM_TEXT_CHARS);
+        events.push(ActivityPayload::ItemDelta(ItemDelta {
+            item_id,
+            kind,
+            channel,
+            text: bounded.text,
+            truncated: bounded.truncated,
+            sanitized: clean.sanitized,
+            child_id: None,
+        }));
+        Ok(events)
+    }
+
+    /// `tool_call` and `tool_call_update` share one field-wise merge: a field present in
+    /// the update replaces the known value (a `content`/`locations` array replaces the
+    /// old one), an absent field keeps it. A re-sent `tool_call` therefore updates.
+    fn tool(
+        &mut self,
+        update: &Value,
+        is_call: bool,
+        workspace: Option<&Path>,
+    ) -> Result<Vec<ActivityPayload>, String> {
+        let patch = acp::ToolCallUpdate::deserialize(update).map_err(|e| e.to_string())?;
+        let id = patch.tool_call_id.0.to_string();
+        if !is_identifier(&id) {
+            // Taken whole or not at all: a cut or rewritten id could merge two tools.
+            // Refused before anything changes, so open items stay open.
+            return Err(format!(
+                "`toolCallId` is not an identifier (empty, over {MAX_NAME_CHARS} characters, or with control characters)"
+            ));
+        }
+        let mut events = if is_call { self.close_items() } else { Vec::new() };
+        let fields = patch.fields;
+        let known = self.tools.contains_key(&id);
+        // Tools are never forgotten within a turn, so the count is the next start order.
+        let order = self.tools.len();
+        let state = self
+            .tools
+            .entry(id.clone())
+            .or_insert_with(|| ToolState::new(&id, order));
+        if let Some(title) = fields.title.as_deref() {
+            let (name, sanitized) = display_text(title, MAX_NAME_CHARS);
+            state.tool.name = name;
+            state.title_sanitized = sanitized;
+        }
+        if let Some(kind) = fields.kind {
+            state.tool.operation = operation(kind);
+        }
+        if let Some(raw_input) = fields.raw_input {
+            state.set_input(raw_input, known, workspace);
+        }
+        if let Some(locations) = update.get("locations").and_then(Value::as_array) {
+            state.set_locations(locations, workspace);
+        }
+        if let Some(content) = update.get("content").and_then(Value::as_array) {
+            state.set_content(content, workspace);
+        }
+        if let Some(raw_output) = fields.raw_output.as_ref() {
+            state.set_raw_output(raw_output, workspace);
+        }
+        let became_terminal = fields.status.is_some_and(|status| state.set_status(status));
+        state.refresh();
+        let snapshot = state.tool.clone();
+        if !known {
+            // A tool first seen already settled still starts as `running`; its terminal
+            // status is the `completed` event that follows.
+            let mut started = snapshot.clone();
+            if became_terminal {
+                started.status = ToolStatus::Running;
+                started.failure_source = None;
+            }
+            events.push(ActivityPayload::ToolStarted(started));
+        }
+        if became_terminal {
+            events.push(ActivityPayload::ToolCompleted(snapshot));
+        } else if known {
+            events.push(ActivityPayload::ToolProgressed(snapshot));
+        }
+        let outside = state.outside;
+        if outside > 0 && !state.warned_outside {
+            state.warned_outside = true;
+            let why = if workspace.is_none() {
+                " (no workspace is configured)"
+            } else {
+                ""
+            };
+            events.push(ActivityPayload::ProviderNotice(ProviderNotice::warning(
+                "tool_path_outside_workspace",
+                NoticeScope::Turn,
+                format!("tool call {id}: {outside} path(s) not inside the workspace were omitted{why}"),
+            )));
+        }
+        Ok(events)
+    }
+
+    /// Every tool still running, in start order, settled as `status` by its terminal event.
+    pub(crate) fn close_tools(&mut self, status: ToolStatus) -> Vec<ActivityPayload> {
+        let mut open: Vec<&mut ToolState> = self.tools.values_mut().filter(|state| !state.terminal).collect();
+        open.sort_by_key(|state| state.order);
+        open.into_iter()
+            .map(|state| {
+                state.terminal = true;
+                state.tool.status = status;
+                ActivityPayload::ToolCompleted(state.tool.clone())
+            })
+            .collect()
+    }
+
+    pub(crate) fn close_items(&mut self) -> Vec<ActivityPayload> {
+        let mut events = Vec::new();
+        if let Some(item_id) = self.open_reasoning.take() {
+            events.push(ActivityPayload::ItemCompleted(ItemBoundary {
+                item_id,
+                kind: ItemKind::Reasoning,
+                channel: Channel::Summary,
+                child_id: None,
+            }));
+        }
+        if let Some(item_id) = self.open_message.take() {
+            events.push(ActivityPayload::ItemCompleted(ItemBoundary {
+                item_id,
+                kind: ItemKind::AgentMessage,
+                channel: Channel::Progress,
+                child_id: None,
+            }));
+        }
+        events
+    }
+
+    fn new_item_id(&mut self, kind: ItemKind) -> String {
+        self.next_item += 1;
+        let prefix = match kind {
+            ItemKind::AgentMessage => "msg",
+            ItemKind::Reasoning => "reasoning",
+        };
+        format!("{}:{prefix}-{}", self.item_prefix, self.next_item)
+    }
+}
