@@ -1,135 +1,29 @@
 //! The protocol engine: answers the client's standard requests and plays the
 //! scenario's turn scripts.
 //!
-//! Threading: a reader thread turns stdin lines into [`Inbound`] items on an
+//! Threading: a reader thread (`stdio`) turns stdin lines into [`Inbound`] items on an
 //! mpsc channel; everything else (answering, scripts, writing stdout) runs on
 //! the main thread. Whenever a script blocks (waiting for a response, for a
 //! cancel, or sleeping) the main thread keeps pumping the channel, so requests
 //! are still answered and `session/cancel` is still noted.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::io::{self, BufRead, Write};
-use std::os::fd::FromRawFd;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{SigHandler, Signal};
 use serde_json::{Map, Value, json};
 
 use crate::models::SessionConfig;
+use crate::probes;
 use crate::scenario::{Scenario, Step, UpdateSession};
+use crate::sessions::{listed_sessions, store_session, stored_session};
+use crate::stdio::{Inbound, close_stdin, log, write_frame};
+use crate::substitute::{env_values_in_strings, replace_in_strings, with_env_values};
 
 /// Exit code when a response does not match a step's `expect`.
 pub const EXIT_EXPECTATION_FAILED: i32 = 97;
-/// Exit code when stdout is closed under us.
-pub const EXIT_STDOUT_CLOSED: i32 = 1;
-
-/// One item from the stdin reader thread.
-pub enum Inbound {
-    /// A line that parsed as JSON.
-    Msg(Value),
-    /// A line that did not parse as JSON.
-    Bad(String),
-    /// stdin reached end of file (or failed).
-    Eof,
-}
-
-/// Starts the stdin reader thread. Each line is appended verbatim to `record`
-/// (if any) before it is parsed; blank lines are recorded but not delivered.
-pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
-    let (tx, rx) = mpsc::channel();
-    thread::Builder::new()
-        .name("stdin-reader".into())
-        .spawn(move || {
-            // SAFETY: fd 0 is this process's stdin, owned by this thread alone from here on.
-            let mut input = io::BufReader::new(unsafe { File::from_raw_fd(0) });
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                if input.buffer().is_empty() && !wait_readable(&input) {
-                    // `close_stdin`: dropping the reader closes fd 0, so the client's next
-                    // write fails (EPIPE) while stdout stays open.
-                    drop(input);
-                    STDIN_CLOSED.store(true, Ordering::SeqCst);
-                    log("stdin closed on request");
-                    return;
-                }
-                match input.read_until(b'\n', &mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        log(&format!("stdin read error: {e}"));
-                        break;
-                    }
-                }
-                if !buf.ends_with(b"\n") {
-                    buf.push(b'\n');
-                }
-                if let Some(file) = record.as_mut() {
-                    // One write per line: every agent of a service appends to the same record
-                    // file, and two writes (line, then newline) let another agent's line land
-                    // between them.
-                    let written = file.write_all(&buf).and_then(|()| file.flush());
-                    if let Err(e) = written {
-                        log(&format!("cannot write the record file, recording stops: {e}"));
-                        record = None;
-                    }
-                }
-                let line = &buf[..buf.len() - 1];
-                if line.trim_ascii().is_empty() {
-                    continue;
-                }
-                let item = match serde_json::from_slice::<Value>(line) {
-                    Ok(v) => Inbound::Msg(v),
-                    Err(e) => {
-                        log(&format!(
-                            "unparsable input line ({e}): {}",
-                            String::from_utf8_lossy(line)
-                        ));
-                        Inbound::Bad(e.to_string())
-                    }
-                };
-                if tx.send(item).is_err() {
-                    return;
-                }
-            }
-            let _ = tx.send(Inbound::Eof);
-        })
-        .expect("spawn the stdin reader thread");
-    rx
-}
-
-/// Set by the `close_stdin` step; the reader thread then closes stdin.
-static STDIN_CLOSE_REQUESTED: AtomicBool = AtomicBool::new(false);
-/// Set by the reader thread once stdin is closed.
-static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
-
-/// Waits until stdin has input (or EOF). `false`: a `close_stdin` was requested first.
-fn wait_readable(input: &io::BufReader<File>) -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::AsFd;
-    loop {
-        if STDIN_CLOSE_REQUESTED.load(Ordering::SeqCst) {
-            return false;
-        }
-        let mut fds = [PollFd::new(input.get_ref().as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(50u8)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) | Err(_) => return true,
-        }
-    }
-}
-
-/// Writes a diagnostic line to stderr.
-pub fn log(msg: &str) {
-    eprintln!("fake-cursor: {msg}");
-}
-
 /// The prompt currently being played.
 struct Turn {
     /// The id of the client's `session/prompt` request.
@@ -590,12 +484,7 @@ impl Agent {
                 }
                 log(&format!("still alive after raising {sig}"));
             }
-            Step::CloseStdin => {
-                STDIN_CLOSE_REQUESTED.store(true, Ordering::SeqCst);
-                while !STDIN_CLOSED.load(Ordering::SeqCst) {
-                    thread::sleep(Duration::from_millis(10));
-                }
-            }
+            Step::CloseStdin => close_stdin(),
             Step::Hang => {
                 log("hanging forever");
                 loop {
@@ -621,15 +510,31 @@ impl Agent {
                 setsid,
                 ignore_sigterm,
                 inherit_stdio,
-            } => self.spawn_sleeper(setsid, ignore_sigterm, inherit_stdio),
-            Step::EnvReport { file } => self.env_report(file.as_deref()),
+            } => {
+                if let Some(pid) = probes::spawn_sleeper(setsid, ignore_sigterm, inherit_stdio) {
+                    self.send(&json!({
+                        "jsonrpc": "2.0",
+                        "method": "fake/spawned",
+                        "params": {"pid": pid},
+                    }));
+                }
+            }
+            Step::EnvReport { file } => {
+                let report = probes::env_report(self.session_cwd.as_deref(), &self.session_id, file.as_deref());
+                self.send(&json!({
+                    "jsonrpc": "2.0",
+                    "method": "fake/env",
+                    "params": report,
+                }));
+            }
             Step::AccessReport {
                 file,
                 read,
                 write_into,
                 cmdline_of,
                 api_address_file,
-            } => self.access_report(
+            } => probes::access_report(
+                self.session_cwd.as_deref(),
                 &file,
                 &read,
                 &write_into,
@@ -691,50 +596,6 @@ impl Agent {
         }
     }
 
-    fn spawn_sleeper(&mut self, setsid: bool, ignore_sigterm: bool, inherit_stdio: bool) {
-        use std::os::unix::process::CommandExt;
-
-        let mut cmd = sleeper_command();
-        if !inherit_stdio {
-            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        }
-        let handler = if ignore_sigterm {
-            SigHandler::SigIgn
-        } else {
-            SigHandler::SigDfl
-        };
-        // SAFETY: setsid(2) and signal(2) are async-signal-safe, and the
-        // closure allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                if setsid {
-                    nix::unistd::setsid().map_err(io::Error::from)?;
-                }
-                nix::sys::signal::signal(Signal::SIGTERM, handler).map_err(io::Error::from)?;
-                Ok(())
-            });
-        }
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let pid = child.id();
-                // Reap it when it dies so a killed sleeper does not linger as
-                // a zombie that still looks alive to kill(pid, 0).
-                thread::spawn(move || {
-                    let _ = child.wait();
-                });
-                log(&format!(
-                    "spawned sleeper pid {pid} (setsid={setsid}, ignore_sigterm={ignore_sigterm})"
-                ));
-                self.send(&json!({
-                    "jsonrpc": "2.0",
-                    "method": "fake/spawned",
-                    "params": {"pid": pid},
-                }));
-            }
-            Err(e) => log(&format!("cannot spawn the sleeper: {e}")),
-        }
-    }
-
     /// Modes, models and (for a client that opted in) `configOptions`, as `session/new`
     /// and `session/load` return them.
     fn session_state(&self) -> Value {
@@ -749,148 +610,6 @@ impl Agent {
             result["configOptions"] = self.config.config_options();
         }
         result
-    }
-
-    /// A path of an access report: relative ones are the session cwd's; `@closure` is the
-    /// directory of the `…/index.js` this process was started with (a pinned closure).
-    fn probe_path(&self, path: &str) -> std::path::PathBuf {
-        if path == "@closure" {
-            let index = std::env::args().find(|a| a.ends_with("/index.js")).unwrap_or_default();
-            return std::path::Path::new(&index)
-                .parent()
-                .map(Into::into)
-                .unwrap_or_default();
-        }
-        match &self.session_cwd {
-            Some(cwd) if !path.starts_with('/') => cwd.join(path),
-            _ => path.into(),
-        }
-    }
-
-    fn access_report(
-        &mut self,
-        file: &str,
-        read: &[String],
-        write_into: &[String],
-        cmdline_of: Option<&str>,
-        api_address_file: Option<&str>,
-    ) {
-        let outcome = |result: io::Result<()>| match result {
-            Ok(()) => "allowed".to_owned(),
-            Err(e) => format!("denied: {:?}", e.kind()),
-        };
-        let reads: Map<String, Value> = read
-            .iter()
-            .map(|path| {
-                (
-                    path.clone(),
-                    json!(outcome(File::open(self.probe_path(path)).map(drop))),
-                )
-            })
-            .collect();
-        let writes: Map<String, Value> = write_into
-            .iter()
-            .map(|dir| {
-                let probe = self.probe_path(dir).join(format!(".probe-{}", std::process::id()));
-                let result = File::create(&probe).map(drop);
-                let _ = std::fs::remove_file(&probe);
-                (dir.clone(), json!(outcome(result)))
-            })
-            .collect();
-        // Our pid as this /proc numbers it (the host's /proc numbers processes in a
-        // PID namespace by their host pids; a /proc of the namespace's own does not).
-        let me = std::fs::read_link("/proc/self")
-            .ok()
-            .and_then(|p| p.to_str()?.parse::<u32>().ok())
-            .unwrap_or_else(std::process::id);
-        let mut proc_pids: Vec<u32> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-            .collect();
-        proc_pids.sort_unstable();
-        let cmdline_of = cmdline_of.map(|pid_file| {
-            let pid = std::fs::read_to_string(self.probe_path(pid_file)).unwrap_or_default();
-            let pid = pid.trim();
-            json!({"pid": pid, "result": outcome(File::open(format!("/proc/{pid}/cmdline")).map(drop))})
-        });
-        let others: Map<String, Value> = proc_pids
-            .iter()
-            .copied()
-            .filter(|pid| *pid != me)
-            .filter(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("fake-cursor"))
-            })
-            .map(|pid| {
-                let result = std::fs::read(format!("/proc/{pid}/environ")).map(drop);
-                (pid.to_string(), json!(outcome(result)))
-            })
-            .collect();
-        let report = json!({
-            "uid": nix::unistd::getuid().as_raw(),
-            "gid": nix::unistd::getgid().as_raw(),
-            "read": reads,
-            "write_into": writes,
-            "other_agents_environ": others,
-            "proc_pids": proc_pids,
-            "cmdline_of": cmdline_of,
-            "service_api": api_address_file.map(|f| probe_api(std::fs::read_to_string(self.probe_path(f)).unwrap_or_default().trim())),
-        });
-        let path = match &self.session_cwd {
-            Some(cwd) => cwd.join(file),
-            None => file.into(),
-        };
-        if let Err(e) = std::fs::write(&path, report.to_string()) {
-            log(&format!("cannot write the access report to {}: {e}", path.display()));
-        }
-    }
-
-    fn env_report(&mut self, file: Option<&str>) {
-        let env: Map<String, Value> = std::env::vars_os()
-            .map(|(k, v)| {
-                (
-                    k.to_string_lossy().into_owned(),
-                    Value::String(v.to_string_lossy().into_owned()),
-                )
-            })
-            .collect();
-        let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
-        let cwd = std::env::current_dir()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let report = json!({
-            "env": env,
-            "argv": argv,
-            "uid": nix::unistd::getuid().as_raw(),
-            "gid": nix::unistd::getgid().as_raw(),
-            "cwd": cwd,
-            "session_cwd": self.session_cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            // Cursor reads user-level MCP servers from here: a private home has none.
-            "user_mcp_config_visible": std::env::var_os("HOME")
-                .is_some_and(|home| std::path::Path::new(&home).join(".cursor/mcp.json").exists()),
-            "session_id": self.session_id,
-            "pid": std::process::id(),
-            "ppid": nix::unistd::getppid().as_raw(),
-            "pgid": nix::unistd::getpgrp().as_raw(),
-            "sid": nix::unistd::getsid(None).map(|p| p.as_raw()).ok(),
-        });
-        // A relative file is the session's: inside the workspace, like Cursor's own paths.
-        let file = file.map(|f| match &self.session_cwd {
-            Some(cwd) => cwd.join(f),
-            None => f.into(),
-        });
-        if let Some(file) = file.as_ref().map(|f| f.display().to_string())
-            && let Err(e) = std::fs::write(&file, report.to_string())
-        {
-            log(&format!("cannot write the env report to {file}: {e}"));
-        }
-        self.send(&json!({
-            "jsonrpc": "2.0",
-            "method": "fake/env",
-            "params": report,
-        }));
     }
 
     // ----- outbound --------------------------------------------------------
@@ -940,130 +659,6 @@ impl Agent {
 
     /// Writes one frame (plus `\n` when asked) and flushes it.
     fn write_bytes(&mut self, bytes: &[u8], newline: bool) {
-        let mut out = io::stdout().lock();
-        let res = out
-            .write_all(bytes)
-            .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) })
-            .and_then(|()| out.flush());
-        if let Err(e) = res {
-            log(&format!("stdout closed ({e}); exiting"));
-            std::process::exit(EXIT_STDOUT_CLOSED);
-        }
-    }
-}
-
-/// A command that sleeps "forever" without relying on `$PATH`.
-fn sleeper_command() -> Command {
-    for path in ["/bin/sleep", "/usr/bin/sleep"] {
-        if std::path::Path::new(path).exists() {
-            let mut cmd = Command::new(path);
-            cmd.arg("100000");
-            return cmd;
-        }
-    }
-    let exe = std::env::current_exe().unwrap_or_else(|_| "fake-cursor".into());
-    let mut cmd = Command::new(exe);
-    cmd.arg("--sleep-forever");
-    cmd
-}
-
-/// Where Cursor keeps its sessions: under its data directory (a private home's, when
-/// the runner launched it), so a session can be loaded only by a process with that home.
-fn sessions_dir() -> Option<std::path::PathBuf> {
-    std::env::var_os("CURSOR_DATA_DIR").map(|dir| std::path::PathBuf::from(dir).join("sessions"))
-}
-
-fn store_session(session_id: &str, cwd: &str) {
-    let Some(dir) = sessions_dir() else { return };
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(dir.join(format!("{session_id}.json")), json!({"cwd": cwd}).to_string()));
-    if let Err(e) = written {
-        log(&format!("cannot store session {session_id}: {e}"));
-    }
-}
-
-fn stored_session(session_id: &str) -> bool {
-    !session_id.is_empty()
-        && !session_id.contains('/')
-        && sessions_dir().is_some_and(|dir| dir.join(format!("{session_id}.json")).is_file())
-}
-
-fn listed_sessions(cwd: Option<&str>) -> Vec<Value> {
-    let Some(entries) = sessions_dir().and_then(|dir| std::fs::read_dir(dir).ok()) else {
-        return Vec::new();
-    };
-    let mut sessions: Vec<Value> = entries
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let id = name.strip_suffix(".json")?.to_owned();
-            let stored: Value = serde_json::from_str(&std::fs::read_to_string(entry.path()).ok()?).ok()?;
-            let session_cwd = stored["cwd"].as_str().unwrap_or_default().to_owned();
-            (cwd.is_none_or(|c| c == session_cwd))
-                .then(|| json!({"sessionId": id, "cwd": session_cwd, "title": format!("Session {id}")}))
-        })
-        .collect();
-    sessions.sort_by(|a, b| a["sessionId"].as_str().cmp(&b["sessionId"].as_str()));
-    sessions
-}
-
-/// `text` with each `${NAME}` replaced by `$NAME`'s value (empty when unset): an agent
-/// that prints what it was given, e.g. its credential, on stderr.
-pub fn with_env_values(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start + 2..].find('}') else {
-            break;
-        };
-        out.push_str(&rest[..start]);
-        out.push_str(&std::env::var(&rest[start + 2..start + 2 + len]).unwrap_or_default());
-        rest = &rest[start + 3 + len..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// [`with_env_values`] in every string of `value`.
-fn env_values_in_strings(value: &mut Value) {
-    match value {
-        Value::String(text) if text.contains("${") => *text = with_env_values(text),
-        Value::Array(items) => items.iter_mut().for_each(env_values_in_strings),
-        Value::Object(map) => map.values_mut().for_each(env_values_in_strings),
-        _ => {}
-    }
-}
-
-fn replace_in_strings(value: &mut Value, from: &str, to: &str) {
-    match value {
-        Value::String(text) if text.contains(from) => *text = text.replace(from, to),
-        Value::Array(items) => items.iter_mut().for_each(|item| replace_in_strings(item, from, to)),
-        Value::Object(map) => map.values_mut().for_each(|item| replace_in_strings(item, from, to)),
-        _ => {}
-    }
-}
-
-/// Tries to speak HTTP/2 — gRPC's transport — to the service's API at `address`: `served`
-/// when the server answers the connection preface, `closed…` when it hangs up unread.
-fn probe_api(address: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(address) = address.parse::<std::net::SocketAddr>() else {
-        return format!("no address: {address:?}");
-    };
-    let mut stream = match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
-        Ok(stream) => stream,
-        Err(e) => return format!("unreachable: {:?}", e.kind()),
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
-    // The client connection preface, then an empty SETTINGS frame.
-    let _ = stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00");
-    let mut frame = [0u8; 9];
-    match stream.read(&mut frame) {
-        Ok(0) => "closed".into(),
-        Ok(_) => "served".into(),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-            "no answer".into()
-        }
-        Err(e) => format!("closed: {:?}", e.kind()),
+        write_frame(bytes, newline);
     }
 }

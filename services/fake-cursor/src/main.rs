@@ -13,7 +13,12 @@
 
 mod agent;
 mod models;
+mod probes;
 mod scenario;
+mod sessions;
+mod stdio;
+mod step;
+mod substitute;
 
 use std::fs::OpenOptions;
 use std::time::Duration;
@@ -21,8 +26,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{SigHandler, Signal};
 
-use crate::agent::{Agent, log, spawn_reader};
+use crate::agent::Agent;
 use crate::scenario::Scenario;
+use crate::stdio::{log, spawn_reader};
 
 /// Exit code for bad arguments or an invalid scenario file.
 const EXIT_USAGE: i32 = 2;
@@ -120,7 +126,7 @@ fn main() {
     if let Some(code) = sc.startup_exit_code {
         if let Some(text) = &sc.startup_stderr {
             use std::io::Write;
-            let _ = std::io::stderr().write_all(agent::with_env_values(text).as_bytes());
+            let _ = std::io::stderr().write_all(substitute::with_env_values(text).as_bytes());
         }
         log(&format!("exiting with {code} on start, as scripted"));
         std::process::exit(code);
