@@ -4,9 +4,9 @@ use super::*;
 use crate::cursor::SubagentType;
 
 #[test]
-fn every_agent_method_classifies_as_itself() {
+fn every_method_classifies_as_itself_and_only_the_agents_are_known() {
     let params = json!({});
-    for method in [
+    let agent_sends = [
         SESSION_UPDATE,
         SESSION_REQUEST_PERMISSION,
         ASK_QUESTION,
@@ -14,15 +14,13 @@ fn every_agent_method_classifies_as_itself() {
         UPDATE_TODOS,
         TASK,
         GENERATE_IMAGE,
-        "cursor/foo",
-        "fs/read_text_file",
-    ] {
-        assert_eq!(AgentMessage::classify(method, &params).method(), method);
+    ];
+    for method in ALL.iter().copied().chain(["cursor/foo", "fs/read_text_file"]) {
+        let message = AgentMessage::classify(method, &params);
+        assert_eq!(message.method(), method);
+        let unknown = matches!(message, AgentMessage::Unknown { .. });
+        assert_eq!(unknown, !agent_sends.contains(&method), "{method}");
     }
-    assert!(matches!(
-        AgentMessage::classify("cursor/foo", &params),
-        AgentMessage::Unknown { method: "cursor/foo" }
-    ));
 }
 
 #[test]

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::test_events::{last_tool, notices};
 use crate::test_rng::Rng;

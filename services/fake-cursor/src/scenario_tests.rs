@@ -1,4 +1,3 @@
-
 use nix::sys::signal::Signal;
 
 use super::*;
