@@ -59,8 +59,6 @@ pub fn spawn_sleeper(setsid: bool, ignore_sigterm: bool, inherit_stdio: bool) ->
     }
 }
 
-/// Modes, models and (for a client that opted in) `configOptions`, as `session/new`
-
 /// A path of an access report: relative ones are the session cwd's; `@closure` is the
 /// directory of the `…/index.js` this process was started with (a pinned closure).
 fn probe_path(session_cwd: Option<&Path>, path: &str) -> PathBuf {
