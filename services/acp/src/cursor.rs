@@ -10,10 +10,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Number, Value};
 
-/// The names, re-exported for callers that still match on `cursor::*`; new code uses
-/// [`crate::methods`] or classifies with [`crate::AgentMessage`].
-pub use crate::methods::{ASK_QUESTION, CREATE_PLAN, GENERATE_IMAGE, TASK, UPDATE_TODOS};
-
 /// Params of `cursor/ask_question`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

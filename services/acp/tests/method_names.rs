@@ -8,39 +8,11 @@
 //! `authenticate`) counts only where it is used as a method: a call argument (after
 //! `(`), a comparison operand (after `==` / `!=`) or a match pattern (before `=>` or
 //! `|`), since the same words are also phase labels and configuration keys.
-//!
-//! [`NOT_YET_MIGRATED`] lists the sites that predate the rule. It only shrinks: a site
-//! not in it fails, and so does an entry whose site is gone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cursor_runner_acp::methods;
-
-/// Exceptions: production sites that still quote a method name, as (file, name, how
-/// many times). Each is to be replaced by its `methods::` constant or by classifying
-/// with `AgentMessage::classify`; then its entry goes.
-const NOT_YET_MIGRATED: &[(&str, &str, usize)] = &[
-    ("services/executions/src/actor.rs", "cursor/list_available_models", 2),
-    ("services/executions/src/actor.rs", "session/cancel", 2),
-    ("services/executions/src/actor.rs", "session/prompt", 1),
-    ("services/executions/src/actor.rs", "session/request_permission", 1),
-    ("services/executions/src/actor.rs", "session/set_config_option", 1),
-    ("services/executions/src/actor.rs", "session/set_mode", 1),
-    ("services/executions/src/actor.rs", "session/set_model", 1),
-    ("services/executions/src/actor.rs", "session/update", 3),
-    ("services/executions/src/handshake.rs", "authenticate", 1),
-    ("services/executions/src/handshake.rs", "initialize", 1),
-    ("services/executions/src/handshake.rs", "session/load", 1),
-    ("services/executions/src/handshake.rs", "session/new", 1),
-    ("services/executions/src/handshake.rs", "session/update", 1),
-    ("services/runner/src/doctor.rs", "cursor/list_available_models", 1),
-    ("services/runner/src/doctor.rs", "initialize", 1),
-    ("services/runner/src/doctor.rs", "session/fork", 1),
-    ("services/runner/src/doctor.rs", "session/list", 1),
-    ("services/runner/src/doctor.rs", "session/new", 1),
-    ("services/runner/src/doctor.rs", "session/resume", 1),
-];
 
 /// Where names may be spelled: their home, and `fake-cursor`, the independent peer, which
 /// keeps its own spellings on purpose so that client and fake cannot share a mistake.
@@ -60,30 +32,12 @@ fn no_production_source_outside_acp_methods_quotes_a_method_name() {
             *found.entry((relative.clone(), name)).or_default() += 1;
         }
     }
-    let allowed: BTreeMap<(String, String), usize> = NOT_YET_MIGRATED
+    let faults: Vec<String> = found
         .iter()
-        .map(|(file, name, n)| (((*file).to_owned(), (*name).to_owned()), *n))
+        .map(|((file, name), n)| {
+            format!("{file} quotes \"{name}\" {n} times: use its `methods::` constant or `AgentMessage::classify`")
+        })
         .collect();
-    let mut faults = Vec::new();
-    for (site, n) in &found {
-        match allowed.get(site) {
-            Some(expected) if expected == n => {}
-            Some(expected) => faults.push(format!(
-                "{} quotes \"{}\" {n} times, NOT_YET_MIGRATED says {expected}: use `methods::` (and lower the count)",
-                site.0, site.1
-            )),
-            None => faults.push(format!(
-                "{} quotes \"{}\" {n} times: use its `methods::` constant or `AgentMessage::classify`",
-                site.0, site.1
-            )),
-        }
-    }
-    for site in allowed.keys().filter(|site| !found.contains_key(*site)) {
-        faults.push(format!(
-            "{} no longer quotes \"{}\": remove its NOT_YET_MIGRATED entry",
-            site.0, site.1
-        ));
-    }
     assert!(faults.is_empty(), "{}", faults.join("\n"));
 }
 

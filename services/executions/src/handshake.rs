@@ -7,6 +7,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use cursor_runner_acp::methods;
 use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcError, schema};
 use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ pub(crate) async fn initialize(connection: &AcpConnection, limit: Duration) -> R
     let mut initialize = serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
     // `subagents`: child agents' lifecycles and transcripts on the parent's stream.
     initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true, "subagents": true});
-    timed(limit, connection.request("initialize", initialize)).await
+    timed(limit, connection.request(methods::INITIALIZE, initialize)).await
 }
 
 /// The ids of the `authMethods` an agent advertised in `initialize`.
@@ -84,7 +85,7 @@ pub(crate) async fn authenticate(
     }
     timed(
         limit,
-        connection.request("authenticate", json!({"methodId": method_id})),
+        connection.request(methods::AUTHENTICATE, json!({"methodId": method_id})),
     )
     .await
     .map(drop)
@@ -133,7 +134,7 @@ pub(crate) async fn new_session(
     let mut new_session = serde_json::to_value(schema::NewSessionRequest::new(workspace))
         .map_err(|e| EngineError::internal(e.to_string()))?;
     new_session["mcpServers"] = mcp_servers.clone();
-    let mut result = timed(limit, connection.request("session/new", new_session)).await?;
+    let mut result = timed(limit, connection.request(methods::SESSION_NEW, new_session)).await?;
     let session_id = result["sessionId"].as_str().map(str::to_owned).ok_or_else(|| {
         EngineError::new(
             ErrorKind::Unavailable,
@@ -182,7 +183,7 @@ pub(crate) async fn load_session(
     // behind for the session to stream.
     let exited = || EngineError::new(ErrorKind::Unavailable, Reason::AgentExited, "the agent exited");
     let id = connection
-        .start_request("session/load", params)
+        .start_request(methods::SESSION_LOAD, params)
         .await
         .map_err(|_| exited())?;
     let deadline = tokio::time::Instant::now() + limit;
@@ -194,7 +195,7 @@ pub(crate) async fn load_session(
         };
         match message {
             Some(Inbound::Response { id: answered, result }) if answered == id => break Ok(result),
-            Some(Inbound::Notification { method, .. }) if method == "session/update" => replayed += 1,
+            Some(Inbound::Notification { method, .. }) if method == methods::SESSION_UPDATE => replayed += 1,
             // Nothing may be asked while the session is being loaded.
             Some(Inbound::Request(request)) => {
                 let refusal = RpcError::new(cursor_runner_acp::METHOD_NOT_FOUND, "the session is still loading");

@@ -1,5 +1,6 @@
 //! The models an agent offers, from `cursor/list_available_models` or from what `session/new` reported.
 
+use cursor_runner_acp::methods;
 use serde_json::Value;
 
 use crate::session_config;
@@ -37,7 +38,7 @@ impl ModelCatalog {
             .collect();
         Self {
             models,
-            source: "cursor/list_available_models",
+            source: methods::LIST_AVAILABLE_MODELS,
         }
     }
 

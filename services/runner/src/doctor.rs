@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use cursor_runner_acp::methods;
 use cursor_runner_acp::{AcpConnection, AcpError};
 use cursor_runner_supervisor::distribution::{Platform, VerifyMode};
 use cursor_runner_supervisor::isolation::{AgentIsolation, IsolationLayer};
@@ -242,15 +243,15 @@ async fn probe(command: AgentCommand) -> anyhow::Result<Value> {
     let cwd = workspace.display().to_string();
     let calls: [(&str, Value); 6] = [
         (
-            "initialize",
+            methods::INITIALIZE,
             json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false}}),
         ),
-        ("session/new", json!({"cwd": cwd, "mcpServers": []})),
-        ("session/list", json!({"cwd": cwd})),
-        ("cursor/list_available_models", json!({})),
-        ("session/fork", json!({"sessionId": "probe", "cwd": cwd})),
+        (methods::SESSION_NEW, json!({"cwd": cwd, "mcpServers": []})),
+        (methods::SESSION_LIST, json!({"cwd": cwd})),
+        (methods::LIST_AVAILABLE_MODELS, json!({})),
+        (methods::SESSION_FORK, json!({"sessionId": "probe", "cwd": cwd})),
         (
-            "session/resume",
+            methods::SESSION_RESUME,
             json!({"sessionId": "probe", "cwd": cwd, "mcpServers": []}),
         ),
     ];

@@ -1,7 +1,7 @@
 //! What the agent streams: session updates in batches through the turn's normalizer, and Cursor's extension notifications.
 
-use cursor_runner_acp::cursor::{self};
-use cursor_runner_acp::{AcpError, Inbound, InboundStream};
+use cursor_runner_acp::cursor::GenerateImageParams;
+use cursor_runner_acp::{AcpError, AgentMessage, Inbound, InboundStream, methods};
 use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
@@ -14,11 +14,9 @@ impl Actor {
     pub(super) async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
         match message {
             Inbound::Request(request) => self.on_agent_request(request).await?,
-            Inbound::Notification { method, params } => match method.as_str() {
-                "session/update" => self.on_session_update(&params).await?,
-                cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
-                    self.on_extension(&method, &params).await?
-                }
+            Inbound::Notification { method, params } => match AgentMessage::classify(&method, &params) {
+                AgentMessage::SessionUpdate(update) => self.on_session_update(update.params).await?,
+                message if message.is_fire_and_forget() => self.on_extension(&message).await?,
                 _ => {}
             },
             Inbound::Invalid { reason } => {
@@ -50,23 +48,22 @@ impl Actor {
         Ok(Ending::Continue)
     }
 
-    pub(super) async fn on_extension(&mut self, method: &str, params: &Value) -> Result<(), EngineError> {
-        if method == cursor::GENERATE_IMAGE {
-            return self.on_generated_image(params).await;
+    /// Cursor's fire-and-forget extensions: todos and tasks through the normalizer, a
+    /// generated image checked on disk first.
+    pub(super) async fn on_extension(&mut self, message: &AgentMessage<'_>) -> Result<(), EngineError> {
+        if let AgentMessage::GenerateImage(image) = message {
+            return self.on_generated_image(image).await;
         }
         let (turn_id, payloads) = match self.turn.as_mut() {
-            Some(turn) => (
-                Some(turn.record.id.clone()),
-                turn.normalizer.on_extension(method, params),
-            ),
-            None => (None, self.session_normalizer.on_extension(method, params)),
+            Some(turn) => (Some(turn.record.id.clone()), turn.normalizer.on_agent_message(message)),
+            None => (None, self.session_normalizer.on_agent_message(message)),
         };
         self.events.emit(turn_id.as_deref(), payloads).await
     }
 
     /// `cursor/generate_image`: every path is checked on disk (inside the workspace by
     /// real path, a regular file, no symlink) before an event refers to it.
-    pub(super) async fn on_generated_image(&mut self, params: &Value) -> Result<(), EngineError> {
+    pub(super) async fn on_generated_image(&mut self, image: &GenerateImageParams) -> Result<(), EngineError> {
         let workspace = std::path::Path::new(&self.record.workspace);
         let mut refused = 0;
         let mut check = |path: &str| match workspace_file(workspace, path) {
@@ -76,16 +73,14 @@ impl Actor {
                 None
             }
         };
-        let reference = params["filePath"].as_str().and_then(&mut check);
-        let viewed: Vec<String> = params["referenceImagePaths"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .filter_map(&mut check)
+        let reference = image.file_path.as_deref().and_then(&mut check);
+        let viewed: Vec<String> = image
+            .reference_image_paths
+            .iter()
+            .filter_map(|path| check(path))
             .collect();
-        let tool_call_id = params["toolCallId"].as_str().unwrap_or("unknown");
-        let description = params["description"].as_str().unwrap_or_default();
+        let tool_call_id = image.tool_call_id.as_deref().unwrap_or("unknown");
+        let description = image.description.as_deref().unwrap_or_default();
         let payloads = generated_image(tool_call_id, description, reference, viewed, refused);
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         self.events.emit(turn_id.as_deref(), payloads).await
@@ -109,7 +104,7 @@ impl Actor {
         let mut next = None;
         for _ in 1..MAX_UPDATES_PER_APPEND {
             match inbound.try_recv() {
-                Ok(Inbound::Notification { method, params }) if method == "session/update" => {
+                Ok(Inbound::Notification { method, params }) if method == methods::SESSION_UPDATE => {
                     payloads.extend(self.normalize_update(&params));
                 }
                 Ok(other) => {

@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use cursor_runner_acp::cursor::{self, AskQuestionParams, CreatePlanParams};
-use cursor_runner_acp::{AgentRequest, RpcError};
+use cursor_runner_acp::{AgentMessage, AgentRequest, MalformedParams, RpcError};
 use cursor_runner_activity::*;
 use cursor_runner_store::{InteractionRecord, StoreError, now_ms};
 use serde_json::{Value, json};
@@ -23,49 +22,49 @@ use super::data::*;
 
 impl Actor {
     pub(super) async fn on_agent_request(&mut self, request: AgentRequest) -> Result<(), EngineError> {
-        match request.method.as_str() {
-            cursor::ASK_QUESTION => {
-                let parsed = serde_json::from_value::<AskQuestionParams>(request.params.clone())
-                    .map_err(|e| RequestRefused(format!("malformed cursor/ask_question: {e}")))
-                    .and_then(QuestionRequest::from_native)
-                    .map(PersistedRequest::Question);
-                self.open_interaction(request, parsed).await
-            }
-            cursor::CREATE_PLAN => {
-                let parsed = serde_json::from_value::<CreatePlanParams>(request.params.clone())
-                    .map_err(|e| RequestRefused(format!("malformed cursor/create_plan: {e}")))
-                    .and_then(PlanRequest::from_native)
-                    .map(PersistedRequest::Plan);
-                self.open_interaction(request, parsed).await
-            }
-            "session/request_permission" => {
-                let parsed = PermissionRequest::from_native(&request.params, self.policy).and_then(|p| {
-                    let child_session = self
-                        .turn
-                        .as_ref()
-                        .is_some_and(|t| t.normalizer.child_for(Some(&p.session_id), None).is_some());
-                    if p.session_id == self.session_id || child_session {
-                        Ok(PersistedRequest::Permission(p))
-                    } else {
-                        Err(RequestRefused(format!(
-                            "a permission for foreign session `{}`",
-                            p.session_id
-                        )))
-                    }
-                });
-                self.open_interaction(request, parsed).await
-            }
-            // Fire-and-forget extensions: acknowledged at once, never waiting on anyone.
-            cursor::UPDATE_TODOS | cursor::TASK | cursor::GENERATE_IMAGE => {
+        let refused = |e: MalformedParams| RequestRefused(e.to_string());
+        let parsed = match request.classify() {
+            AgentMessage::AskQuestion(params) => params
+                .map_err(refused)
+                .and_then(QuestionRequest::from_native)
+                .map(PersistedRequest::Question),
+            AgentMessage::CreatePlan(params) => params
+                .map_err(refused)
+                .and_then(PlanRequest::from_native)
+                .map(PersistedRequest::Plan),
+            AgentMessage::RequestPermission(params) => self.permission_request(params),
+            message if message.is_fire_and_forget() => {
+                // Acknowledged at once, never waiting on anyone.
+                drop(message);
                 let (method, params) = (request.method.clone(), request.params.clone());
                 respond(request, Ok(json!({}))).await;
-                self.on_extension(&method, &params).await
+                return self.on_extension(&AgentMessage::classify(&method, &params)).await;
             }
-            method => {
-                let error = RpcError::method_not_found(method);
+            message => {
+                let error = RpcError::method_not_found(message.method());
+                drop(message);
                 respond(request, Err(error)).await;
-                Ok(())
+                return Ok(());
             }
+        };
+        self.open_interaction(request, parsed).await
+    }
+
+    /// A permission request, accepted only for this execution's session or a child the
+    /// running turn knows.
+    fn permission_request(&self, params: &Value) -> Result<PersistedRequest, RequestRefused> {
+        let permission = PermissionRequest::from_native(params, self.policy)?;
+        let child_session = self
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.normalizer.child_for(Some(&permission.session_id), None).is_some());
+        if permission.session_id == self.session_id || child_session {
+            Ok(PersistedRequest::Permission(permission))
+        } else {
+            Err(RequestRefused(format!(
+                "a permission for foreign session `{}`",
+                permission.session_id
+            )))
         }
     }
 

@@ -1,5 +1,6 @@
 //! How an execution ends: closing, draining, a lost or failed agent, a fenced writer, and the fenced write of its row.
 
+use cursor_runner_acp::methods;
 use cursor_runner_acp::schema;
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, Patience, StoreError, now_ms};
@@ -123,7 +124,7 @@ impl Actor {
         self.save_record().await?;
         if self.turn.is_some() {
             let notify = schema::CancelNotification::new(self.session_id.clone());
-            let _ = self.connection.notify("session/cancel", notify).await;
+            let _ = self.connection.notify(methods::SESSION_CANCEL, notify).await;
         }
         self.settle_pending("turn_cancelled").await?;
         // A process that ends its session cleanly may serve the profile again.

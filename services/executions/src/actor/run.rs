@@ -1,5 +1,6 @@
 //! The actor's loop: one command, agent message, timer or workspace violation at a time.
 
+use cursor_runner_acp::methods;
 use cursor_runner_acp::{Inbound, InboundStream};
 use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_watch::{Violation, WorkspaceWatcher};
@@ -55,7 +56,7 @@ impl Actor {
                     self.touch_turn();
                     match message {
                         Some(Inbound::Closed { .. }) | None => self.on_process_lost().instrument(turn_span.clone()).await,
-                        Some(Inbound::Notification { method, params }) if method == "session/update" => {
+                        Some(Inbound::Notification { method, params }) if method == methods::SESSION_UPDATE => {
                             self.on_updates(params, &mut inbound).instrument(turn_span.clone()).await
                         }
                         Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,

@@ -1,6 +1,7 @@
 //! The session's configuration: model, parameters and mode applied and echo-checked, changed between turns, and the model catalog.
 
 use cursor_runner_acp::AcpError;
+use cursor_runner_acp::methods;
 use cursor_runner_store::ExecutionRecord;
 use serde_json::{Value, json};
 
@@ -86,9 +87,12 @@ impl Actor {
             } else {
                 json!({"sessionId": self.session_id, "configId": config_id, "value": value})
             };
-            let answered = handshake::timed(limit, self.connection.request("session/set_config_option", params))
-                .await
-                .map_err(|e| refused_change(e, config_id, value))?;
+            let answered = handshake::timed(
+                limit,
+                self.connection.request(methods::SESSION_SET_CONFIG_OPTION, params),
+            )
+            .await
+            .map_err(|e| refused_change(e, config_id, value))?;
             if answered["configOptions"].is_array() {
                 self.config_options = answered["configOptions"].clone();
             }
@@ -111,7 +115,7 @@ impl Actor {
         };
         if let Some(model_id) = session_config::legacy_model_id(&self.legacy_models, request)? {
             let params = json!({"sessionId": self.session_id, "modelId": model_id});
-            handshake::timed(limit, self.connection.request("session/set_model", params))
+            handshake::timed(limit, self.connection.request(methods::SESSION_SET_MODEL, params))
                 .await
                 .map_err(|e| refused_change(e, "model", &model_id))?;
             config.model = request.model.clone();
@@ -133,7 +137,7 @@ impl Actor {
                 .with("requested", mode.clone()));
             }
             let params = json!({"sessionId": self.session_id, "modeId": mode});
-            handshake::timed(limit, self.connection.request("session/set_mode", params))
+            handshake::timed(limit, self.connection.request(methods::SESSION_SET_MODE, params))
                 .await
                 .map_err(|e| refused_change(e, "mode", mode))?;
             config.mode = Some(mode.clone());
@@ -208,7 +212,7 @@ impl Actor {
             return Ok(ModelCatalog::from_session(&self.config_options, &self.legacy_models));
         }
         let limit = self.config.handshake_timeout;
-        let call = self.connection.request("cursor/list_available_models", json!({}));
+        let call = self.connection.request(methods::LIST_AVAILABLE_MODELS, json!({}));
         match tokio::time::timeout(limit, call).await {
             Ok(Ok(result)) => Ok(ModelCatalog::from_list(&result)),
             Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::METHOD_NOT_FOUND => {
@@ -222,7 +226,7 @@ impl Actor {
             Err(_) => Err(EngineError::new(
                 ErrorKind::Unavailable,
                 Reason::AgentUnresponsive,
-                format!("cursor/list_available_models got no answer within {limit:?}"),
+                format!("{} got no answer within {limit:?}", methods::LIST_AVAILABLE_MODELS),
             )),
         }
     }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use cursor_runner_acp::methods;
 use cursor_runner_acp::{AcpError, schema};
 use cursor_runner_activity::*;
 use cursor_runner_store::{TurnRecord, now_ms};
@@ -155,7 +156,11 @@ impl Actor {
             request["_meta"] = json!(trace_context);
         }
         // The prompt's response comes back in wire order, after the updates before it.
-        let prompt_request_id = self.connection.start_request("session/prompt", request).await.ok();
+        let prompt_request_id = self
+            .connection
+            .start_request(methods::SESSION_PROMPT, request)
+            .await
+            .ok();
         self.turn = Some(ActiveTurn {
             normalizer: self.turn_normalizer(&record.id),
             record: record.clone(),
@@ -185,7 +190,7 @@ impl Actor {
         if turn.cancel_deadline.is_none() {
             turn.cancel_deadline = Some(Instant::now() + self.config.cancel_grace);
             let notify = schema::CancelNotification::new(self.session_id.clone());
-            if let Err(e) = self.connection.notify("session/cancel", notify).await {
+            if let Err(e) = self.connection.notify(methods::SESSION_CANCEL, notify).await {
                 tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
             }
             self.settle_pending(reason).await?;
