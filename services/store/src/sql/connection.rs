@@ -1,0 +1,195 @@
+//! Backend setup: the pool for a URL (PostgreSQL or SQLite), migrations on connect, and
+//! `on_pool!`, which runs one statement on either pool with the observer's timing and the
+//! store's [`Patience`] for transient failures.
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::{PgPool, SqlitePool};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::claim::SoleService;
+use crate::contract::*;
+
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// Connections a service opens to PostgreSQL.
+const PG_MAX_CONNECTIONS: u32 = 8;
+
+/// How long an operation waits for a connection before it fails `Unavailable`: while the
+/// database is down, a caller gets a typed answer it can retry instead of its own deadline.
+const PG_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+pub(super) enum Pool {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` on whichever pool this store has (the expression is compiled once per
+/// backend), timing each attempt for the observer under the name of the method it is in (a
+/// `Store` method: a small closed set), and retrying transient failures as the store's
+/// [`Patience`] says. `on_pool!(@attempts …)` yields `(outcome, retried)` for the methods
+/// that must tell "already there" after a retry from a real conflict.
+macro_rules! on_pool {
+    ($self:ident, |$pool:ident| $body:expr) => {{ on_pool!(@attempts $self, |$pool| $body).0? }};
+    (@attempts $self:ident, |$pool:ident| $body:expr) => {{
+        fn here() {}
+        let operation = $crate::sql::connection::operation_name(std::any::type_name_of_val(&here));
+        let mut attempts = $crate::retry::Attempts::new($self.patience, std::time::Instant::now());
+        loop {
+            let started = std::time::Instant::now();
+            let outcome: $crate::contract::StoreResult<_> = async {
+                Ok(match &$self.shared.pool {
+                    $crate::sql::connection::Pool::Postgres($pool) => $body,
+                    $crate::sql::connection::Pool::Sqlite($pool) => $body,
+                })
+            }
+            .await;
+            $self.observe(operation, started.elapsed(), outcome.is_ok());
+            if let Err(e) = &outcome
+                && e.is_transient()
+                && let Some(pause) = attempts.after_transient_failure(std::time::Instant::now())
+            {
+                tracing::warn!(operation, error = %e, retry_in_ms = pause.as_millis() as u64, "store unavailable; retrying");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            break (outcome, attempts.retried());
+        }
+    }};
+}
+pub(super) use on_pool;
+
+/// `…::SqlStore>::insert_execution::{{closure}}::here` → `insert_execution`.
+pub(super) fn operation_name(path: &'static str) -> &'static str {
+    path.rsplit("::")
+        .find(|segment| *segment != "here" && !segment.starts_with('{'))
+        .unwrap_or("unknown")
+}
+
+/// The one SQL implementation of [`Store`] for both backends.
+pub struct SqlStore {
+    pub(super) shared: Arc<Shared>,
+    pub(super) patience: Patience,
+}
+
+/// What every patience of one store shares.
+pub(super) struct Shared {
+    pub(super) pool: Pool,
+    pub(super) observer: std::sync::OnceLock<Arc<dyn StoreObserver>>,
+    pub(super) sole_service: SoleService,
+}
+
+impl SqlStore {
+    /// `postgres://…` or `sqlite:PATH` / `sqlite::memory:`; migrations run on connect.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let sole_service;
+        let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)?;
+            sole_service = SoleService::postgres(options.clone());
+            // The pool retries a refused or unauthenticated connection until its acquire
+            // timeout and then reports only "pool timed out"; one direct connection first
+            // fails at once with the server's real answer.
+            PgConnection::connect_with(&options).await?.close().await?;
+            Pool::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(PG_MAX_CONNECTIONS)
+                    .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+                    .connect_with(options)
+                    .await?,
+            )
+        } else if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .busy_timeout(std::time::Duration::from_secs(10))
+                .foreign_keys(true);
+            // An in-memory database lives in one connection; a file may have several.
+            let max = if url.contains(":memory:") { 1 } else { 4 };
+            sole_service = if url.contains(":memory:") {
+                SoleService::unshared()
+            } else {
+                SoleService::sqlite_file(options.get_filename())
+            };
+            Pool::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(max)
+                    .connect_with(options)
+                    .await?,
+            )
+        } else {
+            return Err(StoreError::UnsupportedUrl(redact_url(url)));
+        };
+        let store = Self {
+            shared: Arc::new(Shared {
+                pool,
+                observer: std::sync::OnceLock::new(),
+                sole_service,
+            }),
+            patience: Patience::None,
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        let result = match &self.shared.pool {
+            Pool::Postgres(pool) => PG_MIGRATOR.run(pool).await,
+            Pool::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await,
+        };
+        result.map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    pub(super) fn observe(&self, operation: &'static str, took: std::time::Duration, ok: bool) {
+        if let Some(observer) = self.shared.observer.get() {
+            observer.observed(operation, took, ok);
+        }
+    }
+}
+
+/// An insert retried after a transient failure that finds its row already there: the
+/// failed attempt committed (the ids are the writer's own), so it succeeded.
+pub(super) fn already_there_after_retry(outcome: StoreResult<u64>, retried: bool) -> StoreResult<()> {
+    match outcome {
+        Err(StoreError::Duplicate) if retried => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// A URL with its password removed, for error messages.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{operation_name, redact_url};
+
+    #[test]
+    fn an_operation_is_named_by_its_store_method() {
+        fn here() {}
+        assert_eq!(
+            operation_name(std::any::type_name_of_val(&here)),
+            "an_operation_is_named_by_its_store_method"
+        );
+        assert_eq!(
+            operation_name(
+                "cursor_runner_store::sql::turns::<impl cursor_runner_store::sql::connection::SqlStore>::insert_turn::{{closure}}::here"
+            ),
+            "insert_turn"
+        );
+    }
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(redact_url("mysql://u:secret@h/db"), "mysql://…@h/db");
+        assert!(!redact_url("x://a:b@c").contains('b') || redact_url("x://a:b@c").ends_with("@c"));
+    }
+}

@@ -1,0 +1,183 @@
+//! Execution rows: insert, the compare-and-set update, the generation fence, reads,
+//! and the sessions recorded on them.
+
+use super::connection::{SqlStore, already_there_after_retry, on_pool};
+use crate::contract::*;
+use crate::records::*;
+
+const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms";
+
+impl SqlStore {
+    pub(super) async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            sqlx::query(
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
+        )
+        .bind(&e.id)
+        .bind(&e.tenant_id)
+        .bind(&e.state)
+        .bind(e.generation)
+        .bind(&e.workspace)
+        .bind(&e.session_id)
+        .bind(&e.active_turn_id)
+        .bind(e.turn_count)
+        .bind(e.pid)
+        .bind(e.exit_code)
+        .bind(e.exit_signal)
+        .bind(&e.failure_reason)
+        .bind(&e.failure_message)
+        .bind(e.acked_sequence)
+        .bind(e.created_at_ms)
+        .bind(e.updated_at_ms)
+        .bind(&e.approval_policy)
+        .bind(e.interaction_wait_limit_ms)
+        .bind(&e.lease)
+        .bind(&e.session_config)
+        .bind(&e.credential_name)
+        .bind(e.turn_deadline_ms)
+        .bind(e.max_turns)
+        .bind(e.max_active_ms)
+        .bind(e.active_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        already_there_after_retry(outcome, retried)
+    }
+
+    pub(super) async fn update_execution(&self, expected_state: &str, e: &ExecutionRecord) -> StoreResult<bool> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            sqlx::query(
+                "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
+             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
+             credential_name = $13, active_ms = $14 \
+             WHERE id = $15 AND generation = $16 AND state = $17",
+            )
+            .bind(&e.state)
+            .bind(&e.session_id)
+            .bind(&e.active_turn_id)
+            .bind(e.turn_count)
+            .bind(e.pid)
+            .bind(e.exit_code)
+            .bind(e.exit_signal)
+            .bind(&e.failure_reason)
+            .bind(&e.failure_message)
+            .bind(e.updated_at_ms)
+            .bind(&e.lease)
+            .bind(&e.session_config)
+            .bind(&e.credential_name)
+            .bind(e.active_ms)
+            .bind(&e.id)
+            .bind(e.generation)
+            .bind(expected_state)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already `e`.
+            _ if retried => {
+                Ok(self.execution_state(&e.id, e.generation).await? == Some((e.state.clone(), e.updated_at_ms)))
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(super) async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id = $2");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    pub(super) async fn list_executions(
+        &self,
+        tenant_id: &str,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql =
+            format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(after_id.unwrap_or(""))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    pub(super) async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE state IN ('starting', 'ready', 'closing') ORDER BY id"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(pool)
+            .await?))
+    }
+
+    pub(super) async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND session_id = $2 ORDER BY id DESC LIMIT 1"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(session_id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    pub(super) async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE id IN \
+             (SELECT MAX(id) FROM executions WHERE tenant_id = $1 AND session_id IS NOT NULL AND session_id > $2 GROUP BY session_id) \
+             ORDER BY session_id LIMIT $3"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(after_session_id.unwrap_or(""))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    pub(super) async fn advance_generation(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        expected: i64,
+    ) -> StoreResult<bool> {
+        let n = on_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE executions SET generation = generation + 1 WHERE tenant_id = $1 AND id = $2 AND generation = $3",
+            )
+            .bind(tenant_id)
+            .bind(execution_id)
+            .bind(expected)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// An execution's state and update time at `generation`, to tell whether a retried
+    /// update had landed.
+    async fn execution_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, updated_at_ms FROM executions WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?))
+    }
+}

@@ -1,0 +1,107 @@
+//! Idempotency keys: a claim per (tenant, operation, request id) holding the request's
+//! digest, completed with the response a retry gets back.
+
+use super::connection::{SqlStore, on_pool};
+use crate::contract::*;
+use crate::records::*;
+
+impl SqlStore {
+    pub(super) async fn claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<IdempotencyClaim> {
+        let inserted = on_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms) \
+             VALUES ($1, $2, $3, $4, 'in_flight', $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind(request_digest)
+            .bind(now_ms())
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if inserted == 1 {
+            return Ok(IdempotencyClaim::Claimed);
+        }
+        let row: Option<(String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT request_digest, state, response FROM idempotency_keys \
+             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .fetch_optional(pool)
+        .await?);
+        Ok(match row {
+            // Released between our insert and our read: the caller may simply retry.
+            None => IdempotencyClaim::InFlight,
+            Some((digest, _, _)) if digest != request_digest => IdempotencyClaim::DigestMismatch,
+            Some((_, state, Some(response))) if state == "done" => {
+                IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
+            }
+            Some(_) => IdempotencyClaim::InFlight,
+        })
+    }
+
+    pub(super) async fn complete_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        response: &serde_json::Value,
+    ) -> StoreResult<()> {
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE idempotency_keys SET state = 'done', response = $4 \
+             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .bind(response.to_string())
+        .execute(pool)
+        .await?
+        .rows_affected());
+        Ok(())
+    }
+
+    pub(super) async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
+        on_pool!(self, |pool| {
+            sqlx::query(
+            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 AND state = 'in_flight'"
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.operation)
+        .bind(&key.request_id)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        Ok(())
+    }
+
+    pub(super) async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
+        Ok(on_pool!(self, |pool| sqlx::query(
+            "UPDATE idempotency_keys SET state = 'done', response = $1 WHERE state = 'in_flight'"
+        )
+        .bind(response.to_string())
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
+    pub(super) async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
+        Ok(on_pool!(self, |pool| sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (tenant_id, operation, request_id) IN \
+             (SELECT tenant_id, operation, request_id FROM idempotency_keys \
+              WHERE state = 'done' AND created_at_ms < $1 ORDER BY created_at_ms LIMIT $2)"
+        )
+        .bind(created_before_ms)
+        .bind(limit)
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+}

@@ -1,0 +1,111 @@
+//! Interaction rows: insert, the fenced compare-and-set transition, reads.
+
+use super::connection::{SqlStore, already_there_after_retry, on_pool};
+use crate::contract::*;
+use crate::records::*;
+
+impl SqlStore {
+    pub(super) async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            sqlx::query(
+            "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+        )
+        .bind(&i.id)
+        .bind(&i.execution_id)
+        .bind(&i.tenant_id)
+        .bind(i.generation)
+        .bind(&i.turn_id)
+        .bind(&i.native_request_id)
+        .bind(&i.kind)
+        .bind(&i.state)
+        .bind(&i.etag)
+        .bind(&i.request)
+        .bind(&i.outcome)
+        .bind(&i.answer_request_id)
+        .bind(&i.answer_fingerprint)
+        .bind(&i.reason)
+        .bind(&i.delivery)
+        .bind(i.replay_allowed)
+        .bind(i.created_at_ms)
+        .bind(i.updated_at_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        already_there_after_retry(outcome, retried)
+    }
+
+    pub(super) async fn transition_interaction(
+        &self,
+        expected_state: &str,
+        i: &InteractionRecord,
+    ) -> StoreResult<bool> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            sqlx::query(
+                "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
+             reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
+             WHERE id = $9 AND generation = $10 AND state = $11 \
+             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = interactions.execution_id AND e.generation = $10)",
+            )
+            .bind(&i.state)
+            .bind(&i.outcome)
+            .bind(&i.answer_request_id)
+            .bind(&i.answer_fingerprint)
+            .bind(&i.reason)
+            .bind(&i.delivery)
+            .bind(i.replay_allowed)
+            .bind(i.updated_at_ms)
+            .bind(&i.id)
+            .bind(i.generation)
+            .bind(expected_state)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already `next`.
+            _ if retried => {
+                Ok(self.interaction_state(&i.id, i.generation).await? == Some((i.state.clone(), i.updated_at_ms)))
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(super) async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT * FROM interactions WHERE tenant_id = $1 AND id = $2"
+        )
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?))
+    }
+
+    pub(super) async fn list_interactions(&self, q: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT * FROM interactions WHERE tenant_id = $1 AND ($2 = '' OR execution_id = $2) \
+             AND ($3 = '' OR state = $3) AND id > $4 ORDER BY id LIMIT $5"
+        )
+        .bind(&q.tenant_id)
+        .bind(q.execution_id.as_deref().unwrap_or(""))
+        .bind(q.state.as_deref().unwrap_or(""))
+        .bind(q.after_id.as_deref().unwrap_or(""))
+        .bind(q.limit)
+        .fetch_all(pool)
+        .await?))
+    }
+
+    /// An interaction's state and update time at `generation`, to tell whether a retried
+    /// transition had landed (the time tells this transition from an earlier one).
+    async fn interaction_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+        Ok(on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, updated_at_ms FROM interactions WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?))
+    }
+}

@@ -1,0 +1,158 @@
+//! The SQL implementation shared by both backends: one module per concept, each adding
+//! its statements to [`SqlStore`]; this file only maps the [`Store`] trait onto them.
+//!
+//! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `claim`; the
+//! concept modules use `connection`; this file uses them all.
+
+mod claim;
+mod connection;
+mod events;
+mod executions;
+mod idempotency;
+mod interactions;
+mod turns;
+
+pub use connection::SqlStore;
+
+use async_trait::async_trait;
+use std::sync::Arc;
+
+use crate::contract::*;
+use crate::records::*;
+use connection::Pool;
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.shared.pool {
+            Pool::Postgres(_) => "postgres",
+            Pool::Sqlite(_) => "sqlite",
+        }
+    }
+
+    fn observe_with(&self, observer: Arc<dyn StoreObserver>) {
+        let _ = self.shared.observer.set(observer);
+    }
+
+    fn with_patience(&self, patience: Patience) -> Arc<dyn Store> {
+        Arc::new(Self {
+            shared: self.shared.clone(),
+            patience,
+        })
+    }
+
+    async fn claim_sole_service(&self) -> StoreResult<()> {
+        self.shared.sole_service.claim().await
+    }
+
+    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
+        SqlStore::claim_idempotency(self, key, request_digest).await
+    }
+    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()> {
+        SqlStore::complete_idempotency(self, key, response).await
+    }
+    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
+        SqlStore::release_idempotency(self, key).await
+    }
+    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
+        SqlStore::complete_abandoned_idempotency(self, response).await
+    }
+    async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
+        SqlStore::prune_idempotency(self, created_before_ms, limit).await
+    }
+
+    async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()> {
+        SqlStore::insert_execution(self, execution).await
+    }
+    async fn update_execution(&self, expected_state: &str, execution: &ExecutionRecord) -> StoreResult<bool> {
+        SqlStore::update_execution(self, expected_state, execution).await
+    }
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
+        SqlStore::advance_generation(self, tenant_id, execution_id, expected).await
+    }
+    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        SqlStore::get_execution(self, tenant_id, id).await
+    }
+    async fn list_executions(
+        &self,
+        tenant_id: &str,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        SqlStore::list_executions(self, tenant_id, after_id, limit).await
+    }
+    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
+        SqlStore::list_live_executions(self).await
+    }
+    async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        SqlStore::find_session(self, tenant_id, session_id).await
+    }
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        SqlStore::list_sessions(self, tenant_id, after_session_id, limit).await
+    }
+
+    async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {
+        SqlStore::insert_turn(self, turn).await
+    }
+    async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool> {
+        SqlStore::settle_turn(self, turn).await
+    }
+    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
+        SqlStore::get_turn(self, tenant_id, id).await
+    }
+    async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TurnRecord>> {
+        SqlStore::list_turns(self, tenant_id, execution_id, after_number, limit).await
+    }
+
+    async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()> {
+        SqlStore::insert_interaction(self, interaction).await
+    }
+    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool> {
+        SqlStore::transition_interaction(self, expected_state, next).await
+    }
+    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
+        SqlStore::get_interaction(self, tenant_id, id).await
+    }
+    async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
+        SqlStore::list_interactions(self, query).await
+    }
+
+    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
+        SqlStore::append_events(self, events).await
+    }
+    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
+        SqlStore::read_events(self, execution_id, after_sequence, limit).await
+    }
+    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {
+        SqlStore::head_sequence(self, execution_id).await
+    }
+    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>> {
+        SqlStore::oldest_sequence(self, execution_id).await
+    }
+    async fn prune_events(
+        &self,
+        execution_id: &str,
+        through: i64,
+        emitted_before_ms: i64,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        SqlStore::prune_events(self, execution_id, through, emitted_before_ms, limit).await
+    }
+    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>> {
+        SqlStore::acknowledged_executions(self, after_id, limit).await
+    }
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()> {
+        SqlStore::set_acked_sequence(self, tenant_id, execution_id, through).await
+    }
+}

@@ -1,0 +1,103 @@
+//! Turn rows: insert, settlement (compare-and-set from `running`), reads.
+
+use super::connection::{SqlStore, already_there_after_retry, on_pool};
+use crate::contract::*;
+use crate::records::*;
+
+const TURN_COLUMNS: &str = "id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage";
+
+impl SqlStore {
+    pub(super) async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            sqlx::query(
+            "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        )
+        .bind(&t.id)
+        .bind(&t.execution_id)
+        .bind(&t.tenant_id)
+        .bind(t.generation)
+        .bind(t.turn_number)
+        .bind(&t.state)
+        .bind(&t.stop_reason)
+        .bind(&t.failure_reason)
+        .bind(&t.failure_message)
+        .bind(t.started_at_ms)
+        .bind(t.ended_at_ms)
+        .bind(&t.credential_name)
+        .bind(&t.session_config)
+        .bind(&t.usage)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        already_there_after_retry(outcome, retried)
+    }
+
+    pub(super) async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            sqlx::query(
+            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
+             WHERE id = $7 AND generation = $8 AND state = 'running'"
+        )
+        .bind(&t.state)
+        .bind(&t.stop_reason)
+        .bind(&t.failure_reason)
+        .bind(&t.failure_message)
+        .bind(t.ended_at_ms)
+        .bind(&t.usage)
+        .bind(&t.id)
+        .bind(t.generation)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        });
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already ours.
+            _ if retried => Ok(self.turn_state(&t.id, t.generation).await?.as_deref() == Some(t.state.as_str())),
+            _ => Ok(false),
+        }
+    }
+
+    pub(super) async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
+        let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE tenant_id = $1 AND id = $2");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    pub(super) async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TurnRecord>> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE tenant_id = $1 AND execution_id = $2 AND turn_number > $3 \
+             ORDER BY turn_number LIMIT $4"
+        );
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(execution_id)
+            .bind(after_number)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// A turn's state at `generation`, to tell whether a retried settlement had landed.
+    async fn turn_state(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
+        let row: Option<(String,)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state FROM turns WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?);
+        Ok(row.map(|(state,)| state))
+    }
+}
