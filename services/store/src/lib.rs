@@ -1,15 +1,18 @@
 //! Persistence: executions, turns, interactions, the event outbox and idempotency
 //! digests, behind one [`Store`] trait. PostgreSQL is the reference backend; SQLite is
 //! the embedded single-node default. Both run the same SQL text (positional `$N`
-//! parameters, TEXT JSON, millisecond timestamps), so they cannot drift apart.
+//! parameters, TEXT JSON, millisecond timestamps), so they cannot drift apart. The
+//! in-memory [`MemoryStore`] keeps the same rules without I/O, for unit tests elsewhere.
 
 mod contract;
+mod memory;
 mod records;
 mod retry;
 mod sql;
 mod transient;
 
 pub use contract::*;
+pub use memory::MemoryStore;
 pub use records::*;
 pub use sql::SqlStore;
 

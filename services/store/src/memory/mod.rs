@@ -1,0 +1,187 @@
+//! An in-memory [`Store`] with the SQL backends' semantics and no I/O: for unit tests of
+//! what sits on the store (the pool, idempotency, streams) without a database. The
+//! behavioural suite (`tests/behaviour.rs`) holds it, SQLite and PostgreSQL to the same
+//! rules; where they differ, SQL is the reference.
+
+mod tables;
+
+use async_trait::async_trait;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use crate::contract::*;
+use crate::records::*;
+use tables::Tables;
+
+/// Clones share the same rows (and observer), like the patiences of one SQL store.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    tables: Arc<Mutex<Tables>>,
+    observer: Arc<OnceLock<Arc<dyn StoreObserver>>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs one operation on the rows as one atomic step, reported to the observer.
+    fn run<T>(&self, operation: &'static str, step: impl FnOnce(&mut Tables) -> T) -> StoreResult<T> {
+        self.try_run(operation, |tables| Ok(step(tables)))
+    }
+
+    /// [`Self::run`] for an operation that can be refused.
+    fn try_run<T>(&self, operation: &'static str, step: impl FnOnce(&mut Tables) -> StoreResult<T>) -> StoreResult<T> {
+        let started = std::time::Instant::now();
+        let outcome = step(&mut self.tables.lock().unwrap_or_else(PoisonError::into_inner));
+        if let Some(observer) = self.observer.get() {
+            observer.observed(operation, started.elapsed(), outcome.is_ok());
+        }
+        outcome
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn observe_with(&self, observer: Arc<dyn StoreObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// Nothing here is ever unavailable: every patience is the same store.
+    fn with_patience(&self, _patience: Patience) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
+    /// Nothing another process could share (like `sqlite::memory:`).
+    async fn claim_sole_service(&self) -> StoreResult<()> {
+        self.run("claim_sole_service", |_| ())
+    }
+
+    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
+        self.run("claim_idempotency", |t| t.claim_idempotency(key, request_digest))
+    }
+    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()> {
+        self.run("complete_idempotency", |t| t.complete_idempotency(key, response))
+    }
+    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
+        self.run("release_idempotency", |t| t.release_idempotency(key))
+    }
+    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
+        self.run("complete_abandoned_idempotency", |t| {
+            t.complete_abandoned_idempotency(response)
+        })
+    }
+    async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
+        self.run("prune_idempotency", |t| t.prune_idempotency(created_before_ms, limit))
+    }
+
+    async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()> {
+        self.try_run("insert_execution", |t| t.insert_execution(execution))
+    }
+    async fn update_execution(&self, expected_state: &str, execution: &ExecutionRecord) -> StoreResult<bool> {
+        self.run("update_execution", |t| t.update_execution(expected_state, execution))
+    }
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
+        self.run("advance_generation", |t| {
+            t.advance_generation(tenant_id, execution_id, expected)
+        })
+    }
+    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        self.run("get_execution", |t| t.get_execution(tenant_id, id))
+    }
+    async fn list_executions(
+        &self,
+        tenant_id: &str,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        self.run("list_executions", |t| t.list_executions(tenant_id, after_id, limit))
+    }
+    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
+        self.run("list_live_executions", |t| t.list_live_executions())
+    }
+    async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
+        self.run("find_session", |t| t.find_session(tenant_id, session_id))
+    }
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<ExecutionRecord>> {
+        self.run("list_sessions", |t| t.list_sessions(tenant_id, after_session_id, limit))
+    }
+
+    async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {
+        self.try_run("insert_turn", |t| t.insert_turn(turn))
+    }
+    async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool> {
+        self.run("settle_turn", |t| t.settle_turn(turn))
+    }
+    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
+        self.run("get_turn", |t| t.get_turn(tenant_id, id))
+    }
+    async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TurnRecord>> {
+        self.run("list_turns", |t| {
+            t.list_turns(tenant_id, execution_id, after_number, limit)
+        })
+    }
+
+    async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()> {
+        self.try_run("insert_interaction", |t| t.insert_interaction(interaction))
+    }
+    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool> {
+        self.run("transition_interaction", |t| {
+            t.transition_interaction(expected_state, next)
+        })
+    }
+    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
+        self.run("get_interaction", |t| t.get_interaction(tenant_id, id))
+    }
+    async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
+        self.run("list_interactions", |t| t.list_interactions(query))
+    }
+
+    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
+        self.try_run("append_events", |t| t.append_events(events))
+    }
+    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
+        self.run("read_events", |t| t.read_events(execution_id, after_sequence, limit))
+    }
+    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {
+        self.run("head_sequence", |t| t.head_sequence(execution_id))
+    }
+    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>> {
+        self.run("oldest_sequence", |t| t.oldest_sequence(execution_id))
+    }
+    async fn prune_events(
+        &self,
+        execution_id: &str,
+        through: i64,
+        emitted_before_ms: i64,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        self.run("prune_events", |t| {
+            t.prune_events(execution_id, through, emitted_before_ms, limit)
+        })
+    }
+    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>> {
+        self.run("acknowledged_executions", |t| {
+            t.acknowledged_executions(after_id, limit)
+        })
+    }
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()> {
+        self.run("set_acked_sequence", |t| {
+            t.set_acked_sequence(tenant_id, execution_id, through)
+        })
+    }
+}

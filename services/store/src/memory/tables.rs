@@ -1,0 +1,412 @@
+//! The memory store's rows and the rules the SQL statements and constraints enforce on
+//! them (primary and unique keys, foreign keys, compare-and-set `WHERE` clauses, ordering),
+//! one method per [`Store`](crate::Store) operation.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::contract::*;
+use crate::records::*;
+
+/// Execution states a previous incarnation may have left live (`list_live_executions`).
+const LIVE_STATES: [&str; 3] = ["starting", "ready", "closing"];
+
+#[derive(Default)]
+pub(super) struct Tables {
+    executions: BTreeMap<String, ExecutionRecord>,
+    turns: BTreeMap<String, TurnRecord>,
+    interactions: BTreeMap<String, InteractionRecord>,
+    /// By (execution id, sequence): the primary key, in read order.
+    events: BTreeMap<(String, i64), EventRecord>,
+    /// Every kept event's id (unique across executions).
+    event_ids: HashSet<String>,
+    idempotency: HashMap<IdempotencyKey, IdempotencyRow>,
+}
+
+struct IdempotencyRow {
+    digest: String,
+    /// `None` while the call is in flight; its stored response once done.
+    response: Option<serde_json::Value>,
+    created_at_ms: i64,
+}
+
+/// `LIMIT n` of a non-negative `n` (the callers' limits are).
+fn take(limit: i64) -> usize {
+    usize::try_from(limit).unwrap_or(0)
+}
+
+fn missing_parent(what: &str) -> StoreError {
+    StoreError::Database(format!("foreign key violation: no such {what}"))
+}
+
+impl Tables {
+    pub(super) fn claim_idempotency(&mut self, key: &IdempotencyKey, digest: &str) -> IdempotencyClaim {
+        match self.idempotency.get(key) {
+            None => {
+                let row = IdempotencyRow {
+                    digest: digest.to_owned(),
+                    response: None,
+                    created_at_ms: now_ms(),
+                };
+                self.idempotency.insert(key.clone(), row);
+                IdempotencyClaim::Claimed
+            }
+            Some(row) if row.digest != digest => IdempotencyClaim::DigestMismatch,
+            Some(IdempotencyRow {
+                response: Some(response),
+                ..
+            }) => IdempotencyClaim::Completed(response.clone()),
+            Some(_) => IdempotencyClaim::InFlight,
+        }
+    }
+
+    pub(super) fn complete_idempotency(&mut self, key: &IdempotencyKey, response: &serde_json::Value) {
+        if let Some(row) = self.idempotency.get_mut(key) {
+            row.response = Some(response.clone());
+        }
+    }
+
+    pub(super) fn release_idempotency(&mut self, key: &IdempotencyKey) {
+        if self.idempotency.get(key).is_some_and(|row| row.response.is_none()) {
+            self.idempotency.remove(key);
+        }
+    }
+
+    pub(super) fn complete_abandoned_idempotency(&mut self, response: &serde_json::Value) -> u64 {
+        let mut completed = 0;
+        for row in self.idempotency.values_mut().filter(|row| row.response.is_none()) {
+            row.response = Some(response.clone());
+            completed += 1;
+        }
+        completed
+    }
+
+    pub(super) fn prune_idempotency(&mut self, created_before_ms: i64, limit: i64) -> u64 {
+        let mut done: Vec<(i64, IdempotencyKey)> = self
+            .idempotency
+            .iter()
+            .filter(|(_, row)| row.response.is_some() && row.created_at_ms < created_before_ms)
+            .map(|(key, row)| (row.created_at_ms, key.clone()))
+            .collect();
+        done.sort_by(|a, b| {
+            (a.0, &a.1.tenant_id, &a.1.operation, &a.1.request_id).cmp(&(
+                b.0,
+                &b.1.tenant_id,
+                &b.1.operation,
+                &b.1.request_id,
+            ))
+        });
+        done.truncate(take(limit));
+        for (_, key) in &done {
+            self.idempotency.remove(key);
+        }
+        done.len() as u64
+    }
+
+    pub(super) fn insert_execution(&mut self, e: &ExecutionRecord) -> StoreResult<()> {
+        if self.executions.contains_key(&e.id) {
+            return Err(StoreError::Duplicate);
+        }
+        self.executions.insert(e.id.clone(), e.clone());
+        Ok(())
+    }
+
+    /// Writes the columns `UPDATE executions SET …` writes; the others (tenant, workspace,
+    /// policy, limits, acked sequence, creation time, generation) keep their values.
+    pub(super) fn update_execution(&mut self, expected_state: &str, e: &ExecutionRecord) -> bool {
+        let Some(row) = self.executions.get_mut(&e.id) else {
+            return false;
+        };
+        if row.generation != e.generation || row.state != expected_state {
+            return false;
+        }
+        row.state = e.state.clone();
+        row.session_id = e.session_id.clone();
+        row.active_turn_id = e.active_turn_id.clone();
+        row.turn_count = e.turn_count;
+        row.pid = e.pid;
+        row.exit_code = e.exit_code;
+        row.exit_signal = e.exit_signal;
+        row.failure_reason = e.failure_reason.clone();
+        row.failure_message = e.failure_message.clone();
+        row.updated_at_ms = e.updated_at_ms;
+        row.lease = e.lease.clone();
+        row.session_config = e.session_config.clone();
+        row.credential_name = e.credential_name.clone();
+        row.active_ms = e.active_ms;
+        true
+    }
+
+    pub(super) fn advance_generation(&mut self, tenant_id: &str, execution_id: &str, expected: i64) -> bool {
+        match self.executions.get_mut(execution_id) {
+            Some(row) if row.tenant_id == tenant_id && row.generation == expected => {
+                row.generation += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn get_execution(&self, tenant_id: &str, id: &str) -> Option<ExecutionRecord> {
+        self.executions.get(id).filter(|e| e.tenant_id == tenant_id).cloned()
+    }
+
+    pub(super) fn list_executions(&self, tenant_id: &str, after_id: Option<&str>, limit: i64) -> Vec<ExecutionRecord> {
+        self.executions
+            .values()
+            .filter(|e| e.tenant_id == tenant_id && e.id.as_str() > after_id.unwrap_or(""))
+            .take(take(limit))
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn list_live_executions(&self) -> Vec<ExecutionRecord> {
+        self.executions
+            .values()
+            .filter(|e| LIVE_STATES.contains(&e.state.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn find_session(&self, tenant_id: &str, session_id: &str) -> Option<ExecutionRecord> {
+        self.executions
+            .values()
+            .rev()
+            .find(|e| e.tenant_id == tenant_id && e.session_id.as_deref() == Some(session_id))
+            .cloned()
+    }
+
+    pub(super) fn list_sessions(
+        &self,
+        tenant_id: &str,
+        after_session_id: Option<&str>,
+        limit: i64,
+    ) -> Vec<ExecutionRecord> {
+        // Per session, its newest execution: executions are walked in id order, so the
+        // last one seen for a session is its newest.
+        let mut newest: BTreeMap<&str, &ExecutionRecord> = BTreeMap::new();
+        for e in self.executions.values().filter(|e| e.tenant_id == tenant_id) {
+            if let Some(session) = e.session_id.as_deref()
+                && session > after_session_id.unwrap_or("")
+            {
+                newest.insert(session, e);
+            }
+        }
+        newest.into_values().take(take(limit)).cloned().collect()
+    }
+
+    pub(super) fn insert_turn(&mut self, t: &TurnRecord) -> StoreResult<()> {
+        if !self.executions.contains_key(&t.execution_id) {
+            return Err(missing_parent("execution"));
+        }
+        let taken = self
+            .turns
+            .values()
+            .any(|other| other.execution_id == t.execution_id && other.turn_number == t.turn_number);
+        if taken || self.turns.contains_key(&t.id) {
+            return Err(StoreError::Duplicate);
+        }
+        self.turns.insert(t.id.clone(), t.clone());
+        Ok(())
+    }
+
+    /// Settles a `running` turn of the record's generation (the turn's own: a turn a
+    /// superseded lease started can still be settled by it).
+    pub(super) fn settle_turn(&mut self, t: &TurnRecord) -> bool {
+        let Some(row) = self.turns.get_mut(&t.id) else {
+            return false;
+        };
+        if row.generation != t.generation || row.state != "running" {
+            return false;
+        }
+        row.state = t.state.clone();
+        row.stop_reason = t.stop_reason.clone();
+        row.failure_reason = t.failure_reason.clone();
+        row.failure_message = t.failure_message.clone();
+        row.ended_at_ms = t.ended_at_ms;
+        row.usage = t.usage.clone();
+        true
+    }
+
+    pub(super) fn get_turn(&self, tenant_id: &str, id: &str) -> Option<TurnRecord> {
+        self.turns.get(id).filter(|t| t.tenant_id == tenant_id).cloned()
+    }
+
+    pub(super) fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        after_number: i64,
+        limit: i64,
+    ) -> Vec<TurnRecord> {
+        let mut turns: Vec<TurnRecord> = self
+            .turns
+            .values()
+            .filter(|t| t.tenant_id == tenant_id && t.execution_id == execution_id && t.turn_number > after_number)
+            .cloned()
+            .collect();
+        turns.sort_by_key(|t| t.turn_number);
+        turns.truncate(take(limit));
+        turns
+    }
+
+    pub(super) fn insert_interaction(&mut self, i: &InteractionRecord) -> StoreResult<()> {
+        if !self.executions.contains_key(&i.execution_id) {
+            return Err(missing_parent("execution"));
+        }
+        if !self.turns.contains_key(&i.turn_id) {
+            return Err(missing_parent("turn"));
+        }
+        let taken = self.interactions.values().any(|other| {
+            other.execution_id == i.execution_id
+                && other.generation == i.generation
+                && other.native_request_id == i.native_request_id
+        });
+        if taken || self.interactions.contains_key(&i.id) {
+            return Err(StoreError::Duplicate);
+        }
+        self.interactions.insert(i.id.clone(), i.clone());
+        Ok(())
+    }
+
+    pub(super) fn transition_interaction(&mut self, expected_state: &str, i: &InteractionRecord) -> bool {
+        let Some(row) = self.interactions.get_mut(&i.id) else {
+            return false;
+        };
+        let execution_generation = self.executions.get(&row.execution_id).map(|e| e.generation);
+        if row.generation != i.generation || row.state != expected_state || execution_generation != Some(i.generation) {
+            return false;
+        }
+        row.state = i.state.clone();
+        row.outcome = i.outcome.clone();
+        row.answer_request_id = i.answer_request_id.clone();
+        row.answer_fingerprint = i.answer_fingerprint.clone();
+        row.reason = i.reason.clone();
+        row.delivery = i.delivery.clone();
+        row.replay_allowed = i.replay_allowed;
+        row.updated_at_ms = i.updated_at_ms;
+        true
+    }
+
+    pub(super) fn get_interaction(&self, tenant_id: &str, id: &str) -> Option<InteractionRecord> {
+        self.interactions.get(id).filter(|i| i.tenant_id == tenant_id).cloned()
+    }
+
+    /// An empty execution id or state filters nothing, as in SQL (`$2 = '' OR …`).
+    pub(super) fn list_interactions(&self, q: &InteractionQuery) -> Vec<InteractionRecord> {
+        let execution = q.execution_id.as_deref().unwrap_or("");
+        let state = q.state.as_deref().unwrap_or("");
+        self.interactions
+            .values()
+            .filter(|i| {
+                i.tenant_id == q.tenant_id
+                    && (execution.is_empty() || i.execution_id == execution)
+                    && (state.is_empty() || i.state == state)
+                    && i.id.as_str() > q.after_id.as_deref().unwrap_or("")
+            })
+            .take(take(q.limit))
+            .cloned()
+            .collect()
+    }
+
+    /// All or nothing, like the one `INSERT … SELECT … WHERE EXISTS` statement.
+    pub(super) fn append_events(&mut self, events: &[EventRecord]) -> StoreResult<()> {
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        let (execution_id, generation) = (&first.execution_id, first.generation);
+        if events
+            .iter()
+            .any(|e| e.execution_id != *execution_id || e.generation != generation)
+        {
+            return Err(StoreError::Database(
+                "one append carries one execution's events of one generation".into(),
+            ));
+        }
+        if self.executions.get(execution_id).map(|e| e.generation) != Some(generation) {
+            return Err(StoreError::Fenced);
+        }
+        let mut keys = HashSet::new();
+        let mut ids = HashSet::new();
+        for e in events {
+            let key = (e.execution_id.clone(), e.sequence);
+            if self.events.contains_key(&key)
+                || self.event_ids.contains(&e.event_id)
+                || !keys.insert(key)
+                || !ids.insert(e.event_id.as_str())
+            {
+                return Err(StoreError::Duplicate);
+            }
+        }
+        for e in events {
+            self.event_ids.insert(e.event_id.clone());
+            self.events.insert((e.execution_id.clone(), e.sequence), e.clone());
+        }
+        Ok(())
+    }
+
+    /// An execution's events with a sequence in `range`, in order.
+    fn events_of<'a>(
+        &'a self,
+        execution_id: &str,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> impl DoubleEndedIterator<Item = &'a EventRecord> {
+        let (from, to) = range.into_inner();
+        self.events
+            .range((execution_id.to_owned(), from)..=(execution_id.to_owned(), to))
+            .map(|(_, e)| e)
+    }
+
+    pub(super) fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> Vec<EventRecord> {
+        let from = after_sequence.saturating_add(1);
+        self.events_of(execution_id, from..=i64::MAX)
+            .take(take(limit))
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn head_sequence(&self, execution_id: &str) -> i64 {
+        self.events_of(execution_id, i64::MIN..=i64::MAX)
+            .next_back()
+            .map_or(0, |e| e.sequence)
+    }
+
+    pub(super) fn oldest_sequence(&self, execution_id: &str) -> Option<i64> {
+        self.events_of(execution_id, i64::MIN..=i64::MAX)
+            .next()
+            .map(|e| e.sequence)
+    }
+
+    pub(super) fn prune_events(&mut self, execution_id: &str, through: i64, emitted_before_ms: i64, limit: i64) -> u64 {
+        let doomed: Vec<(String, i64)> = self
+            .events_of(execution_id, i64::MIN..=through)
+            .filter(|e| e.emitted_at_ms < emitted_before_ms)
+            .take(take(limit))
+            .map(|e| (e.execution_id.clone(), e.sequence))
+            .collect();
+        for key in &doomed {
+            if let Some(e) = self.events.remove(key) {
+                self.event_ids.remove(&e.event_id);
+            }
+        }
+        doomed.len() as u64
+    }
+
+    pub(super) fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> Vec<(String, i64)> {
+        self.executions
+            .values()
+            .filter(|e| e.acked_sequence > 0 && e.id.as_str() > after_id.unwrap_or(""))
+            .take(take(limit))
+            .map(|e| (e.id.clone(), e.acked_sequence))
+            .collect()
+    }
+
+    /// Cumulative: an acknowledgement never moves back.
+    pub(super) fn set_acked_sequence(&mut self, tenant_id: &str, execution_id: &str, through: i64) {
+        if let Some(e) = self.executions.get_mut(execution_id)
+            && e.tenant_id == tenant_id
+            && e.acked_sequence <= through
+        {
+            e.acked_sequence = through;
+        }
+    }
+}
