@@ -1,0 +1,248 @@
+//! Executions: rows, the compare-and-set update, the generation fence, listings, sessions.
+
+use std::sync::{Arc, Mutex};
+
+use cursor_runner_store::*;
+
+use crate::fixtures::*;
+
+on_every_backend!(
+    an_inserted_execution_reads_back_as_written_to_its_tenant_only,
+    an_execution_id_is_used_once,
+    executions_list_by_id_per_tenant_after_a_cursor,
+    update_execution_writes_the_mutable_columns_only,
+    update_execution_refuses_a_stale_generation,
+    update_execution_refuses_a_wrong_expected_state,
+    advance_generation_is_compare_and_set,
+    live_executions_are_those_starting_ready_or_closing,
+    a_session_is_found_at_its_newest_execution,
+    sessions_list_one_newest_execution_each_by_session_id,
+    operations_are_observed_by_their_method_name,
+);
+
+async fn an_inserted_execution_reads_back_as_written_to_its_tenant_only(store: Arc<dyn Store>) {
+    let e = ExecutionRecord {
+        session_id: Some("s-1".into()),
+        pid: Some(4242),
+        lease: Some(r#"{"slot":3}"#.into()),
+        turn_deadline_ms: Some(60_000),
+        max_turns: Some(5),
+        ..execution("exec-1")
+    };
+    store.insert_execution(&e).await.unwrap();
+    assert_eq!(store.get_execution(TENANT, "exec-1").await.unwrap(), Some(e));
+    assert_eq!(store.get_execution(OTHER_TENANT, "exec-1").await.unwrap(), None);
+    assert_eq!(store.get_execution(TENANT, "exec-2").await.unwrap(), None);
+}
+
+async fn an_execution_id_is_used_once(store: Arc<dyn Store>) {
+    store.insert_execution(&execution("exec-1")).await.unwrap();
+    let again = ExecutionRecord {
+        tenant_id: OTHER_TENANT.into(),
+        ..execution("exec-1")
+    };
+    assert!(matches!(
+        store.insert_execution(&again).await,
+        Err(StoreError::Duplicate)
+    ));
+}
+
+async fn executions_list_by_id_per_tenant_after_a_cursor(store: Arc<dyn Store>) {
+    for id in ["exec-3", "exec-1", "exec-4", "exec-2"] {
+        store.insert_execution(&execution(id)).await.unwrap();
+    }
+    let foreign = ExecutionRecord {
+        tenant_id: OTHER_TENANT.into(),
+        ..execution("exec-0")
+    };
+    store.insert_execution(&foreign).await.unwrap();
+    let first = store.list_executions(TENANT, None, 3).await.unwrap();
+    assert_eq!(ids(&first), ["exec-1", "exec-2", "exec-3"]);
+    let rest = store.list_executions(TENANT, Some("exec-3"), 3).await.unwrap();
+    assert_eq!(ids(&rest), ["exec-4"]);
+    assert_eq!(
+        ids(&store.list_executions(OTHER_TENANT, None, 10).await.unwrap()),
+        ["exec-0"]
+    );
+}
+
+async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>) {
+    let e = execution("exec-1");
+    store.insert_execution(&e).await.unwrap();
+    store.set_acked_sequence(TENANT, "exec-1", 7).await.unwrap();
+    let next = ExecutionRecord {
+        state: "closed".into(),
+        session_id: Some("s-1".into()),
+        active_turn_id: Some("turn-9".into()),
+        turn_count: 2,
+        pid: Some(1),
+        exit_code: Some(0),
+        exit_signal: Some(9),
+        failure_reason: Some("agent_exited".into()),
+        failure_message: Some("gone".into()),
+        updated_at_ms: T0 + 5,
+        lease: Some("{}".into()),
+        session_config: Some(r#"{"mode":"agent"}"#.into()),
+        credential_name: Some("CURSOR_AUTH_TOKEN".into()),
+        active_ms: 1234,
+        // Not the update's to change:
+        tenant_id: OTHER_TENANT.into(),
+        workspace: "/elsewhere".into(),
+        acked_sequence: 0,
+        created_at_ms: T0 + 99,
+        approval_policy: "deny_all".into(),
+        interaction_wait_limit_ms: 1,
+        turn_deadline_ms: Some(1),
+        max_turns: Some(1),
+        max_active_ms: Some(1),
+        ..e.clone()
+    };
+    assert!(store.update_execution("ready", &next).await.unwrap());
+    let expected = ExecutionRecord {
+        tenant_id: e.tenant_id.clone(),
+        workspace: e.workspace.clone(),
+        acked_sequence: 7,
+        created_at_ms: e.created_at_ms,
+        approval_policy: e.approval_policy.clone(),
+        interaction_wait_limit_ms: e.interaction_wait_limit_ms,
+        turn_deadline_ms: e.turn_deadline_ms,
+        max_turns: e.max_turns,
+        max_active_ms: e.max_active_ms,
+        ..next
+    };
+    assert_eq!(store.get_execution(TENANT, "exec-1").await.unwrap(), Some(expected));
+}
+
+async fn update_execution_refuses_a_stale_generation(store: Arc<dyn Store>) {
+    let e = execution("exec-1");
+    store.insert_execution(&e).await.unwrap();
+    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    let stale = ExecutionRecord {
+        state: "lost".into(),
+        ..e.clone()
+    };
+    assert!(!store.update_execution("ready", &stale).await.unwrap());
+    let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    assert_eq!((now.state.as_str(), now.generation), ("ready", 2));
+}
+
+async fn update_execution_refuses_a_wrong_expected_state(store: Arc<dyn Store>) {
+    let e = execution("exec-1");
+    store.insert_execution(&e).await.unwrap();
+    let closing = ExecutionRecord {
+        state: "closing".into(),
+        ..e.clone()
+    };
+    assert!(!store.update_execution("starting", &closing).await.unwrap());
+    assert!(store.update_execution("ready", &closing).await.unwrap());
+    // The same compare-and-set again: the row has moved on.
+    assert!(!store.update_execution("ready", &closing).await.unwrap());
+    let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    assert_eq!(now.state, "closing");
+}
+
+async fn advance_generation_is_compare_and_set(store: Arc<dyn Store>) {
+    store.insert_execution(&execution("exec-1")).await.unwrap();
+    assert!(!store.advance_generation(OTHER_TENANT, "exec-1", 1).await.unwrap());
+    assert!(!store.advance_generation(TENANT, "exec-1", 2).await.unwrap());
+    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        !store.advance_generation(TENANT, "exec-1", 1).await.unwrap(),
+        "already moved"
+    );
+    assert!(store.advance_generation(TENANT, "exec-1", 2).await.unwrap());
+    assert!(!store.advance_generation(TENANT, "no-such", 1).await.unwrap());
+    let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    assert_eq!(now.generation, 3);
+}
+
+async fn live_executions_are_those_starting_ready_or_closing(store: Arc<dyn Store>) {
+    for (id, state) in [
+        ("exec-1", "starting"),
+        ("exec-2", "closed"),
+        ("exec-3", "closing"),
+        ("exec-4", "lost"),
+        ("exec-5", "failed"),
+        ("exec-6", "ready"),
+    ] {
+        let e = ExecutionRecord {
+            state: state.into(),
+            // Live executions of every tenant.
+            tenant_id: if id == "exec-6" { OTHER_TENANT } else { TENANT }.into(),
+            ..execution(id)
+        };
+        store.insert_execution(&e).await.unwrap();
+    }
+    let live = store.list_live_executions().await.unwrap();
+    assert_eq!(ids(&live), ["exec-1", "exec-3", "exec-6"]);
+}
+
+/// `exec-N` of [`TENANT`] with `session`.
+fn of_session(id: &str, session: &str) -> ExecutionRecord {
+    ExecutionRecord {
+        session_id: Some(session.into()),
+        ..execution(id)
+    }
+}
+
+async fn a_session_is_found_at_its_newest_execution(store: Arc<dyn Store>) {
+    for e in [
+        of_session("exec-1", "s-a"),
+        of_session("exec-2", "s-b"),
+        of_session("exec-3", "s-a"),
+        execution("exec-4"),
+    ] {
+        store.insert_execution(&e).await.unwrap();
+    }
+    let found = store.find_session(TENANT, "s-a").await.unwrap().unwrap();
+    assert_eq!(found.id, "exec-3");
+    assert_eq!(store.find_session(OTHER_TENANT, "s-a").await.unwrap(), None);
+    assert_eq!(store.find_session(TENANT, "s-x").await.unwrap(), None);
+}
+
+async fn sessions_list_one_newest_execution_each_by_session_id(store: Arc<dyn Store>) {
+    for e in [
+        of_session("exec-1", "s-c"),
+        of_session("exec-2", "s-a"),
+        of_session("exec-3", "s-c"),
+        of_session("exec-4", "s-b"),
+        execution("exec-5"),
+        ExecutionRecord {
+            tenant_id: OTHER_TENANT.into(),
+            ..of_session("exec-6", "s-a")
+        },
+    ] {
+        store.insert_execution(&e).await.unwrap();
+    }
+    let first = store.list_sessions(TENANT, None, 2).await.unwrap();
+    assert_eq!(ids(&first), ["exec-2", "exec-4"]);
+    let rest = store.list_sessions(TENANT, Some("s-b"), 2).await.unwrap();
+    assert_eq!(ids(&rest), ["exec-3"]);
+}
+
+#[derive(Default)]
+struct Seen(Mutex<Vec<(&'static str, bool)>>);
+
+impl StoreObserver for Seen {
+    fn observed(&self, operation: &'static str, _took: std::time::Duration, ok: bool) {
+        self.0.lock().unwrap().push((operation, ok));
+    }
+}
+
+async fn operations_are_observed_by_their_method_name(store: Arc<dyn Store>) {
+    let seen = Arc::new(Seen::default());
+    store.observe_with(seen.clone());
+    // A patience of the store is the same store: same rows, same observer.
+    let patient = store.with_patience(Patience::For(std::time::Duration::from_secs(1)));
+    patient.insert_execution(&execution("exec-1")).await.unwrap();
+    assert!(store.insert_execution(&execution("exec-1")).await.is_err());
+    assert!(store.get_execution(TENANT, "exec-1").await.unwrap().is_some());
+    assert_eq!(
+        *seen.0.lock().unwrap(),
+        [
+            ("insert_execution", true),
+            ("insert_execution", false),
+            ("get_execution", true)
+        ]
+    );
+}

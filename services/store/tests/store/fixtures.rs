@@ -1,0 +1,110 @@
+//! Rows as a test writes them: valid and minimal, one field away from what a behaviour
+//! needs.
+
+use cursor_runner_store::*;
+
+pub const TENANT: &str = "tenant-a";
+pub const OTHER_TENANT: &str = "tenant-b";
+/// A time well in the past, so "older than now" holds for what tests write.
+pub const T0: i64 = 1_700_000_000_000;
+
+/// An execution `id` of [`TENANT`], `ready` at generation 1.
+pub fn execution(id: &str) -> ExecutionRecord {
+    ExecutionRecord {
+        id: id.to_owned(),
+        tenant_id: TENANT.to_owned(),
+        state: "ready".to_owned(),
+        generation: 1,
+        workspace: "/work/space".to_owned(),
+        created_at_ms: T0,
+        updated_at_ms: T0,
+        approval_policy: "ask".to_owned(),
+        interaction_wait_limit_ms: 1_800_000,
+        ..Default::default()
+    }
+}
+
+/// Turn `number` (`id`) of `execution`, `running`.
+pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
+    TurnRecord {
+        id: id.to_owned(),
+        execution_id: execution.id.clone(),
+        tenant_id: execution.tenant_id.clone(),
+        generation: execution.generation,
+        turn_number: number,
+        state: "running".to_owned(),
+        stop_reason: None,
+        failure_reason: None,
+        failure_message: None,
+        started_at_ms: T0,
+        ended_at_ms: None,
+        credential_name: Some("CURSOR_API_KEY".to_owned()),
+        session_config: Some(r#"{"model":"m"}"#.to_owned()),
+        usage: None,
+    }
+}
+
+/// A `pending` question of `turn`, answering the agent's request `native`.
+pub fn interaction(turn: &TurnRecord, id: &str, native: &str) -> InteractionRecord {
+    InteractionRecord {
+        id: id.to_owned(),
+        execution_id: turn.execution_id.clone(),
+        tenant_id: turn.tenant_id.clone(),
+        generation: turn.generation,
+        turn_id: turn.id.clone(),
+        native_request_id: native.to_owned(),
+        kind: "question".to_owned(),
+        state: "pending".to_owned(),
+        etag: "e1".to_owned(),
+        request: r#"{"questions":[]}"#.to_owned(),
+        outcome: None,
+        answer_request_id: None,
+        answer_fingerprint: None,
+        reason: None,
+        delivery: None,
+        replay_allowed: false,
+        created_at_ms: T0,
+        updated_at_ms: T0,
+    }
+}
+
+/// Event `sequence` of `execution` at `generation`, emitted at `T0 + sequence`.
+pub fn event(execution_id: &str, generation: i64, sequence: i64) -> EventRecord {
+    EventRecord {
+        execution_id: execution_id.to_owned(),
+        sequence,
+        event_id: format!("{execution_id}-event-{sequence}"),
+        generation,
+        turn_id: None,
+        item_id: None,
+        event_type: "item.delta".to_owned(),
+        priority: 0,
+        schema_version: 1,
+        emitted_at_ms: T0 + sequence,
+        payload: format!(r#"{{"n":{sequence}}}"#),
+    }
+}
+
+/// Events `sequences` of `execution_id` at `generation`.
+pub fn events(execution_id: &str, generation: i64, sequences: std::ops::RangeInclusive<i64>) -> Vec<EventRecord> {
+    sequences.map(|s| event(execution_id, generation, s)).collect()
+}
+
+/// The sequences of `events`, in their order.
+pub fn sequences(events: &[EventRecord]) -> Vec<i64> {
+    events.iter().map(|e| e.sequence).collect()
+}
+
+/// The ids of `records`, in their order.
+pub fn ids<'a>(records: impl IntoIterator<Item = &'a ExecutionRecord>) -> Vec<&'a str> {
+    records.into_iter().map(|e| e.id.as_str()).collect()
+}
+
+/// An execution with a running turn, both inserted.
+pub async fn execution_with_turn(store: &dyn Store, id: &str) -> (ExecutionRecord, TurnRecord) {
+    let e = execution(id);
+    store.insert_execution(&e).await.unwrap();
+    let t = turn(&e, &format!("{id}-turn-1"), 1);
+    store.insert_turn(&t).await.unwrap();
+    (e, t)
+}

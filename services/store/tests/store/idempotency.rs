@@ -1,0 +1,135 @@
+//! Idempotency keys: claim, complete with a stored outcome, release, abandonment, prune.
+
+use std::sync::Arc;
+
+use cursor_runner_store::*;
+use serde_json::json;
+
+use crate::fixtures::*;
+
+on_every_backend!(
+    a_new_key_is_claimed_and_while_it_runs_is_in_flight,
+    a_completed_key_answers_with_its_stored_outcome,
+    a_key_reused_with_another_request_is_a_digest_mismatch,
+    release_frees_an_in_flight_key_but_never_a_completed_one,
+    abandoned_claims_complete_with_the_given_outcome,
+    prune_deletes_old_completed_keys_never_one_in_flight,
+);
+
+fn key(request_id: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        tenant_id: TENANT.into(),
+        operation: "CreateExecution".into(),
+        request_id: request_id.into(),
+    }
+}
+
+async fn a_new_key_is_claimed_and_while_it_runs_is_in_flight(store: Arc<dyn Store>) {
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d1").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d1").await.unwrap(),
+        IdempotencyClaim::InFlight
+    );
+    // The key is the tenant's, the operation's and the request id's together.
+    let elsewhere = [
+        IdempotencyKey {
+            tenant_id: OTHER_TENANT.into(),
+            ..key("r1")
+        },
+        IdempotencyKey {
+            operation: "StartTurn".into(),
+            ..key("r1")
+        },
+        key("r2"),
+    ];
+    for k in elsewhere {
+        assert_eq!(
+            store.claim_idempotency(&k, "d1").await.unwrap(),
+            IdempotencyClaim::Claimed
+        );
+    }
+}
+
+async fn a_completed_key_answers_with_its_stored_outcome(store: Arc<dyn Store>) {
+    let outcome = json!({"executionId": "exec-1", "state": "ready", "n": [1, 2]});
+    store.claim_idempotency(&key("r1"), "d1").await.unwrap();
+    store.complete_idempotency(&key("r1"), &outcome).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d1").await.unwrap(),
+        IdempotencyClaim::Completed(outcome)
+    );
+}
+
+async fn a_key_reused_with_another_request_is_a_digest_mismatch(store: Arc<dyn Store>) {
+    store.claim_idempotency(&key("r1"), "d1").await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
+        IdempotencyClaim::DigestMismatch
+    );
+    store.complete_idempotency(&key("r1"), &json!(1)).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
+        IdempotencyClaim::DigestMismatch
+    );
+}
+
+async fn release_frees_an_in_flight_key_but_never_a_completed_one(store: Arc<dyn Store>) {
+    store.claim_idempotency(&key("r1"), "d1").await.unwrap();
+    store.release_idempotency(&key("r1")).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    store.complete_idempotency(&key("r1"), &json!("done")).await.unwrap();
+    store.release_idempotency(&key("r1")).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
+        IdempotencyClaim::Completed(json!("done"))
+    );
+    store.release_idempotency(&key("never-claimed")).await.unwrap();
+}
+
+async fn abandoned_claims_complete_with_the_given_outcome(store: Arc<dyn Store>) {
+    for request in ["r1", "r2", "r3"] {
+        store.claim_idempotency(&key(request), "d").await.unwrap();
+    }
+    store.complete_idempotency(&key("r2"), &json!("ok")).await.unwrap();
+    let abandoned = json!({"error": "UNAVAILABLE"});
+    assert_eq!(store.complete_abandoned_idempotency(&abandoned).await.unwrap(), 2);
+    for (request, outcome) in [("r1", &abandoned), ("r2", &json!("ok")), ("r3", &abandoned)] {
+        assert_eq!(
+            store.claim_idempotency(&key(request), "d").await.unwrap(),
+            IdempotencyClaim::Completed(outcome.clone())
+        );
+    }
+    assert_eq!(store.complete_abandoned_idempotency(&abandoned).await.unwrap(), 0);
+}
+
+async fn prune_deletes_old_completed_keys_never_one_in_flight(store: Arc<dyn Store>) {
+    for request in ["r1", "r2", "r3", "running"] {
+        store.claim_idempotency(&key(request), "d").await.unwrap();
+    }
+    for request in ["r1", "r2", "r3"] {
+        store
+            .complete_idempotency(&key(request), &json!(request))
+            .await
+            .unwrap();
+    }
+    // Claims are stamped with the store's clock: none is older than a minute ago.
+    assert_eq!(store.prune_idempotency(now_ms() - 60_000, 10).await.unwrap(), 0);
+    let later = now_ms() + 60_000;
+    assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 2);
+    assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 1);
+    assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 0);
+    assert_eq!(
+        store.claim_idempotency(&key("running"), "d").await.unwrap(),
+        IdempotencyClaim::InFlight
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+}

@@ -1,0 +1,31 @@
+//! The store's behavioural suite: every behaviour is one `async fn(Arc<dyn Store>)`, run
+//! against the in-memory store, SQLite and PostgreSQL (the reference), each on a fresh
+//! database.
+
+/// Instantiates `async fn name(store: Arc<dyn Store>)` behaviours once per backend:
+/// `<file>::memory::<name>`, `<file>::sqlite::<name>`, `<file>::postgres::<name>`.
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        on_every_backend!(@on memory Memory $($name),+);
+        on_every_backend!(@on sqlite Sqlite $($name),+);
+        on_every_backend!(@on postgres Postgres $($name),+);
+    };
+    (@on $module:ident $backend:ident $($name:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    crate::backends::run(crate::backends::Backend::$backend, super::$name).await
+                }
+            )+
+        }
+    };
+}
+
+mod backends;
+mod events;
+mod executions;
+mod fixtures;
+mod idempotency;
+mod interactions;
+mod turns;
