@@ -22,8 +22,13 @@ pub enum Backend {
 pub enum Scratch {
     Nothing,
     /// Removed with the directory when dropped.
-    SqliteDir { _dir: tempfile::TempDir },
-    Postgres { admin_url: String, name: String },
+    SqliteDir {
+        _dir: tempfile::TempDir,
+    },
+    Postgres {
+        admin_url: String,
+        name: String,
+    },
 }
 
 impl Scratch {

@@ -1,6 +1,6 @@
 //! The store's behavioural suite: every behaviour is one `async fn(Arc<dyn Store>)`, run
 //! against the in-memory store, SQLite and PostgreSQL (the reference), each on a fresh
-//! database.
+//! database; plus the check that the two migration trees make the same schema.
 
 /// Instantiates `async fn name(store: Arc<dyn Store>)` behaviours once per backend:
 /// `<file>::memory::<name>`, `<file>::sqlite::<name>`, `<file>::postgres::<name>`.
@@ -28,4 +28,5 @@ mod executions;
 mod fixtures;
 mod idempotency;
 mod interactions;
+mod schema;
 mod turns;
