@@ -43,7 +43,7 @@ pub struct ExecutionRecord {
     pub active_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct TurnRecord {
     pub id: String,
     pub execution_id: String,
@@ -63,7 +63,7 @@ pub struct TurnRecord {
     pub usage: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct InteractionRecord {
     pub id: String,
     pub execution_id: String,
@@ -88,7 +88,7 @@ pub struct InteractionRecord {
     pub updated_at_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct EventRecord {
     pub execution_id: String,
     pub sequence: i64,

@@ -33,14 +33,10 @@ pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
         generation: execution.generation,
         turn_number: number,
         state: "running".to_owned(),
-        stop_reason: None,
-        failure_reason: None,
-        failure_message: None,
         started_at_ms: T0,
-        ended_at_ms: None,
         credential_name: Some("CURSOR_API_KEY".to_owned()),
         session_config: Some(r#"{"model":"m"}"#.to_owned()),
-        usage: None,
+        ..Default::default()
     }
 }
 
@@ -57,14 +53,9 @@ pub fn interaction(turn: &TurnRecord, id: &str, native: &str) -> InteractionReco
         state: "pending".to_owned(),
         etag: "e1".to_owned(),
         request: r#"{"questions":[]}"#.to_owned(),
-        outcome: None,
-        answer_request_id: None,
-        answer_fingerprint: None,
-        reason: None,
-        delivery: None,
-        replay_allowed: false,
         created_at_ms: T0,
         updated_at_ms: T0,
+        ..Default::default()
     }
 }
 
@@ -75,13 +66,11 @@ pub fn event(execution_id: &str, generation: i64, sequence: i64) -> EventRecord 
         sequence,
         event_id: format!("{execution_id}-event-{sequence}"),
         generation,
-        turn_id: None,
-        item_id: None,
         event_type: "item.delta".to_owned(),
-        priority: 0,
         schema_version: 1,
         emitted_at_ms: T0 + sequence,
         payload: format!(r#"{{"n":{sequence}}}"#),
+        ..Default::default()
     }
 }
 

@@ -24,15 +24,14 @@ fn key(request_id: &str) -> IdempotencyKey {
     }
 }
 
+/// What claiming `request` of [`key`] with `digest` finds.
+async fn claim(store: &dyn Store, request: &str, digest: &str) -> IdempotencyClaim {
+    store.claim_idempotency(&key(request), digest).await.unwrap()
+}
+
 async fn a_new_key_is_claimed_and_while_it_runs_is_in_flight(store: Arc<dyn Store>) {
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d1").await.unwrap(),
-        IdempotencyClaim::Claimed
-    );
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d1").await.unwrap(),
-        IdempotencyClaim::InFlight
-    );
+    assert_eq!(claim(&*store, "r1", "d1").await, IdempotencyClaim::Claimed);
+    assert_eq!(claim(&*store, "r1", "d1").await, IdempotencyClaim::InFlight);
     // The key is the tenant's, the operation's and the request id's together.
     let elsewhere = [
         IdempotencyKey {
@@ -55,38 +54,26 @@ async fn a_new_key_is_claimed_and_while_it_runs_is_in_flight(store: Arc<dyn Stor
 
 async fn a_completed_key_answers_with_its_stored_outcome(store: Arc<dyn Store>) {
     let outcome = json!({"executionId": "exec-1", "state": "ready", "n": [1, 2]});
-    store.claim_idempotency(&key("r1"), "d1").await.unwrap();
+    claim(&*store, "r1", "d1").await;
     store.complete_idempotency(&key("r1"), &outcome).await.unwrap();
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d1").await.unwrap(),
-        IdempotencyClaim::Completed(outcome)
-    );
+    assert_eq!(claim(&*store, "r1", "d1").await, IdempotencyClaim::Completed(outcome));
 }
 
 async fn a_key_reused_with_another_request_is_a_digest_mismatch(store: Arc<dyn Store>) {
-    store.claim_idempotency(&key("r1"), "d1").await.unwrap();
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
-        IdempotencyClaim::DigestMismatch
-    );
+    claim(&*store, "r1", "d1").await;
+    assert_eq!(claim(&*store, "r1", "d2").await, IdempotencyClaim::DigestMismatch);
     store.complete_idempotency(&key("r1"), &json!(1)).await.unwrap();
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
-        IdempotencyClaim::DigestMismatch
-    );
+    assert_eq!(claim(&*store, "r1", "d2").await, IdempotencyClaim::DigestMismatch);
 }
 
 async fn release_frees_an_in_flight_key_but_never_a_completed_one(store: Arc<dyn Store>) {
-    store.claim_idempotency(&key("r1"), "d1").await.unwrap();
+    claim(&*store, "r1", "d1").await;
     store.release_idempotency(&key("r1")).await.unwrap();
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
-        IdempotencyClaim::Claimed
-    );
+    assert_eq!(claim(&*store, "r1", "d2").await, IdempotencyClaim::Claimed);
     store.complete_idempotency(&key("r1"), &json!("done")).await.unwrap();
     store.release_idempotency(&key("r1")).await.unwrap();
     assert_eq!(
-        store.claim_idempotency(&key("r1"), "d2").await.unwrap(),
+        claim(&*store, "r1", "d2").await,
         IdempotencyClaim::Completed(json!("done"))
     );
     store.release_idempotency(&key("never-claimed")).await.unwrap();
@@ -94,14 +81,14 @@ async fn release_frees_an_in_flight_key_but_never_a_completed_one(store: Arc<dyn
 
 async fn abandoned_claims_complete_with_the_given_outcome(store: Arc<dyn Store>) {
     for request in ["r1", "r2", "r3"] {
-        store.claim_idempotency(&key(request), "d").await.unwrap();
+        claim(&*store, request, "d").await;
     }
     store.complete_idempotency(&key("r2"), &json!("ok")).await.unwrap();
     let abandoned = json!({"error": "UNAVAILABLE"});
     assert_eq!(store.complete_abandoned_idempotency(&abandoned).await.unwrap(), 2);
     for (request, outcome) in [("r1", &abandoned), ("r2", &json!("ok")), ("r3", &abandoned)] {
         assert_eq!(
-            store.claim_idempotency(&key(request), "d").await.unwrap(),
+            claim(&*store, request, "d").await,
             IdempotencyClaim::Completed(outcome.clone())
         );
     }
@@ -110,7 +97,7 @@ async fn abandoned_claims_complete_with_the_given_outcome(store: Arc<dyn Store>)
 
 async fn prune_deletes_old_completed_keys_never_one_in_flight(store: Arc<dyn Store>) {
     for request in ["r1", "r2", "r3", "running"] {
-        store.claim_idempotency(&key(request), "d").await.unwrap();
+        claim(&*store, request, "d").await;
     }
     for request in ["r1", "r2", "r3"] {
         store
@@ -124,12 +111,6 @@ async fn prune_deletes_old_completed_keys_never_one_in_flight(store: Arc<dyn Sto
     assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 2);
     assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 1);
     assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 0);
-    assert_eq!(
-        store.claim_idempotency(&key("running"), "d").await.unwrap(),
-        IdempotencyClaim::InFlight
-    );
-    assert_eq!(
-        store.claim_idempotency(&key("r1"), "d").await.unwrap(),
-        IdempotencyClaim::Claimed
-    );
+    assert_eq!(claim(&*store, "running", "d").await, IdempotencyClaim::InFlight);
+    assert_eq!(claim(&*store, "r1", "d").await, IdempotencyClaim::Claimed);
 }

@@ -47,8 +47,8 @@ async fn a_turn_number_is_used_once_per_execution(store: Arc<dyn Store>) {
             .await,
         Err(StoreError::Duplicate)
     ));
-    let (other, _) = execution_with_turn(&*store, "exec-2").await;
-    assert_eq!(other.id, "exec-2", "another execution numbers its own turns from 1");
+    // Another execution numbers its own turns from 1.
+    execution_with_turn(&*store, "exec-2").await;
 }
 
 async fn a_turn_of_an_unknown_execution_is_refused(store: Arc<dyn Store>) {
