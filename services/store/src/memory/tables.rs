@@ -194,9 +194,14 @@ impl Tables {
         newest.into_values().take(take(limit)).cloned().collect()
     }
 
+    /// Fenced like the SQL insert: only at the execution's current generation.
+    fn at_generation(&self, execution_id: &str, generation: i64) -> bool {
+        self.executions.get(execution_id).map(|e| e.generation) == Some(generation)
+    }
+
     pub(super) fn insert_turn(&mut self, t: &TurnRecord) -> StoreResult<()> {
-        if !self.executions.contains_key(&t.execution_id) {
-            return Err(missing_parent("execution"));
+        if !self.at_generation(&t.execution_id, t.generation) {
+            return Err(StoreError::Fenced);
         }
         let taken = self
             .turns
@@ -209,13 +214,14 @@ impl Tables {
         Ok(())
     }
 
-    /// Settles a `running` turn of the record's generation (the turn's own: a turn a
-    /// superseded lease started can still be settled by it).
+    /// Settles a `running` turn of the record's generation, while that is still the
+    /// execution's.
     pub(super) fn settle_turn(&mut self, t: &TurnRecord) -> bool {
+        let current = self.executions.get(&t.execution_id).map(|e| e.generation);
         let Some(row) = self.turns.get_mut(&t.id) else {
             return false;
         };
-        if row.generation != t.generation || row.state != "running" {
+        if row.generation != t.generation || row.state != "running" || current != Some(t.generation) {
             return false;
         }
         row.state = t.state.clone();
@@ -250,8 +256,8 @@ impl Tables {
     }
 
     pub(super) fn insert_interaction(&mut self, i: &InteractionRecord) -> StoreResult<()> {
-        if !self.executions.contains_key(&i.execution_id) {
-            return Err(missing_parent("execution"));
+        if !self.at_generation(&i.execution_id, i.generation) {
+            return Err(StoreError::Fenced);
         }
         if !self.turns.contains_key(&i.turn_id) {
             return Err(missing_parent("turn"));

@@ -158,6 +158,15 @@ pub(super) fn already_there_after_retry(outcome: StoreResult<u64>, retried: bool
     }
 }
 
+/// [`already_there_after_retry`] for an insert guarded by the execution's generation:
+/// no row inserted means the execution is no longer at that generation (or is unknown).
+pub(super) fn inserted_unless_fenced(outcome: StoreResult<u64>, retried: bool) -> StoreResult<()> {
+    match outcome {
+        Ok(0) => Err(StoreError::Fenced),
+        other => already_there_after_retry(other, retried),
+    }
+}
+
 /// A URL with its password removed, for error messages.
 fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

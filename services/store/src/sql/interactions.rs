@@ -1,6 +1,6 @@
 //! Interaction rows: insert, the fenced compare-and-set transition, reads.
 
-use super::connection::{SqlStore, already_there_after_retry, on_pool};
+use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
@@ -9,7 +9,8 @@ impl SqlStore {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 \
+             WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = $2 AND e.generation = $4)"
         )
         .bind(&i.id)
         .bind(&i.execution_id)
@@ -33,7 +34,7 @@ impl SqlStore {
         .await?
         .rows_affected()
         });
-        already_there_after_retry(outcome, retried)
+        inserted_unless_fenced(outcome, retried)
     }
 
     pub(super) async fn transition_interaction(

@@ -1,6 +1,7 @@
-//! Turn rows: insert, settlement (compare-and-set from `running`), reads.
+//! Turn rows: insert and settlement (compare-and-set from `running`), both fenced by
+//! the execution's current generation; reads.
 
-use super::connection::{SqlStore, already_there_after_retry, on_pool};
+use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
@@ -11,7 +12,8 @@ impl SqlStore {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
+             WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = $2 AND e.generation = $4)"
         )
         .bind(&t.id)
         .bind(&t.execution_id)
@@ -31,14 +33,15 @@ impl SqlStore {
         .await?
         .rows_affected()
         });
-        already_there_after_retry(outcome, retried)
+        inserted_unless_fenced(outcome, retried)
     }
 
     pub(super) async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
             "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
-             WHERE id = $7 AND generation = $8 AND state = 'running'"
+             WHERE id = $7 AND generation = $8 AND state = 'running' \
+             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = turns.execution_id AND e.generation = $8)"
         )
         .bind(&t.state)
         .bind(&t.stop_reason)

@@ -9,6 +9,7 @@ use crate::fixtures::*;
 on_every_backend!(
     interactions_list_by_id_with_their_filters,
     a_native_request_is_recorded_once_per_execution_generation,
+    a_superseded_lease_cannot_record_an_interaction,
     an_interaction_needs_its_execution_and_turn,
     transition_interaction_is_compare_and_set_on_state,
     transition_interaction_is_fenced_by_the_execution_generation,
@@ -69,6 +70,7 @@ async fn a_native_request_is_recorded_once_per_execution_generation(store: Arc<d
         Err(StoreError::Duplicate)
     ));
     // The next lease's agent numbers its requests afresh.
+    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
     let next_lease = InteractionRecord {
         generation: 2,
         ..interaction(&t, "int-2", "7")
@@ -83,10 +85,11 @@ async fn an_interaction_needs_its_execution_and_turn(store: Arc<dyn Store>) {
         store.insert_interaction(&no_turn).await,
         Err(StoreError::Database(_))
     ));
+    // No execution has that generation: fenced, as an append for it is.
     let no_execution = interaction(&turn(&execution("no-such"), "t", 1), "int-2", "1");
     assert!(matches!(
         store.insert_interaction(&no_execution).await,
-        Err(StoreError::Database(_))
+        Err(StoreError::Fenced)
     ));
 }
 
@@ -139,4 +142,14 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
         "the row is the old lease's"
     );
     assert_eq!(store.get_interaction(TENANT, "int-1").await.unwrap(), Some(pending));
+}
+
+async fn a_superseded_lease_cannot_record_an_interaction(store: Arc<dyn Store>) {
+    let (_, t) = execution_with_turn(&*store, "exec-1").await;
+    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(matches!(
+        store.insert_interaction(&interaction(&t, "int-1", "1")).await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(store.get_interaction(TENANT, "int-1").await.unwrap(), None);
 }

@@ -1,5 +1,5 @@
-//! Turns: rows, numbering, settlement (compare-and-set from `running`, fenced by the
-//! turn's generation).
+//! Turns: rows, numbering, settlement (compare-and-set from `running`), every write
+//! fenced by the execution's current generation.
 
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ on_every_backend!(
     a_turn_of_an_unknown_execution_is_refused,
     settle_turn_settles_a_running_turn_once,
     settle_turn_refuses_another_generation,
+    a_superseded_lease_can_neither_settle_nor_start_a_turn,
 );
 
 async fn turns_list_in_number_order_after_a_cursor_per_tenant(store: Arc<dyn Store>) {
@@ -52,8 +53,9 @@ async fn a_turn_number_is_used_once_per_execution(store: Arc<dyn Store>) {
 }
 
 async fn a_turn_of_an_unknown_execution_is_refused(store: Arc<dyn Store>) {
+    // No execution has that generation: fenced, as an append for it is.
     let t = turn(&execution("no-such"), "turn-1", 1);
-    assert!(matches!(store.insert_turn(&t).await, Err(StoreError::Database(_))));
+    assert!(matches!(store.insert_turn(&t).await, Err(StoreError::Fenced)));
 }
 
 /// `t` settled `completed` at `T0 + 10` with usage.
@@ -87,4 +89,16 @@ async fn settle_turn_refuses_another_generation(store: Arc<dyn Store>) {
     };
     assert!(!store.settle_turn(&other).await.unwrap());
     assert_eq!(store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state, "running");
+}
+
+async fn a_superseded_lease_can_neither_settle_nor_start_a_turn(store: Arc<dyn Store>) {
+    let (e, t) = execution_with_turn(&*store, "exec-1").await;
+    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(!store.settle_turn(&completed(&t)).await.unwrap());
+    assert_eq!(store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state, "running");
+    assert!(matches!(
+        store.insert_turn(&turn(&e, "turn-late", 2)).await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(store.get_turn(TENANT, "turn-late").await.unwrap(), None);
 }
