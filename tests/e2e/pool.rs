@@ -498,7 +498,7 @@ async fn writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agen
     );
     let metrics = service.metrics();
     assert!(
-        metrics.contains("cursor_runner_fenced_writes_total{what=\"execution\"} 1"),
+        metrics.contains("cursor_runner_fenced_writes_total{what=\"turn\"} 1"),
         "{metrics}"
     );
     let record = get_execution(&mut client, &execution.execution_id).await;

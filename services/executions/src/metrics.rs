@@ -418,7 +418,7 @@ impl Metrics {
         for outcome in ["ready", "failed"] {
             pool_process_starts.get_or_create(&OutcomeLabel { outcome }).inc_by(0);
         }
-        for what in ["execution", "answer", "event", "etag"] {
+        for what in ["execution", "turn", "interaction", "answer", "event", "etag"] {
             fenced_writes.get_or_create(&WhatLabel { what }).inc_by(0);
         }
         for family in EVENT_TYPES.iter().map(|t| event_family(t)).chain(["other"]) {

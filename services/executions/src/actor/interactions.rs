@@ -174,6 +174,9 @@ impl Actor {
             }
             Err(e) => {
                 respond(request, Ok(cancelled_result())).await;
+                if matches!(e, StoreError::Fenced) {
+                    self.events.refused_by_fence("interaction");
+                }
                 return Err(e.into());
             }
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use cursor_runner_acp::methods;
 use cursor_runner_acp::{AcpError, schema};
 use cursor_runner_activity::*;
-use cursor_runner_store::{TurnRecord, now_ms};
+use cursor_runner_store::{StoreError, TurnRecord, now_ms};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -126,7 +126,12 @@ impl Actor {
             session_config: self.record.session_config.clone(),
             usage: None,
         };
-        self.store.insert_turn(&record).await?;
+        if let Err(e) = self.store.insert_turn(&record).await {
+            if matches!(e, StoreError::Fenced) {
+                self.events.refused_by_fence("turn");
+            }
+            return Err(e.into());
+        }
         self.record.turn_count = turn_number;
         self.record.active_turn_id = Some(record.id.clone());
         self.save_record().await?;
