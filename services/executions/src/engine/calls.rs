@@ -1,0 +1,351 @@
+//! The calls on one execution's actor, and the reads of executions, turns, sessions and
+//! interactions.
+
+use std::sync::Arc;
+
+use cursor_runner_store::{ExecutionRecord, InteractionQuery, InteractionRecord, TurnRecord};
+
+use serde_json::json;
+
+use crate::actor::{Command, ConfigChange};
+use crate::attempts::UsageTotal;
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::interaction::not_pending;
+use crate::model_catalog::ModelCatalog;
+use crate::prompt::Prompt;
+use crate::session_config::ConfigRequest;
+use crate::state::{ExecutionState, InteractionState};
+
+use super::data::*;
+
+/// Largest page a list call returns.
+pub const MAX_PAGE_SIZE: i64 = 500;
+
+/// Page size when the caller names none.
+pub const DEFAULT_PAGE_SIZE: i64 = 50;
+
+impl Engine {
+    /// The tenant's recorded sessions (`ListSessions`): per session, its newest execution.
+    pub async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<ExecutionRecord>, String), EngineError> {
+        let limit = page_limit(page_size)?;
+        let after = (!page_token.is_empty()).then_some(page_token);
+        let page = self.store.list_sessions(tenant_id, after, limit).await?;
+        let next = if page.len() as i64 == limit {
+            page.last().and_then(|e| e.session_id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((page, next))
+    }
+
+    pub async fn get_execution(&self, tenant_id: &str, id: &str) -> Result<ExecutionRecord, EngineError> {
+        self.store
+            .get_execution(tenant_id, id)
+            .await?
+            .ok_or_else(|| EngineError::not_found(Reason::ExecutionNotFound, format!("execution `{id}` not found")))
+    }
+
+    pub async fn list_executions(
+        &self,
+        tenant_id: &str,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<ExecutionRecord>, String), EngineError> {
+        let limit = page_limit(page_size)?;
+        let after = (!page_token.is_empty()).then_some(page_token);
+        let page = self.store.list_executions(tenant_id, after, limit).await?;
+        let next = next_token(&page, limit, |e| &e.id);
+        Ok((page, next))
+    }
+
+    /// A page of the execution's turns (its attempts, each attributed), and the usage
+    /// summed over all of them — unknown where any turn's is unknown.
+    pub async fn list_turns(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<TurnRecord>, String, UsageTotal), EngineError> {
+        self.get_execution(tenant_id, execution_id).await?;
+        let limit = page_limit(page_size)?;
+        let after = if page_token.is_empty() {
+            0
+        } else {
+            page_token.parse::<i64>().map_err(|_| {
+                EngineError::invalid(Reason::InvalidArgument, "page_token is not one this call returned")
+            })?
+        };
+        let page = self.store.list_turns(tenant_id, execution_id, after, limit).await?;
+        let next = if page.len() as i64 == limit {
+            page.last().map(|t| t.turn_number.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |t: &TurnRecord| t.turn_number);
+            let batch = self.store.list_turns(tenant_id, execution_id, after, 500).await?;
+            let done = batch.len() < 500;
+            all.extend(batch);
+            if done {
+                break;
+            }
+        }
+        Ok((page, next, UsageTotal::of(&all)))
+    }
+
+    pub async fn start_turn(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        prompt: Prompt,
+        replace_active: bool,
+    ) -> Result<TurnRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, "StartTurn", move || async move {
+                let turn = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn {
+                        prompt,
+                        replace_active,
+                        reply,
+                    })
+                    .await?;
+                Ok(json!({"turnId": turn.id}))
+            })
+            .await?;
+        self.turn_from_result(&caller, &result).await
+    }
+
+    pub async fn cancel_turn(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        turn_id: &str,
+    ) -> Result<TurnRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let (id, turn) = (execution_id.to_owned(), turn_id.to_owned());
+        let result = self
+            .idempotent(meta, "CancelTurn", move || async move {
+                let turn = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::CancelTurn { turn_id: turn, reply })
+                    .await?;
+                Ok(json!({"turnId": turn.id}))
+            })
+            .await?;
+        self.turn_from_result(&caller, &result).await
+    }
+
+    pub async fn close_execution(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, "CloseExecution", move || async move {
+                let record = engine.get_execution(&tenant_id, &id).await?;
+                let state = ExecutionState::parse(&record.state);
+                if state.is_some_and(ExecutionState::is_terminal) {
+                    return Ok(json!({"executionId": record.id}));
+                }
+                let record = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::Close { reply })
+                    .await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    /// `SetModel` / `SetMode`: between turns, each echo checked.
+    pub async fn configure_session(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        request: ConfigRequest,
+    ) -> Result<ExecutionRecord, EngineError> {
+        request.validate()?;
+        if request.steps().is_empty() {
+            return Err(EngineError::invalid(Reason::InvalidArgument, "name a model or a mode"));
+        }
+        self.change_config(meta, "ConfigureSession", execution_id, ConfigChange::Request(request))
+            .await
+    }
+
+    /// `SetConfigOption`: one option by id, its value checked against what the agent
+    /// offers and its echo.
+    pub async fn set_config_option(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        execution_id: &str,
+        config_id: String,
+        value: String,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let valid = |t: &str| !t.is_empty() && t.chars().count() <= crate::session_config::MAX_CONFIG_TEXT_CHARS;
+        if !valid(&config_id) || !valid(&value) {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                "config_id and value must have 1 to 200 characters",
+            ));
+        }
+        self.change_config(
+            meta,
+            "SetConfigOption",
+            execution_id,
+            ConfigChange::Option { config_id, value },
+        )
+        .await
+    }
+
+    pub(super) async fn change_config(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        operation: &str,
+        execution_id: &str,
+        change: ConfigChange,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        let result = self
+            .idempotent(meta, operation, move || async move {
+                let record = engine
+                    .ask_actor(&tenant_id, &id, |reply| Command::Configure { change, reply })
+                    .await?;
+                Ok(json!({"executionId": record.id}))
+            })
+            .await?;
+        self.execution_from_result(&caller, &result).await
+    }
+
+    /// The agent's model catalog (`ListModels`).
+    pub async fn list_models(&self, tenant_id: &str, execution_id: &str) -> Result<ModelCatalog, EngineError> {
+        self.ask_actor(tenant_id, execution_id, |reply| Command::ListModels { reply })
+            .await
+    }
+
+    pub async fn get_interaction(&self, tenant_id: &str, id: &str) -> Result<InteractionRecord, EngineError> {
+        self.store
+            .get_interaction(tenant_id, id)
+            .await?
+            .ok_or_else(|| EngineError::not_found(Reason::InteractionNotFound, format!("interaction `{id}` not found")))
+    }
+
+    pub async fn list_interactions(
+        &self,
+        tenant_id: &str,
+        execution_id: Option<String>,
+        state: Option<String>,
+        page_size: i64,
+        page_token: &str,
+    ) -> Result<(Vec<InteractionRecord>, String), EngineError> {
+        if let Some(state) = state.as_deref()
+            && InteractionState::parse(state).is_none()
+        {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                format!("unknown state `{state}`"),
+            ));
+        }
+        let limit = page_limit(page_size)?;
+        let page = self
+            .store
+            .list_interactions(&InteractionQuery {
+                tenant_id: tenant_id.to_owned(),
+                execution_id,
+                state,
+                after_id: (!page_token.is_empty()).then(|| page_token.to_owned()),
+                limit,
+            })
+            .await?;
+        let next = next_token(&page, limit, |i| &i.id);
+        Ok((page, next))
+    }
+
+    pub async fn answer_interaction(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        command: AnswerCommand,
+    ) -> Result<InteractionRecord, EngineError> {
+        let record = self.get_interaction(&meta.tenant_id, &command.interaction_id).await?;
+        let fingerprint = command.answer.fingerprint();
+        // A retry of the answer that won: the stored result, whatever happened since —
+        // once the winner has finished. While it is `answered` the winner is still on its
+        // way to the pipe, so the retry joins it below and returns what the winner returns.
+        if record.answer_request_id.as_deref() == Some(meta.request_id.as_str())
+            && record.state != InteractionState::Answered.as_str()
+        {
+            return if record.answer_fingerprint.as_deref() == Some(fingerprint.as_str()) {
+                Ok(record)
+            } else {
+                Err(EngineError::new(
+                    ErrorKind::Aborted,
+                    Reason::AnswerConflict,
+                    "this request_id already answered the interaction differently",
+                ))
+            };
+        }
+        let tenant_id = meta.tenant_id.clone();
+        let caller = tenant_id.clone();
+        let engine = self.clone();
+        let result = self
+            .idempotent(meta.clone(), "AnswerInteraction", move || async move {
+                let execution_id = record.execution_id.clone();
+                let request_id = meta.request_id.clone();
+                let answered = engine
+                    .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
+                        record: Box::new(record),
+                        etag: command.etag,
+                        request_id,
+                        answer: command.answer,
+                        reply,
+                    })
+                    .await;
+                match answered {
+                    Ok(record) => Ok(json!({"interactionId": record.id})),
+                    Err(e) if e.reason == Reason::ExecutionNotReady => Err(not_pending(
+                        &engine.get_interaction(&tenant_id, &command.interaction_id).await?,
+                    )),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        let id = result["interactionId"].as_str().unwrap_or_default();
+        self.get_interaction(&caller, id).await
+    }
+}
+
+fn page_limit(page_size: i64) -> Result<i64, EngineError> {
+    match page_size {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n < 0 => Err(EngineError::invalid(
+            Reason::InvalidArgument,
+            "page_size must not be negative",
+        )),
+        n => Ok(n.min(MAX_PAGE_SIZE)),
+    }
+}
+
+fn next_token<T>(page: &[T], limit: i64, id: impl Fn(&T) -> &String) -> String {
+    if page.len() as i64 == limit {
+        page.last().map(|last| id(last).clone()).unwrap_or_default()
+    } else {
+        String::new()
+    }
+}

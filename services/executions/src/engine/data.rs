@@ -1,0 +1,114 @@
+//! What every part of the engine shares: the engine itself, the commands it takes and
+//! the items it streams.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cursor_runner_store::{EventRecord, ExecutionRecord, IdempotencyKey, Store};
+
+use crate::credential::CredentialBinding;
+use cursor_runner_activity::Redactor;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use crate::actor::Command;
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::interaction::{ApprovalPolicy, InteractionAnswer};
+use crate::limits::ExecutionLimits;
+use crate::metrics::Metrics;
+use crate::pool::Pool;
+use crate::session_config::ConfigRequest;
+
+pub type ExecutionView = ExecutionRecord;
+
+/// Identity of a mutating call.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    pub tenant_id: String,
+    pub request_id: String,
+    /// Digest of the request body without its `request_id`.
+    pub request_digest: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateExecutionCommand {
+    pub workspace: String,
+    pub approval_policy: ApprovalPolicy,
+    /// How long a question or plan may wait for a human; `None` means the default.
+    pub interaction_wait_limit: Option<Duration>,
+    /// The control plane's session (run) this execution serves.
+    pub control_session_id: String,
+    pub credential: Option<CredentialBinding>,
+    /// How long to wait for a process when the pool is at its limits (`None`: refuse at once).
+    pub lease_wait: Option<Duration>,
+    /// The exact model, its parameters and the mode, applied and echo-checked before
+    /// any prompt. Empty: the agent's own current choice, recorded as reported.
+    pub session: ConfigRequest,
+    /// Load this recorded session (`session/load`) instead of opening a new one.
+    pub load_session_id: Option<String>,
+    /// Runner-owned MCP servers (allowlist names) injected into `session/new`.
+    pub mcp_servers: Vec<String>,
+    /// Bounds before spend, capped by the tenant's policy.
+    pub limits: ExecutionLimits,
+    /// The operator's agent profile to launch under (`None`: `--agent-command`).
+    pub agent_profile: Option<String>,
+}
+
+/// How long a question or plan waits for a human unless the execution says otherwise.
+pub const DEFAULT_INTERACTION_WAIT_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+/// The longest wait limit an execution may ask for.
+pub const MAX_INTERACTION_WAIT_LIMIT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+#[derive(Debug, Clone)]
+pub struct AnswerCommand {
+    pub interaction_id: String,
+    pub etag: String,
+    pub answer: InteractionAnswer,
+}
+
+/// One item of an event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    Event(EventRecord),
+    /// Replay reached the live head; live events follow.
+    CaughtUp {
+        head_sequence: i64,
+    },
+    Heartbeat {
+        head_sequence: i64,
+    },
+}
+
+pub(super) struct ExecutionHandle {
+    pub(super) tenant_id: String,
+    pub(super) commands: mpsc::Sender<(Command, tracing::Span)>,
+    pub(super) head: watch::Receiver<i64>,
+    /// The secrets kept out of what the actor's errors say.
+    pub(super) redactor: Redactor,
+}
+
+pub(super) type InFlight = watch::Receiver<Option<Result<Value, EngineError>>>;
+
+pub struct Engine {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Arc<EngineConfig>,
+    pub(super) executions: Arc<Mutex<HashMap<String, ExecutionHandle>>>,
+    pub(super) in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
+    /// Flips to true when the service starts shutting down: open streams end.
+    pub(super) closing_streams: watch::Sender<bool>,
+    /// Flips to true when a drain begins: health says NOT_SERVING, no new work.
+    pub(super) draining: watch::Sender<bool>,
+    /// Flips to true when the drain has closed every execution.
+    pub(super) drained: watch::Sender<bool>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) pool: Pool,
+    /// Background tasks (retention sweep, lag sampler), stopped at shutdown.
+    pub(super) background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

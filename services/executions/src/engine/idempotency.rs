@@ -1,0 +1,144 @@
+//! Idempotent calls: one outcome per `request_id`, a retry waiting for the first call's
+//! outcome, transient failures releasing the key.
+
+use std::future::Future;
+
+use cursor_runner_store::{ExecutionRecord, IdempotencyClaim, IdempotencyKey, Patience, TurnRecord};
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::error::{EngineError, ErrorKind, Reason};
+
+use super::data::*;
+
+impl Engine {
+    /// Runs `run` once per (tenant, operation, request_id). A retry with the same body
+    /// while the first call runs joins it; after it, gets its stored result; with
+    /// another body, is refused. The work runs in its own task, so a client that
+    /// disconnects cannot abandon it half-done.
+    pub(super) async fn idempotent<F, Fut>(
+        &self,
+        meta: RequestMeta,
+        operation: &str,
+        run: F,
+    ) -> Result<Value, EngineError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Value, EngineError>> + Send + 'static,
+    {
+        if meta.request_id.is_empty() {
+            return Err(EngineError::invalid(
+                Reason::RequestIdRequired,
+                "request_id is required",
+            ));
+        }
+        let key = IdempotencyKey {
+            tenant_id: meta.tenant_id.clone(),
+            operation: operation.to_owned(),
+            request_id: meta.request_id.clone(),
+        };
+        let reused = || {
+            EngineError::new(
+                ErrorKind::Aborted,
+                Reason::RequestIdReused,
+                "request_id was used with another request",
+            )
+        };
+        let joined = {
+            let mut in_flight = lock(&self.in_flight);
+            match in_flight.get(&key) {
+                Some((digest, _)) if *digest != meta.request_digest => return Err(reused()),
+                Some((_, rx)) => Some(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    in_flight.insert(key.clone(), (meta.request_digest.clone(), rx));
+                    drop(in_flight);
+                    let store = self.store.clone();
+                    // The outcome must be recorded, or the key would answer "in flight"
+                    // until the next start: it waits for the store if need be.
+                    let recorder = self.store.with_patience(Patience::UntilBack);
+                    let digest = meta.request_digest.clone();
+                    let owner_key = key.clone();
+                    tokio::spawn(tracing::Instrument::in_current_span(async move {
+                        let result = match store.claim_idempotency(&owner_key, &digest).await {
+                            Err(e) => Err(e.into()),
+                            Ok(IdempotencyClaim::Completed(stored)) => {
+                                EngineError::from_json(&stored).map_or(Ok(stored), Err)
+                            }
+                            Ok(IdempotencyClaim::DigestMismatch) => Err(reused()),
+                            Ok(IdempotencyClaim::InFlight) => Err(EngineError::new(
+                                ErrorKind::Aborted,
+                                Reason::RequestInFlight,
+                                "a call with this request_id is in flight elsewhere; retry later",
+                            )),
+                            Ok(IdempotencyClaim::Claimed) => {
+                                let result = run().await;
+                                let recorded = match &result {
+                                    Ok(value) => recorder.complete_idempotency(&owner_key, value).await,
+                                    // A refusal changed nothing: the key stays free, so the
+                                    // caller may fix the request and send it again. A store
+                                    // outage is no outcome either: the same call may be
+                                    // retried (each write it made is its own to find again).
+                                    Err(e) if e.is_refusal() || e.is_transient() => {
+                                        recorder.release_idempotency(&owner_key).await
+                                    }
+                                    Err(e) => recorder.complete_idempotency(&owner_key, &e.to_json()).await,
+                                };
+                                match recorded {
+                                    Ok(()) => result,
+                                    Err(e) => Err(e.into()),
+                                }
+                            }
+                        };
+                        tx.send_replace(Some(result));
+                    }));
+                    None
+                }
+            }
+        };
+        let mut rx = match joined {
+            Some(rx) => rx,
+            None => lock(&self.in_flight)
+                .get(&key)
+                .map(|(_, rx)| rx.clone())
+                .ok_or_else(|| EngineError::internal("lost an in-flight call"))?,
+        };
+        let result = loop {
+            if let Some(result) = rx.borrow_and_update().clone() {
+                break result;
+            }
+            if rx.changed().await.is_err() {
+                break rx
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| Err(EngineError::internal("an in-flight call vanished")));
+            }
+        };
+        lock(&self.in_flight).remove(&key);
+        result
+    }
+
+    /// Stored results name resources of the caller's own tenant; reading them back
+    /// stays tenant-scoped.
+    pub(super) async fn execution_from_result(
+        &self,
+        tenant_id: &str,
+        result: &Value,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let id = result["executionId"]
+            .as_str()
+            .ok_or_else(|| EngineError::internal("malformed stored result"))?;
+        self.get_execution(tenant_id, id).await
+    }
+
+    pub(super) async fn turn_from_result(&self, tenant_id: &str, result: &Value) -> Result<TurnRecord, EngineError> {
+        let id = result["turnId"]
+            .as_str()
+            .ok_or_else(|| EngineError::internal("malformed stored result"))?;
+        self.store
+            .get_turn(tenant_id, id)
+            .await?
+            .ok_or_else(|| EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found")))
+    }
+}

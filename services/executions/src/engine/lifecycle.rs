@@ -1,0 +1,406 @@
+//! The engine's life: start-up (settling what a previous incarnation left), health, drain
+//! and shutdown, and the background tasks it runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cursor_runner_activity::{ActivityPayload, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
+use cursor_runner_store::{InteractionQuery, Patience, Store, StoreError, now_ms};
+use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
+use cursor_runner_supervisor::{Guardian, GuardianConfig};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::actor::Command;
+use crate::config::EngineConfig;
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::events::EventWriter;
+use crate::execution_row;
+use crate::interaction::kind_of;
+use crate::interaction::{self};
+use crate::metrics::Metrics;
+use crate::pool::{Pool, PoolStatus};
+use crate::retention::{self};
+use crate::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_supervisor::isolation::AgentIsolation;
+
+use super::data::*;
+
+impl Engine {
+    /// Starts the engine and settles what a previous incarnation left live: its agents
+    /// are gone, so their turns fail and their pending interactions expire (never replayed).
+    pub async fn start(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Arc<Self>, EngineError> {
+        // Before anything that acts on what a previous incarnation left (its processes,
+        // its live executions, its calls): those must not be another live replica's.
+        claim_sole_service(store.as_ref()).await?;
+        // Sweeps what a SIGKILLed previous incarnation left running, before anything launches.
+        config.guardian = Some(Guardian::start(GuardianConfig {
+            state_dir: config.state_dir.clone(),
+            agent_init: config.agent_init.clone(),
+            pid_namespace: config.pid_namespace,
+        }));
+        let config = Arc::new(config);
+        let metrics = Arc::new(Metrics::new());
+        let pool = Pool::start(config.pool.clone(), config.launch_settings(), metrics.clone());
+        let engine = Arc::new(Self {
+            store,
+            config,
+            executions: Arc::new(Mutex::new(HashMap::new())),
+            in_flight: Mutex::new(HashMap::new()),
+            closing_streams: watch::Sender::new(false),
+            draining: watch::Sender::new(false),
+            drained: watch::Sender::new(false),
+            metrics,
+            pool,
+            background: Mutex::new(Vec::new()),
+        });
+        engine.store.observe_with(engine.metrics.clone());
+        engine.recover_after_restart().await?;
+        engine.complete_abandoned_calls().await?;
+        let mut background = vec![tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine)))];
+        if let Some(retention) = engine.config.retention {
+            background.push(retention::start(
+                engine.store.clone(),
+                retention,
+                engine.metrics.clone(),
+            ));
+        }
+        if let Some(retention) = engine.config.idempotency_retention {
+            background.push(retention::start_idempotency(engine.store.clone(), retention));
+        }
+        *lock(&engine.background) = background;
+        Ok(engine)
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// This engine's metrics (served by the runner on its metrics port).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether a drain or shutdown has begun; health reports NOT_SERVING then.
+    pub fn draining(&self) -> watch::Receiver<bool> {
+        self.draining.subscribe()
+    }
+
+    /// Whether a drain has closed every execution (the service may exit).
+    pub fn drained(&self) -> watch::Receiver<bool> {
+        self.drained.subscribe()
+    }
+
+    /// The pool, per profile (admin).
+    pub fn pool_status(&self) -> PoolStatus {
+        self.pool.status()
+    }
+
+    /// Ends a profile's quarantine (admin).
+    pub fn clear_quarantine(&self, profile_id: &str) -> Result<(), EngineError> {
+        if self.pool.clear_quarantine(profile_id) {
+            Ok(())
+        } else {
+            Err(EngineError::not_found(
+                Reason::ProfileNotFound,
+                format!("no pool profile `{profile_id}`"),
+            ))
+        }
+    }
+
+    /// Starts draining (idempotent; a later call may only bring the deadline forward):
+    /// no new executions or turns, idle slots stopped, running turns finish until the
+    /// deadline and are then cancelled (interactions settle by their rules), then every
+    /// execution is closed through the stop ladder and [`Engine::drained`] flips.
+    /// Returns the deadline in effect.
+    pub fn begin_drain(self: &Arc<Self>, deadline: Option<Duration>) -> Duration {
+        let deadline = deadline.unwrap_or(self.config.drain_deadline);
+        let first = !self.draining.send_replace(true);
+        self.metrics.draining();
+        self.pool.drain();
+        let until = tokio::time::Instant::now() + deadline;
+        let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
+            lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut replies = Vec::new();
+            for commands in handles {
+                let (reply, rx) = oneshot::channel();
+                if commands
+                    .send((Command::Drain { deadline: until, reply }, tracing::Span::current()))
+                    .await
+                    .is_ok()
+                {
+                    replies.push(rx);
+                }
+            }
+            for rx in replies {
+                let _ = rx.await;
+            }
+            if first {
+                engine.pool.stopped(engine.config.stop_grace * 2).await;
+                engine.drained.send_replace(true);
+                tracing::info!("drained: every execution is closed");
+            }
+        });
+        deadline
+    }
+
+    /// The store as an execution's actor writes to it: riding out an outage up to
+    /// `store_outage_limit` (RPCs use the impatient one and fail fast).
+    pub(super) fn execution_store(&self) -> Arc<dyn Store> {
+        self.store.with_patience(Patience::For(self.config.store_outage_limit))
+    }
+
+    /// The agent behind a connection to the service's API from `peer` (accepted on
+    /// `local`), if one of this host's agents holds it: agents never call the API
+    /// (`supervisor::agent_callers`). Reads `/proc`: call it off the async workers.
+    pub fn agent_behind(&self, peer: std::net::SocketAddr, local: std::net::SocketAddr) -> Option<AgentCaller> {
+        let callers = match &self.config.agent_users {
+            Some(users) => AgentCallers::Uids(users.uids()),
+            None => AgentCallers::LaunchMarker,
+        };
+        callers.agent_behind(peer, local)
+    }
+
+    /// A cheap round trip to the store, for health.
+    pub async fn store_reachable(&self) -> bool {
+        self.store.get_execution("", "").await.is_ok()
+    }
+
+    /// Why the service cannot serve new work right now for want of its store: it does
+    /// not answer a cheap round trip within `timeout`.
+    pub async fn store_problem(&self, timeout: Duration) -> Option<String> {
+        let reachable = tokio::time::timeout(timeout, self.store_reachable())
+            .await
+            .unwrap_or(false);
+        self.metrics.store_reachable(reachable);
+        (!reachable).then(|| "the store does not answer".into())
+    }
+
+    /// What separates the agents this engine launches from the service, each other and
+    /// the host, as in force now.
+    pub fn agent_isolation(&self) -> AgentIsolation {
+        let guardian = self
+            .config
+            .guardian
+            .as_ref()
+            .expect("Engine::start sets the guardian")
+            .report();
+        AgentIsolation::of_this_process(self.config.agent_users.is_some(), guardian)
+    }
+
+    /// Why the service cannot serve new work right now besides its store, if it cannot:
+    /// the pinned distribution no longer verifies (quick check), or every known pool
+    /// profile is quarantined. Draining is reported apart.
+    pub async fn readiness_problem(&self) -> Option<String> {
+        if let Some(pinned) = self.config.agent_command.distribution.clone() {
+            let verified = tokio::task::spawn_blocking(move || {
+                cursor_runner_supervisor::distribution::verify(
+                    &pinned.closure_dir,
+                    &pinned.pin,
+                    cursor_runner_supervisor::distribution::VerifyMode::Quick,
+                )
+                .map(drop)
+                .map_err(|e| e.to_string())
+            })
+            .await;
+            match verified {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Some(format!("the pinned distribution does not verify: {e}")),
+                Err(e) => return Some(format!("verifying the distribution failed: {e}")),
+            }
+        }
+        let pool = self.pool.status();
+        let quarantined = |p: &crate::pool::ProfileStatus| p.quarantine_remaining.is_some_and(|left| !left.is_zero());
+        if !pool.profiles.is_empty() && pool.profiles.iter().all(quarantined) {
+            return Some("every pool profile is quarantined".into());
+        }
+        None
+    }
+
+    /// Closes every live execution and stops the pool (service shutdown): no agent
+    /// outlives the service.
+    pub async fn shutdown(&self) {
+        for task in lock(&self.background).drain(..) {
+            task.abort();
+        }
+        self.end_streams();
+        self.pool.drain();
+        let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
+            lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+        for commands in handles {
+            let (reply, rx) = oneshot::channel();
+            if commands
+                .send((Command::Close { reply }, tracing::Span::current()))
+                .await
+                .is_ok()
+            {
+                let _ = rx.await;
+            }
+        }
+        self.pool.stopped(self.config.stop_grace * 2).await;
+    }
+
+    pub(super) async fn ask_actor<T>(
+        &self,
+        tenant_id: &str,
+        execution_id: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
+    ) -> Result<T, EngineError> {
+        let record = self.get_execution(tenant_id, execution_id).await?;
+        let handle = lock(&self.executions)
+            .get(&record.id)
+            .map(|h| (h.commands.clone(), h.redactor.clone()));
+        let not_ready = || {
+            EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!("execution `{}` is {}", record.id, record.state),
+            )
+            .with("state", record.state.clone())
+        };
+        let (commands, redactor) = handle.ok_or_else(not_ready)?;
+        let (reply, rx) = oneshot::channel();
+        // The caller's span goes along: the actor works on the command inside it.
+        commands
+            .send((make(reply), tracing::Span::current()))
+            .await
+            .map_err(|_| not_ready())?;
+        // The actor's refusals may quote the agent (e.g. a configuration it refused).
+        rx.await.map_err(|_| not_ready())?.map_err(|e| e.redacted(&redactor))
+    }
+
+    /// A key still `in_flight` at start-up belongs to a call that died with the previous
+    /// incarnation (one service per database): it gets a final, typed outcome, so a retry
+    /// is neither refused for ever ("in flight elsewhere") nor run a second time.
+    pub(super) async fn complete_abandoned_calls(&self) -> Result<(), EngineError> {
+        let interrupted = EngineError::new(
+            ErrorKind::Aborted,
+            Reason::RequestInterrupted,
+            "the service stopped while this call ran; what it had begun was settled at restart; \
+             send a new request_id to try again",
+        );
+        let completed = self
+            .store
+            .complete_abandoned_idempotency(&interrupted.to_json())
+            .await?;
+        if completed > 0 {
+            tracing::warn!(
+                completed,
+                "calls interrupted by the previous incarnation were completed as REQUEST_INTERRUPTED"
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn recover_after_restart(&self) -> Result<(), EngineError> {
+        for mut execution in self.store.list_live_executions().await? {
+            let Some(recorded) = ExecutionState::parse(&execution.state) else {
+                continue;
+            };
+            let head = self.store.head_sequence(&execution.id).await?;
+            let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head)
+                .with_metrics(self.metrics.clone());
+            for state in [InteractionState::Pending, InteractionState::Answered] {
+                let stranded = self
+                    .store
+                    .list_interactions(&InteractionQuery {
+                        tenant_id: execution.tenant_id.clone(),
+                        execution_id: Some(execution.id.clone()),
+                        state: Some(state.as_str().into()),
+                        after_id: None,
+                        limit: i64::MAX,
+                    })
+                    .await?;
+                for mut interaction in stranded {
+                    interaction.state = InteractionState::Expired.as_str().into();
+                    interaction.reason = Some("service_restarted".into());
+                    interaction.delivery = Some(
+                        if state == InteractionState::Answered {
+                            "unknown"
+                        } else {
+                            "not_sent"
+                        }
+                        .into(),
+                    );
+                    interaction.replay_allowed = false;
+                    interaction.updated_at_ms = now_ms();
+                    if interaction::transition(self.store.as_ref(), state, &interaction).await? {
+                        let payload = ActivityPayload::RuntimeRequestExpired(RuntimeRequestEnded {
+                            interaction_id: interaction.id.clone(),
+                            kind: kind_of(&interaction.kind),
+                            turn_id: interaction.turn_id.clone(),
+                            reason: "service_restarted".into(),
+                            replay_allowed: false,
+                            delivery: interaction.delivery.clone().unwrap_or_default(),
+                            request: serde_json::from_str(&interaction.request).ok(),
+                        });
+                        events.emit(Some(&interaction.turn_id), vec![payload]).await?;
+                    }
+                }
+            }
+            if let Some(turn_id) = execution.active_turn_id.take()
+                && let Some(mut turn) = self.store.get_turn(&execution.tenant_id, &turn_id).await?
+            {
+                turn.state = TurnState::Failed.as_str().into();
+                turn.failure_reason = Some(TurnFailureReason::ProviderLost.as_str().into());
+                turn.failure_message = Some("the service restarted; the agent process is gone".into());
+                turn.ended_at_ms = Some(now_ms());
+                if self.store.settle_turn(&turn).await? {
+                    let payload = ActivityPayload::TurnFailed(TurnSettled {
+                        turn_id: turn.id.clone(),
+                        stop_reason: None,
+                        failure_reason: Some(TurnFailureReason::ProviderLost),
+                        message: turn.failure_message.clone(),
+                    });
+                    events.emit(Some(&turn.id), vec![payload]).await?;
+                }
+            }
+            execution.state = ExecutionState::Lost.as_str().into();
+            execution.failure_reason = Some("service_restarted".into());
+            execution.updated_at_ms = now_ms();
+            execution_row::save(self.store.as_ref(), recorded, &execution).await?;
+        }
+        Ok(())
+    }
+}
+
+/// How often the outbox lag (head − acknowledged) of every live execution is sampled.
+pub const OUTBOX_LAG_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// How long start-up waits for the database's previous service (e.g. a pod still
+/// stopping) to let go before it refuses to start.
+pub const SOLE_SERVICE_WAIT: Duration = Duration::from_secs(5);
+
+async fn claim_sole_service(store: &dyn Store) -> Result<(), EngineError> {
+    let deadline = tokio::time::Instant::now() + SOLE_SERVICE_WAIT;
+    loop {
+        match store.claim_sole_service().await {
+            Err(StoreError::AnotherService) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other.map_err(EngineError::from),
+        }
+    }
+}
+
+/// Samples head − acknowledged for every live execution, every
+/// [`OUTBOX_LAG_SAMPLE_INTERVAL`], until the engine is gone.
+async fn sample_outbox_lag(engine: std::sync::Weak<Engine>) {
+    let mut every = tokio::time::interval(OUTBOX_LAG_SAMPLE_INTERVAL);
+    loop {
+        every.tick().await;
+        let Some(engine) = engine.upgrade() else { return };
+        let live: Vec<(String, String, i64)> = lock(&engine.executions)
+            .iter()
+            .filter(|(_, handle)| !handle.commands.is_closed())
+            .map(|(id, handle)| (id.clone(), handle.tenant_id.clone(), *handle.head.borrow()))
+            .collect();
+        for (id, tenant_id, head) in live {
+            if let Ok(Some(record)) = engine.store.get_execution(&tenant_id, &id).await {
+                engine.metrics.outbox_lag(head - record.acked_sequence);
+            }
+        }
+    }
+}

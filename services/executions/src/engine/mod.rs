@@ -1,0 +1,11 @@
+//! The engine: admission, idempotency, routing commands to execution actors, and
+//! event streams. Everything the gRPC layer calls.
+
+mod admission;
+mod calls;
+mod data;
+mod idempotency;
+mod lifecycle;
+mod streams;
+
+pub use data::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
