@@ -1,0 +1,283 @@
+//! The pool's shared core: its configuration, its bookkeeping behind one lock, and what
+//! reserving, parking and failing do to them.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, oneshot};
+
+use super::book::*;
+use super::config::*;
+use super::profile::{Fingerprinter, ProfileKey};
+use super::slot::*;
+use super::slot::{Handoff, IdleEnd, IdleProcess, IdleRules};
+use super::ticket::SlotRegistry;
+use super::ticket::*;
+use super::warm::*;
+use crate::credential::redactor_for;
+use crate::error::{EngineError, ErrorKind, Reason};
+use crate::metrics::Metrics;
+use crate::state::{ProfileHealth, SlotState};
+use cursor_runner_supervisor::agent_users::AgentUsers;
+
+/// How often the replenisher looks at every profile even when nothing woke it.
+pub(super) const REPLENISH_TICK: Duration = Duration::from_secs(1);
+
+pub(super) struct PoolInner {
+    pub(super) config: PoolConfig,
+    pub(super) launch: Arc<LaunchSettings>,
+    pub(super) fingerprints: Fingerprinter,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) state: Mutex<PoolState>,
+    /// Capacity was freed, a slot became idle, or a profile needs replenishing.
+    pub(super) changed: Arc<Notify>,
+}
+
+pub(super) enum Attempt {
+    Handoff(Handoff<WarmParts>),
+    Cold(ColdStart),
+    Wait,
+}
+
+/// A slot reserved in `warming` for one execution.
+pub(crate) struct ColdStart {
+    pub(super) pool: Weak<PoolInner>,
+    pub(super) ticket: SlotTicket,
+    pub(super) launch_as: LaunchAs,
+}
+
+impl ColdStart {
+    /// Launches and `initialize`s the reserved slot's process. A failure counts against
+    /// the profile's restart intensity and ends the slot.
+    pub(crate) async fn start(self) -> Result<WarmProcess, StartFailure> {
+        let ColdStart {
+            pool,
+            mut ticket,
+            launch_as,
+        } = self;
+        let Some(pool) = pool.upgrade() else {
+            return Err(StartFailure {
+                error: EngineError::internal("the pool is gone"),
+                process: None,
+            });
+        };
+        let started = super::slot::start_process(&pool.launch, &mut ticket, launch_as).await;
+        pool.metrics
+            .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
+        let mut state = pool.lock();
+        match started {
+            Ok(started) => {
+                if let Some(slot) = state.slots.get_mut(&ticket.slot_id) {
+                    slot.pid = Some(started.process.pid());
+                }
+                state.transition(&ticket.slot_id, SlotState::Leased);
+                drop(state);
+                Ok(WarmProcess {
+                    process: started.process,
+                    connection: started.connection,
+                    inbound: started.inbound,
+                    timings: started.timings,
+                    initialized: started.initialized,
+                    sessions_served: 0,
+                    ticket,
+                })
+            }
+            Err(failure) => {
+                pool.record_failure(
+                    &mut state,
+                    &ticket.profile_id,
+                    failure.error.reason,
+                    &failure.error.message,
+                );
+                Err(failure)
+            }
+        }
+    }
+}
+
+impl PoolInner {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One look at the pool for a lease, under the lock.
+    pub(super) fn attempt(
+        self: &Arc<Self>,
+        state: &mut PoolState,
+        key: &ProfileKey,
+        profile_id: &str,
+        launch_as: &LaunchAs,
+        home: Option<&std::path::Path>,
+    ) -> Result<Attempt, EngineError> {
+        let now = Instant::now();
+        if state.draining {
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::Draining,
+                "the service is draining: it takes no new executions",
+            ));
+        }
+        let min_idle = self.config.min_idle;
+        let profile = state
+            .profiles
+            .entry(profile_id.to_owned())
+            .or_insert_with(|| Profile::new(key.clone(), launch_as.clone(), false, min_idle, now));
+        profile.last_lease = now;
+        profile.expire_quarantine(now);
+        if let Some(quarantine) = &profile.quarantine {
+            let remaining = quarantine.until.saturating_duration_since(now);
+            return Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::ProfileQuarantined,
+                format!(
+                    "this profile is quarantined for {remaining:?} after repeated agent failures; the last: {}",
+                    quarantine.message
+                ),
+            )
+            .with("cause", quarantine.cause.as_str())
+            .retry_after(remaining));
+        }
+        // A recorded session's home is its own: no warm slot was launched in it.
+        let idle: Vec<String> = match home {
+            Some(_) => Vec::new(),
+            None => profile.idle.iter().cloned().collect(),
+        };
+        for slot_id in idle {
+            let Some(handoff) = state.slots.get_mut(&slot_id).and_then(|s| s.handoff.take()) else {
+                continue;
+            };
+            state.transition(&slot_id, SlotState::Leased);
+            return Ok(Attempt::Handoff(handoff));
+        }
+        if !state.has_capacity(profile_id, &self.config) && !state.evict_for(profile_id, &self.config) {
+            return Ok(Attempt::Wait);
+        }
+        let slot_id = state.reserve_slot(profile_id);
+        let mut ticket = self.ticket(slot_id, profile_id.to_owned());
+        if let Some(home) = home {
+            ticket.home = home.to_path_buf();
+        }
+        Ok(Attempt::Cold(ColdStart {
+            pool: Arc::downgrade(self),
+            ticket,
+            launch_as: launch_as.clone(),
+        }))
+    }
+
+    pub(super) fn ticket(self: &Arc<Self>, slot_id: String, profile_id: String) -> SlotTicket {
+        let home = self.launch.state_dir.join("homes").join(&slot_id);
+        let registry: Weak<dyn SlotRegistry> = Arc::downgrade(self) as Weak<dyn SlotRegistry>;
+        let identity = self.launch.agent_users.as_ref().and_then(AgentUsers::take);
+        SlotTicket::new(registry, slot_id, profile_id, home, identity)
+    }
+
+    pub(super) fn accepts_return(&self, state: &PoolState, profile_id: &str, sessions_served: u32) -> bool {
+        !state.draining
+            && sessions_served + 1 < self.config.sessions_per_process
+            && state
+                .profiles
+                .get(profile_id)
+                .is_some_and(|p| p.health == ProfileHealth::Healthy)
+    }
+
+    /// Makes a slot idle and starts watching it.
+    pub(super) fn park_idle(self: &Arc<Self>, state: &mut PoolState, idle: IdleProcess, parts: WarmParts) {
+        let slot_id = parts.ticket.slot_id.clone();
+        let profile_id = parts.ticket.profile_id.clone();
+        let (handoff_tx, handoff_rx) = oneshot::channel();
+        state.transition(&slot_id, SlotState::Idle);
+        if let Some(slot) = state.slots.get_mut(&slot_id) {
+            slot.sessions_served = parts.sessions_served;
+            slot.handoff = Some(handoff_tx);
+        }
+        if let Some(profile) = state.profiles.get_mut(&profile_id) {
+            profile.idle.push_back(slot_id);
+        }
+        let rules = IdleRules {
+            recycle_at: Instant::now() + self.config.idle_ttl,
+            probe_interval: self.config.probe_interval,
+            probe_timeout: self.config.probe_timeout,
+            stop_grace: self.launch.stop_grace,
+            redactor: {
+                let launch_as = state.profiles.get(&profile_id).map(|p| &p.launch_as);
+                redactor_for(
+                    launch_as.and_then(|l| l.credential.as_ref()),
+                    launch_as.and_then(|l| l.agent.as_deref()),
+                    &[],
+                )
+            },
+        };
+        let pool = Arc::downgrade(self);
+        self.changed.notify_waiters();
+        tokio::spawn(async move {
+            let (ending, parts) = super::slot::watch_idle(idle, parts, handoff_rx, rules).await;
+            // Handed off: the lease owns the process and its ticket now.
+            let Some(WarmParts { ticket, .. }) = parts else { return };
+            let failure = match ending {
+                IdleEnd::HandedOff | IdleEnd::Recycled => None,
+                IdleEnd::Died { message } => Some((Reason::AgentExited, message)),
+                IdleEnd::Unresponsive => Some((
+                    Reason::AgentUnresponsive,
+                    "the idle agent did not answer the liveness probe".to_owned(),
+                )),
+            };
+            if let Some((cause, message)) = failure
+                && let Some(pool) = pool.upgrade()
+            {
+                tracing::warn!(slot_id = %ticket.slot_id, %message, "an idle agent failed; it is replaced");
+                let mut state = pool.lock();
+                pool.record_failure(&mut state, &ticket.profile_id, cause, &message);
+            }
+            drop(ticket);
+        });
+    }
+
+    pub(super) fn record_failure(&self, state: &mut PoolState, profile_id: &str, cause: Reason, message: &str) {
+        if !counts_as_failure(cause) {
+            return;
+        }
+        let now = Instant::now();
+        self.metrics.pool_failure(cause);
+        let Some(profile) = state.profiles.get_mut(profile_id) else {
+            return;
+        };
+        let tripped = profile.failures.record(self.config.intensity, now);
+        let mut recycle = Vec::new();
+        if tripped && profile.health == ProfileHealth::Healthy {
+            debug_assert!(ProfileHealth::Healthy.can_become(ProfileHealth::Quarantined));
+            profile.health = ProfileHealth::Quarantined;
+            profile.quarantine = Some(Quarantine {
+                cause,
+                message: message.to_owned(),
+                until: now + self.config.intensity.window,
+            });
+            self.metrics.pool_quarantined();
+            tracing::warn!(
+                profile_id,
+                cause = cause.as_str(),
+                %message,
+                "profile quarantined after {} failures within {:?}",
+                self.config.intensity.max_failures,
+                self.config.intensity.window
+            );
+            recycle = profile.idle.iter().cloned().collect();
+        }
+        for id in recycle {
+            state.recycle(&id);
+        }
+    }
+}
+
+impl SlotRegistry for PoolInner {
+    fn slot_ended(&self, slot_id: &str) {
+        let mut state = self.lock();
+        if let Some(slot) = state.slots.get(slot_id) {
+            if matches!(slot.state, SlotState::Idle | SlotState::Leased) {
+                state.transition(slot_id, SlotState::Draining);
+            }
+            state.transition(slot_id, SlotState::Stopped);
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+}

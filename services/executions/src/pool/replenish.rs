@@ -1,0 +1,154 @@
+//! The replenisher: keeps each profile's idle minimum warm with a jittered backoff,
+//! forgets learned profiles nobody leases, recycles old idle slots.
+
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+use super::config::*;
+use super::inner::*;
+use super::slot::IdleProcess;
+use super::ticket::*;
+use super::warm::*;
+use crate::state::{ProfileHealth, SlotState};
+
+impl PoolInner {
+    /// Starts what profiles need to keep their idle minimum, forgets learned profiles
+    /// nobody leased from for a while, and says when to look again.
+    pub(super) fn replenish_once(self: &Arc<Self>) -> Instant {
+        let now = Instant::now();
+        let mut next = now + REPLENISH_TICK;
+        let mut state = self.lock();
+        if state.draining {
+            return next;
+        }
+        let forgotten: Vec<String> = state
+            .profiles
+            .iter()
+            .filter(|(id, p)| {
+                !p.configured
+                    && now.saturating_duration_since(p.last_lease) >= self.config.profile_ttl
+                    && !state
+                        .slots
+                        .values()
+                        .any(|s| s.profile_id == **id && s.state != SlotState::Idle)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in forgotten {
+            let idle: Vec<String> = state.profiles[&id].idle.iter().cloned().collect();
+            for slot_id in idle {
+                state.recycle(&slot_id);
+            }
+            state.profiles.remove(&id);
+            tracing::info!(profile_id = %id, "forgot an unused profile and its credential");
+        }
+        let ids: Vec<String> = state.profiles.keys().cloned().collect();
+        for id in ids {
+            let Some(profile) = state.profiles.get_mut(&id) else {
+                continue;
+            };
+            profile.expire_quarantine(now);
+            if profile.health != ProfileHealth::Healthy {
+                continue;
+            }
+            if profile.next_start_at > now {
+                next = next.min(profile.next_start_at);
+                continue;
+            }
+            let wanted = profile.min_idle;
+            let launch_as = profile.launch_as.clone();
+            let warm = state
+                .slots
+                .values()
+                .filter(|s| s.profile_id == id && matches!(s.state, SlotState::Idle | SlotState::Warming))
+                .count();
+            for _ in warm..wanted {
+                if !state.has_capacity(&id, &self.config) {
+                    break;
+                }
+                let slot_id = state.reserve_slot(&id);
+                let ticket = self.ticket(slot_id, id.clone());
+                tokio::spawn(warm_up(Arc::downgrade(self), ticket, launch_as.clone()));
+            }
+        }
+        next
+    }
+}
+
+/// Starts a process for the pool (no execution is waiting for it).
+pub(super) async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launch_as: LaunchAs) {
+    let Some(launch) = pool.upgrade().map(|p| p.launch.clone()) else {
+        return;
+    };
+    let started = super::slot::start_process(&launch, &mut ticket, launch_as).await;
+    let Some(pool) = pool.upgrade() else { return };
+    pool.metrics
+        .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
+    let mut started = match started {
+        Ok(started) => started,
+        Err(failure) => {
+            tracing::warn!(slot_id = %ticket.slot_id, error = %failure.error, "warming an agent failed");
+            let mut state = pool.lock();
+            if let Some(profile) = state.profiles.get_mut(&ticket.profile_id) {
+                profile.failed_starts += 1;
+                let delay = super::intensity::backoff(profile.failed_starts, fastrand::f64());
+                profile.next_start_at = Instant::now() + delay;
+            }
+            pool.record_failure(
+                &mut state,
+                &ticket.profile_id,
+                failure.error.reason,
+                &failure.error.message,
+            );
+            return;
+        }
+    };
+    {
+        let mut state = pool.lock();
+        if !state.draining {
+            if let Some(slot) = state.slots.get_mut(&ticket.slot_id) {
+                slot.pid = Some(started.process.pid());
+            }
+            if let Some(profile) = state.profiles.get_mut(&ticket.profile_id) {
+                profile.failed_starts = 0;
+            }
+            let (timings, initialized) = (started.timings, started.initialized);
+            pool.park_idle(
+                &mut state,
+                IdleProcess {
+                    process: started.process,
+                    connection: started.connection,
+                    inbound: started.inbound,
+                },
+                WarmParts {
+                    ticket,
+                    timings,
+                    initialized,
+                    sessions_served: 0,
+                },
+            );
+            return;
+        }
+    }
+    // The pool began draining while this process started.
+    started.connection.close_stdin().await;
+    started.process.stop(pool.launch.stop_grace).await;
+}
+
+/// The replenisher. Holds the pool only weakly, so it ends with the pool.
+pub(super) async fn replenish(pool: Weak<PoolInner>, changed: Arc<Notify>) {
+    loop {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let Some(next) = pool.upgrade().map(|inner| inner.replenish_once()) else {
+            return;
+        };
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => {}
+        }
+    }
+}
