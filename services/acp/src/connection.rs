@@ -4,9 +4,10 @@
 //! requests live in independent id spaces: a response is matched only against our
 //! pending table, and an agent request is routed by its `method`, never by its id.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -240,13 +241,9 @@ impl AcpConnection {
         let _ = self.shared.out.send(Outgoing::CloseStdin).await;
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Waiter>> {
-        lock(&self.shared.pending)
+    fn pending(&self) -> parking_lot::MutexGuard<'_, HashMap<i64, Waiter>> {
+        self.shared.pending.lock()
     }
-}
-
-fn lock(table: &PendingTable) -> std::sync::MutexGuard<'_, HashMap<i64, Waiter>> {
-    table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn encode(value: &Value) -> Result<Vec<u8>, AcpError> {
@@ -339,7 +336,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 Classified::Invalid { reason } => Inbound::Invalid { reason },
                 Classified::Response { id, result } => {
                     let waiter = match &id {
-                        RequestId::Number(n) => lock(&shared.pending).remove(n),
+                        RequestId::Number(n) => shared.pending.lock().remove(n),
                         _ => None,
                     };
                     match (waiter, id) {
@@ -358,7 +355,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             continue;
         }
     };
-    lock(&shared.pending).clear();
+    shared.pending.lock().clear();
     let _ = inbound.send(Inbound::Closed { truncated_last_line }).await;
 }
 

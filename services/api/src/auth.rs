@@ -12,10 +12,11 @@
 //! `AdminService` needs the `admin` role, and everything else (the runner service and
 //! reflection) needs a valid token or certificate.
 
+use parking_lot::Mutex;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use cursor_runner_executions::{EngineError, ErrorKind, Reason};
@@ -122,7 +123,7 @@ impl TokenAuth {
             (None, Some(cert)) => Credential::ClientCert(*cert),
             (None, None) => return Err(refuse("a bearer token or a client certificate is required")),
         };
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut loaded = self.loaded.lock();
         self.reload_if_changed(&mut loaded);
         // Compare against every entry without stopping early: timing says nothing.
         let mut found = None;

@@ -7,11 +7,12 @@
 //! certificates must rotate without a restart, and one slow handshake must not hold up
 //! the accept loop.
 
+use parking_lot::Mutex;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -69,7 +70,7 @@ impl TlsReloader {
     /// that fails keeps the last good configuration (and says so) rather than refusing
     /// every client.
     pub fn acceptor(&self) -> TlsAcceptor {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.current.lock();
         let now = stamp(&self.settings);
         if now != current.0 {
             match build(&self.settings) {

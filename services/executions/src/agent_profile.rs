@@ -15,9 +15,10 @@
 //! used from the next execution on; their values enter only the agent's environment and
 //! the execution's redactor (never argv, logs, errors or events).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use cursor_runner_supervisor::{AgentCommand, Secret};
@@ -194,7 +195,7 @@ impl AgentProfiles {
 
     /// The named profile, from the file as it is now.
     pub fn get(&self, name: &str) -> Result<Arc<AgentProfile>, EngineError> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut loaded = self.loaded.lock();
         if stamp(&self.path) != loaded.stamp {
             match load(&self.path) {
                 Ok(fresh) => *loaded = fresh,

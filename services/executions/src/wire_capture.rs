@@ -6,10 +6,10 @@
 //! process takes that file over as `DIR/<execution id>.ndjson` (handshake included), and a
 //! start that fails leaves it under the slot's name. Off by default.
 
+use parking_lot::Mutex;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use cursor_runner_acp::{Direction, WireTap};
 use cursor_runner_activity::Redactor;
@@ -59,7 +59,7 @@ impl WireCapture {
     /// process starts that file afresh.
     pub fn lease_to(&self, execution_id: &str, redactor: Redactor) -> std::io::Result<()> {
         let path = self.dir.join(format!("{execution_id}.ndjson"));
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock();
         state.redactor = redactor;
         if state.leased || state.out.is_none() {
             state.out = Some(BufWriter::new(open_owner_only(&path)?));
@@ -88,7 +88,7 @@ impl WireTap for WireCapture {
             Direction::FromAgent => "agent",
             Direction::ToAgent => "runner",
         };
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock();
         let (text, _) = state.redactor.redact_text(&String::from_utf8_lossy(line));
         let mut record = json!({"dir": dir, "line": text}).to_string();
         record.push('\n');

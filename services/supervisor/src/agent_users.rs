@@ -6,10 +6,11 @@
 //! `cursor-agents`), held for the process's life and reused only once nothing of it is
 //! left running.
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The names of provisioned agent accounts: `cursor-agent-0`, `cursor-agent-1`, …
 pub const AGENT_USER_PREFIX: &str = "cursor-agent-";
@@ -104,7 +105,7 @@ impl AgentUsers {
     /// A free identity for one process, returned when the lease drops; `None` when all
     /// are in use.
     pub fn take(&self) -> Option<AgentLease> {
-        let mut free = self.inner.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = self.inner.free.lock();
         // Another service on this host may hold some: a uid is this process's only while
         // it holds the uid's lock file.
         let candidates: Vec<AgentIdentity> = free.iter().copied().collect();
@@ -235,11 +236,7 @@ impl Drop for AgentLease {
         if self.users.sweep {
             kill_everything_of(self.identity.uid);
         }
-        self.users
-            .free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(self.identity);
+        self.users.free.lock().insert(self.identity);
     }
 }
 

@@ -14,10 +14,11 @@
 //! The reaper thread only `waitpid`s pids it knows are adopted descendants of an agent,
 //! never a child that tokio (or anyone else in the process) spawned and will wait for.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use nix::sys::wait::{WaitPidFlag, waitpid};
@@ -189,7 +190,7 @@ impl Guardian {
 
     /// The ledger file, when there is one.
     pub fn ledger_path(&self) -> Option<PathBuf> {
-        lock(&self.inner.ledger).as_ref().map(|l| l.path().to_path_buf())
+        self.inner.ledger.lock().as_ref().map(|l| l.path().to_path_buf())
     }
 
     /// Launches an agent for `execution_id` (generation `generation`) with every active
@@ -202,7 +203,7 @@ impl Guardian {
         generation: i64,
     ) -> Result<(AgentProcess, ChildStdin, ChildStdout), LaunchError> {
         let marker = LaunchMarker::new().map_err(|e| LaunchError::Spawn(format!("no launch marker: {e}")))?;
-        if let Some(ledger) = lock(&self.inner.ledger).as_mut() {
+        if let Some(ledger) = self.inner.ledger.lock().as_mut() {
             let launch = LaunchRecord {
                 marker: marker.clone(),
                 execution_id: execution_id.to_owned(),
@@ -217,7 +218,7 @@ impl Guardian {
             Ok(launched) => launched,
             Err(e) => {
                 // Nothing was started: the marker names no process.
-                if let Some(ledger) = lock(&self.inner.ledger).as_mut()
+                if let Some(ledger) = self.inner.ledger.lock().as_mut()
                     && let Err(e) = ledger.retire(execution_id, generation)
                 {
                     tracing::warn!(error = %e, "rewriting the launch ledger failed");
@@ -235,7 +236,7 @@ impl Guardian {
             entries.push((root, LedgerRole::Agent));
         }
         {
-            let mut ledger = lock(&self.inner.ledger);
+            let mut ledger = self.inner.ledger.lock();
             if let Some(ledger) = ledger.as_mut() {
                 for (stat, role) in entries {
                     let entry = ledger_entry(&stat, execution_id, generation, role);
@@ -246,7 +247,7 @@ impl Guardian {
             }
         }
         let key = self.inner.next_key.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inner.tracked).insert(
+        self.inner.tracked.lock().insert(
             key,
             Tracked {
                 execution_id: execution_id.to_owned(),
@@ -295,7 +296,10 @@ impl TreeWatch for Registration {
     /// Walks `/proc` now for this agent's descendants (before a stop, while the tree
     /// still hangs from the agent).
     fn census(&self) {
-        let wanted = lock(&self.inner.tracked)
+        let wanted = self
+            .inner
+            .tracked
+            .lock()
             .get(&self.key)
             .is_some_and(|t| t.census && !t.ended);
         if wanted {
@@ -308,7 +312,7 @@ impl TreeWatch for Registration {
     /// (with a namespace there is nothing left to kill: just retire its ledger lines).
     fn end(&self) {
         let census = {
-            let mut tracked = lock(&self.inner.tracked);
+            let mut tracked = self.inner.tracked.lock();
             match tracked.get_mut(&self.key) {
                 Some(t) if !t.ended => {
                     t.ended = true;
@@ -337,7 +341,7 @@ impl Drop for Registration {
 
 impl Inner {
     fn has_work(&self) -> bool {
-        lock(&self.tracked).values().any(|t| t.census || t.ended)
+        self.tracked.lock().values().any(|t| t.census || t.ended)
     }
 
     /// One census step for one tracked agent (`only`) or all of them: find new
@@ -348,7 +352,7 @@ impl Inner {
         let mut found = Vec::new();
         let mut retired = Vec::new();
         {
-            let mut tracked = lock(&self.tracked);
+            let mut tracked = self.tracked.lock();
             for (key, t) in tracked.iter_mut() {
                 if only.is_some_and(|k| k != *key) {
                     continue;
@@ -396,7 +400,7 @@ impl Inner {
                 .filter_map(|key| tracked.remove(key))
                 .map(|t| (t.execution_id, t.generation))
                 .collect();
-            let mut ledger = lock(&self.ledger);
+            let mut ledger = self.ledger.lock();
             if let Some(ledger) = ledger.as_mut() {
                 for entry in found {
                     if let Err(e) = ledger.record(entry) {
@@ -487,7 +491,7 @@ impl Reaper {
     }
 
     fn register(&self, inner: &Arc<Inner>) {
-        let mut guardians = lock(&self.guardians);
+        let mut guardians = self.guardians.lock();
         guardians.retain(|g| g.strong_count() > 0);
         guardians.push(Arc::downgrade(inner));
     }
@@ -499,11 +503,8 @@ impl Reaper {
     fn run(&self) {
         loop {
             let live: Vec<Arc<Inner>> = {
-                let guardians = lock(&self.guardians);
-                let (guardians, _) = self
-                    .wake
-                    .wait_timeout(guardians, CENSUS_INTERVAL)
-                    .unwrap_or_else(|p| p.into_inner());
+                let mut guardians = self.guardians.lock();
+                self.wake.wait_for(&mut guardians, CENSUS_INTERVAL);
                 guardians.iter().filter_map(Weak::upgrade).collect()
             };
             let busy: Vec<&Arc<Inner>> = live.iter().filter(|g| g.has_work()).collect();
@@ -516,8 +517,4 @@ impl Reaper {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -1,12 +1,13 @@
 //! A running agent: its own process group (inside its own PID namespace when
 //! permitted), its stderr tail, and the stop ladder.
 
+use parking_lot::Mutex;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -202,7 +203,7 @@ impl AgentProcess {
                     if n == 0 {
                         break;
                     }
-                    let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut tail = tail.lock();
                     tail.extend_from_slice(&buf[..n]);
                     let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
                     tail.drain(..excess);
@@ -251,7 +252,7 @@ impl AgentProcess {
     /// The newest stderr bytes, lossily decoded; after [`Self::wait`] or [`Self::stop`]
     /// they include what the agent wrote before it exited.
     pub fn stderr_tail(&self) -> String {
-        let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        let tail = self.stderr_tail.lock();
         String::from_utf8_lossy(&tail).into_owned()
     }
 

@@ -7,9 +7,10 @@
 //! One inotify instance serves every session (the per-user instance limit is small),
 //! read by one background thread for the life of the service.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::mpsc;
@@ -148,8 +149,8 @@ impl WorkspaceWatcher {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 }
 

@@ -8,6 +8,7 @@ use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, Store, now_ms};
 use cursor_runner_supervisor::ExitProof;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Reason};
@@ -79,7 +80,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
             })],
         )
         .await?;
-    let began = std::time::Instant::now();
+    let began = Instant::now();
     let (workspace, policy, limit) = (&record.workspace, &config.workspace_policy, config.handshake_timeout);
     let mcp = serde_json::to_value(&mcp_servers).map_err(|e| EngineError::internal(e.to_string()))?;
     let unsupported = mcp_servers.iter().find(|s| !s.supported_by(&initialized)).map(|s| {

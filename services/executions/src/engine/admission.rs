@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use cursor_runner_activity::ActivityPayload;
 use cursor_runner_store::{ExecutionRecord, now_ms};
@@ -564,7 +566,7 @@ impl Engine {
         };
         let (commands_tx, commands_rx) = mpsc::channel(64);
         {
-            let mut executions = lock(&self.executions);
+            let mut executions = self.executions.lock();
             // Forget executions whose actor has ended: their state lives in the store.
             executions.retain(|_, handle| !handle.commands.is_closed());
             executions.insert(

@@ -1,8 +1,9 @@
 //! What every part of the engine shares: the engine itself, the commands it takes and
 //! the items it streams.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_store::{EventRecord, ExecutionRecord, IdempotencyKey, Store};
@@ -107,8 +108,4 @@ pub struct Engine {
     pub(super) pool: Pool,
     /// Background tasks (retention sweep, lag sampler), stopped at shutdown.
     pub(super) background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

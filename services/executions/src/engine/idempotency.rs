@@ -46,7 +46,7 @@ impl Engine {
             )
         };
         let joined = {
-            let mut in_flight = lock(&self.in_flight);
+            let mut in_flight = self.in_flight.lock();
             match in_flight.get(&key) {
                 Some((digest, _)) if *digest != meta.request_digest => return Err(reused()),
                 Some((_, rx)) => Some(rx.clone()),
@@ -99,7 +99,9 @@ impl Engine {
         };
         let mut rx = match joined {
             Some(rx) => rx,
-            None => lock(&self.in_flight)
+            None => self
+                .in_flight
+                .lock()
                 .get(&key)
                 .map(|(_, rx)| rx.clone())
                 .ok_or_else(|| EngineError::internal("lost an in-flight call"))?,
@@ -115,7 +117,7 @@ impl Engine {
                     .unwrap_or_else(|| Err(EngineError::internal("an in-flight call vanished")));
             }
         };
-        lock(&self.in_flight).remove(&key);
+        self.in_flight.lock().remove(&key);
         result
     }
 

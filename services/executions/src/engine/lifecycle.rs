@@ -1,8 +1,9 @@
 //! The engine's life: start-up (settling what a previous incarnation left), health, drain
 //! and shutdown, and the background tasks it runs.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_activity::{ActivityPayload, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
@@ -69,7 +70,7 @@ impl Engine {
         if let Some(retention) = engine.config.idempotency_retention {
             background.push(retention::start_idempotency(engine.store.clone(), retention));
         }
-        *lock(&engine.background) = background;
+        *engine.background.lock() = background;
         Ok(engine)
     }
 
@@ -121,7 +122,7 @@ impl Engine {
         self.pool.drain();
         let until = tokio::time::Instant::now() + deadline;
         let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
-            lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+            self.executions.lock().values().map(|h| h.commands.clone()).collect();
         let engine = self.clone();
         tokio::spawn(async move {
             let mut replies = Vec::new();
@@ -223,13 +224,13 @@ impl Engine {
     /// Closes every live execution and stops the pool (service shutdown): no agent
     /// outlives the service.
     pub async fn shutdown(&self) {
-        for task in lock(&self.background).drain(..) {
+        for task in self.background.lock().drain(..) {
             task.abort();
         }
         self.end_streams();
         self.pool.drain();
         let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
-            lock(&self.executions).values().map(|h| h.commands.clone()).collect();
+            self.executions.lock().values().map(|h| h.commands.clone()).collect();
         for commands in handles {
             let (reply, rx) = oneshot::channel();
             if commands
@@ -250,7 +251,9 @@ impl Engine {
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
     ) -> Result<T, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
-        let handle = lock(&self.executions)
+        let handle = self
+            .executions
+            .lock()
             .get(&record.id)
             .map(|h| (h.commands.clone(), h.redactor.clone()));
         let not_ready = || {
@@ -392,7 +395,9 @@ async fn sample_outbox_lag(engine: std::sync::Weak<Engine>) {
     loop {
         every.tick().await;
         let Some(engine) = engine.upgrade() else { return };
-        let live: Vec<(String, String, i64)> = lock(&engine.executions)
+        let live: Vec<(String, String, i64)> = engine
+            .executions
+            .lock()
             .iter()
             .filter(|(_, handle)| !handle.commands.is_closed())
             .map(|(id, handle)| (id.clone(), handle.tenant_id.clone(), *handle.head.borrow()))

@@ -49,7 +49,7 @@ impl Engine {
             return Err(events_pruned(after_sequence, oldest));
         }
         let executions = self.executions.clone();
-        let live_head = move |id: &str| lock(&executions).get(id).map(|h| h.head.clone());
+        let live_head = move |id: &str| executions.lock().get(id).map(|h| h.head.clone());
         // Not live here: its head does not move, unless a recovery gives it a writer.
         let mut head_rx = live_head(&record.id).unwrap_or_else(|| watch::channel(head).1);
         let mut writer_gone = head_rx.has_changed().is_err();

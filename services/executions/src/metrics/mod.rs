@@ -50,7 +50,7 @@ pub struct Metrics {
     store_reachable: Gauge,
     draining: Gauge,
     /// The (kind, field) series of `unconsumed_fields` so far: bounded, the rest is `other`.
-    unconsumed_series: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
+    unconsumed_series: parking_lot::Mutex<std::collections::HashSet<(&'static str, String)>>,
 }
 
 impl Default for Metrics {
@@ -333,7 +333,7 @@ impl Metrics {
             store_reachable,
             draining,
             unconsumed_fields,
-            unconsumed_series: std::sync::Mutex::new(std::collections::HashSet::new()),
+            unconsumed_series: parking_lot::Mutex::new(std::collections::HashSet::new()),
             events_pruned,
             turn_duration,
             agent_start,
@@ -501,7 +501,7 @@ impl Metrics {
             .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
             .take(64)
             .collect();
-        let mut series = self.unconsumed_series.lock().unwrap_or_else(|p| p.into_inner());
+        let mut series = self.unconsumed_series.lock();
         if !series.contains(&(update_kind, name.clone())) {
             if series.len() >= MAX_UNCONSUMED_FIELD_SERIES || name.is_empty() {
                 name = "other".into();

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::config::*;
 use super::intensity::FailureWindow;

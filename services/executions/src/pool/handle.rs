@@ -1,9 +1,12 @@
 //! The pool as the engine holds it: reserve, give back, record failures, drain, report.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::{Notify, oneshot};
 

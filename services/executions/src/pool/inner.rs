@@ -1,8 +1,11 @@
 //! The pool's shared core: its configuration, its bookkeeping behind one lock, and what
 //! reserving, parking and failing do to them.
 
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::{Notify, oneshot};
 
@@ -96,8 +99,8 @@ impl ColdStart {
 }
 
 impl PoolInner {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn lock(&self) -> parking_lot::MutexGuard<'_, PoolState> {
+        self.state.lock()
     }
 
     /// One look at the pool for a lease, under the lock.

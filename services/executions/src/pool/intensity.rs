@@ -2,7 +2,9 @@
 //! takes `now`, so the rules are tested without waiting.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// At most `max_failures` failed starts or crashes within `window` per profile; the
 /// next one quarantines the profile for `window`.

@@ -2,7 +2,7 @@
 //! forgets learned profiles nobody leases, recycles old idle slots.
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -148,7 +148,7 @@ pub(super) async fn replenish(pool: Weak<PoolInner>, changed: Arc<Notify>) {
         };
         tokio::select! {
             () = notified => {}
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => {}
+            () = tokio::time::sleep_until(next) => {}
         }
     }
 }

@@ -2,7 +2,9 @@
 //! is idle. Nothing here knows the pool's bookkeeping; the pool acts on what these
 //! functions return.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use std::sync::Arc;
 
@@ -222,7 +224,7 @@ pub(crate) async fn watch_idle<T>(
     let mut next_probe = rules.probe_interval.map(|interval| Instant::now() + interval);
     let mut along = Some(along);
     let ending = loop {
-        let probe_due = next_probe.map(tokio::time::Instant::from_std);
+        let probe_due = next_probe;
         tokio::select! {
             taken = &mut handoff => match taken {
                 Ok(reply) => {
@@ -255,7 +257,7 @@ pub(crate) async fn watch_idle<T>(
                 }
                 Some(_) => {}
             },
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(rules.recycle_at)) => break IdleEnd::Recycled,
+            () = tokio::time::sleep_until(rules.recycle_at) => break IdleEnd::Recycled,
             () = sleep_until(probe_due) => {
                 let answered = tokio::time::timeout(
                     rules.probe_timeout,

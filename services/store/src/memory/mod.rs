@@ -6,7 +6,8 @@
 mod tables;
 
 use async_trait::async_trait;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use parking_lot::Mutex;
+use std::sync::{Arc, OnceLock};
 
 use crate::contract::*;
 use crate::records::*;
@@ -32,7 +33,7 @@ impl MemoryStore {
     /// [`Self::run`] for an operation that can be refused.
     fn try_run<T>(&self, operation: &'static str, step: impl FnOnce(&mut Tables) -> StoreResult<T>) -> StoreResult<T> {
         let started = std::time::Instant::now();
-        let outcome = step(&mut self.tables.lock().unwrap_or_else(PoisonError::into_inner));
+        let outcome = step(&mut self.tables.lock());
         if let Some(observer) = self.observer.get() {
             observer.observed(operation, started.elapsed(), outcome.is_ok());
         }
