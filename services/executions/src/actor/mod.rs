@@ -11,6 +11,7 @@ mod launch;
 mod lifecycle;
 mod run;
 mod session;
+mod timers;
 mod turns;
 
 pub(crate) use data::{Command, ConfigChange, exited};

@@ -14,8 +14,39 @@ use crate::error::{EngineError, Reason};
 use crate::pool::WarmProcess;
 
 use super::data::*;
+use super::timers::{Timer, TimerState, TurnTimers};
 
 impl Actor {
+    /// What the timers follow from, read off the actor's state.
+    fn timers(&self) -> TimerState {
+        TimerState {
+            turn: self.turn.as_ref().map(|t| TurnTimers {
+                cancel_deadline: t.cancel_deadline,
+                bound: t.bound.map(|(at, _)| at),
+                last_activity: t.last_activity,
+            }),
+            handoffs: self
+                .pending
+                .values()
+                .filter(|p| p.persisted.kind() != InteractionKind::Permission)
+                .map(|p| p.handoff_at)
+                .collect(),
+            waiting_on_human: !self.pending.is_empty(),
+            drain: self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline),
+            idle_limit: self.config.turn_idle_timeout,
+        }
+    }
+
+    async fn on_timer(&mut self, timer: Timer) -> Result<Ending, EngineError> {
+        match timer {
+            Timer::CancelGrace => self.on_cancel_timeout().await,
+            Timer::Handoff => self.on_handoff_due().await,
+            Timer::Drain => self.on_drain_deadline().await,
+            Timer::TurnBound => self.on_turn_bound().await,
+            Timer::TurnIdle => self.on_turn_idle().await,
+        }
+    }
+
     pub(super) async fn run(
         mut self,
         mut commands: mpsc::Receiver<(Command, tracing::Span)>,
@@ -23,35 +54,12 @@ impl Actor {
         mut violations: Option<mpsc::UnboundedReceiver<Violation>>,
     ) {
         loop {
-            let deadline = self.turn.as_ref().and_then(|t| t.cancel_deadline);
-            let handoff = self
-                .pending
-                .values()
-                .filter(|p| p.persisted.kind() != InteractionKind::Permission)
-                .map(|p| p.handoff_at)
-                .min();
-            let drain_due = self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline);
-            let bound_due = self
-                .turn
-                .as_ref()
-                .filter(|t| t.cancel_deadline.is_none())
-                .and_then(|t| t.bound)
-                .map(|(at, _)| at);
-            // Silence while a human is being asked is not the agent hanging.
             let waiting_on_human = !self.pending.is_empty();
-            let idle_due = self
-                .turn
-                .as_ref()
-                .filter(|t| t.cancel_deadline.is_none() && !waiting_on_human)
-                .zip(self.config.turn_idle_timeout)
-                .map(|(t, idle)| t.last_activity + idle);
+            let timer = self.timers().next();
             // What the agent sends during a turn is handled inside the turn's span.
             let turn_span = self.turn.as_ref().map_or_else(tracing::Span::none, |t| t.span.clone());
             let ending = tokio::select! {
                 Some((command, span)) = commands.recv() => self.on_command(command).instrument(span).await,
-                () = sleep_until(drain_due) => self.on_drain_deadline().await,
-                () = sleep_until(bound_due) => self.on_turn_bound().await,
-                () = sleep_until(idle_due) => self.on_turn_idle().await,
                 message = inbound.recv() => {
                     self.touch_turn();
                     match message {
@@ -62,8 +70,7 @@ impl Actor {
                         Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
                     }
                 },
-                                () = sleep_until(deadline) => self.on_cancel_timeout().await,
-                                () = sleep_until(handoff) => self.on_handoff_due().await,
+                timer = due(timer) => self.on_timer(timer).await,
                 Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
             };
             if waiting_on_human {
@@ -268,9 +275,13 @@ async fn next_violation(violations: &mut Option<mpsc::UnboundedReceiver<Violatio
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
+/// The armed timer, once it is due; never, with none armed.
+async fn due(timer: Option<(Instant, Timer)>) -> Timer {
+    match timer {
+        Some((at, timer)) => {
+            tokio::time::sleep_until(at).await;
+            timer
+        }
         None => std::future::pending().await,
     }
 }
