@@ -48,6 +48,7 @@ mod process;
 mod profiles;
 mod prompts;
 mod session;
+mod statements;
 mod streaming;
 mod transcripts;
 mod turns;

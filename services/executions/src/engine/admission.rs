@@ -82,10 +82,10 @@ impl Engine {
         let result = self
             .idempotent(meta, "CreateExecution", move || async move {
                 let record = engine.launch_execution(&tenant_id, admitted).await?;
-                Ok(json!({"executionId": record.id}))
+                Ok((json!({"executionId": record.id}), record))
             })
             .await?;
-        self.execution_from_result(&caller, &result).await
+        self.execution_from_result(&caller, result).await
     }
 
     /// Checks a `CreateExecution` before anything is claimed or launched.
@@ -392,10 +392,10 @@ impl Engine {
                         },
                     )
                     .await?;
-                Ok(json!({"executionId": record.id}))
+                Ok((json!({"executionId": record.id}), record))
             })
             .await?;
-        self.execution_from_result(&caller, &result).await
+        self.execution_from_result(&caller, result).await
     }
 
     async fn recover(

@@ -17,6 +17,7 @@ use crate::session_config::ConfigRequest;
 use crate::state::{ExecutionState, InteractionState};
 
 use super::data::*;
+use super::idempotency::Outcome;
 
 /// Largest page a list call returns.
 pub const MAX_PAGE_SIZE: i64 = 500;
@@ -120,10 +121,10 @@ impl Engine {
                         reply,
                     })
                     .await?;
-                Ok(json!({"turnId": turn.id}))
+                Ok((json!({"turnId": turn.id}), turn))
             })
             .await?;
-        self.turn_from_result(&caller, &result).await
+        self.turn_from_result(&caller, result).await
     }
 
     pub async fn cancel_turn(
@@ -141,10 +142,10 @@ impl Engine {
                 let turn = engine
                     .ask_actor(&tenant_id, &id, |reply| Command::CancelTurn { turn_id: turn, reply })
                     .await?;
-                Ok(json!({"turnId": turn.id}))
+                Ok((json!({"turnId": turn.id}), turn))
             })
             .await?;
-        self.turn_from_result(&caller, &result).await
+        self.turn_from_result(&caller, result).await
     }
 
     pub async fn close_execution(
@@ -161,15 +162,15 @@ impl Engine {
                 let record = engine.get_execution(&tenant_id, &id).await?;
                 let state = ExecutionState::parse(&record.state);
                 if state.is_some_and(ExecutionState::is_terminal) {
-                    return Ok(json!({"executionId": record.id}));
+                    return Ok((json!({"executionId": record.id}), record));
                 }
                 let record = engine
                     .ask_actor(&tenant_id, &id, |reply| Command::Close { reply })
                     .await?;
-                Ok(json!({"executionId": record.id}))
+                Ok((json!({"executionId": record.id}), record))
             })
             .await?;
-        self.execution_from_result(&caller, &result).await
+        self.execution_from_result(&caller, result).await
     }
 
     /// `SetModel` / `SetMode`: between turns, each echo checked.
@@ -228,10 +229,10 @@ impl Engine {
                 let record = engine
                     .ask_actor(&tenant_id, &id, |reply| Command::Configure { change, reply })
                     .await?;
-                Ok(json!({"executionId": record.id}))
+                Ok((json!({"executionId": record.id}), record))
             })
             .await?;
-        self.execution_from_result(&caller, &result).await
+        self.execution_from_result(&caller, result).await
     }
 
     /// The agent's model catalog (`ListModels`).
@@ -318,7 +319,7 @@ impl Engine {
                     })
                     .await;
                 match answered {
-                    Ok(record) => Ok(json!({"interactionId": record.id})),
+                    Ok(record) => Ok((json!({"interactionId": record.id}), record)),
                     Err(e) if e.reason == Reason::ExecutionNotReady => Err(not_pending(
                         &engine.get_interaction(&tenant_id, &command.interaction_id).await?,
                     )),
@@ -326,8 +327,13 @@ impl Engine {
                 }
             })
             .await?;
-        let id = result["interactionId"].as_str().unwrap_or_default();
-        self.get_interaction(&caller, id).await
+        match result {
+            Outcome::Ran(record) => Ok(record),
+            Outcome::Stored(result) => {
+                let id = result["interactionId"].as_str().unwrap_or_default();
+                self.get_interaction(&caller, id).await
+            }
+        }
     }
 }
 

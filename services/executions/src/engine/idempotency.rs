@@ -6,7 +6,7 @@ use std::future::Future;
 use cursor_runner_store::{ExecutionRecord, IdempotencyClaim, IdempotencyKey, Patience, TurnRecord};
 
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::error::{EngineError, ErrorKind, Reason};
 
@@ -17,15 +17,16 @@ impl Engine {
     /// while the first call runs joins it; after it, gets its stored result; with
     /// another body, is refused. The work runs in its own task, so a client that
     /// disconnects cannot abandon it half-done.
-    pub(super) async fn idempotent<F, Fut>(
+    pub(super) async fn idempotent<T, F, Fut>(
         &self,
         meta: RequestMeta,
         operation: &str,
         run: F,
-    ) -> Result<Value, EngineError>
+    ) -> Result<Outcome<T>, EngineError>
     where
+        T: Send + 'static,
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Value, EngineError>> + Send + 'static,
+        Fut: Future<Output = Result<(Value, T), EngineError>> + Send + 'static,
     {
         if meta.request_id.is_empty() {
             return Err(EngineError::invalid(
@@ -45,6 +46,9 @@ impl Engine {
                 "request_id was used with another request",
             )
         };
+        // The call that runs the work hands its caller the fresh result; a retry that
+        // joins it, or comes after it, gets the stored one.
+        let (fresh_tx, fresh_rx) = oneshot::channel::<T>();
         let joined = {
             let mut in_flight = self.in_flight.lock();
             match in_flight.get(&key) {
@@ -73,7 +77,10 @@ impl Engine {
                                 "a call with this request_id is in flight elsewhere; retry later",
                             )),
                             Ok(IdempotencyClaim::Claimed) => {
-                                let result = run().await;
+                                let result = run().await.map(|(stored, fresh)| {
+                                    let _ = fresh_tx.send(fresh);
+                                    stored
+                                });
                                 let recorded = match &result {
                                     Ok(value) => recorder.complete_idempotency(&owner_key, value).await,
                                     // A refusal changed nothing: the key stays free, so the
@@ -97,6 +104,7 @@ impl Engine {
                 }
             }
         };
+        let ran_here = joined.is_none();
         let mut rx = match joined {
             Some(rx) => rx,
             None => self
@@ -118,23 +126,45 @@ impl Engine {
             }
         };
         self.in_flight.lock().remove(&key);
-        result
+        let stored = result?;
+        if !ran_here {
+            return Ok(Outcome::Stored(stored));
+        }
+        Ok(match fresh_rx.await {
+            Ok(fresh) => Outcome::Ran(fresh),
+            // The key held a completed outcome already: this call ran nothing.
+            Err(_) => Outcome::Stored(stored),
+        })
     }
 
-    /// Stored results name resources of the caller's own tenant; reading them back
-    /// stays tenant-scoped.
+    /// The execution an idempotent call resulted in: as the call returned it, or, for a
+    /// retry, read back by the id it stored (tenant-scoped: stored results name
+    /// resources of the caller's own tenant).
     pub(super) async fn execution_from_result(
         &self,
         tenant_id: &str,
-        result: &Value,
+        outcome: Outcome<ExecutionRecord>,
     ) -> Result<ExecutionRecord, EngineError> {
+        let result = match outcome {
+            Outcome::Ran(record) => return Ok(record),
+            Outcome::Stored(result) => result,
+        };
         let id = result["executionId"]
             .as_str()
             .ok_or_else(|| EngineError::internal("malformed stored result"))?;
         self.get_execution(tenant_id, id).await
     }
 
-    pub(super) async fn turn_from_result(&self, tenant_id: &str, result: &Value) -> Result<TurnRecord, EngineError> {
+    /// The turn an idempotent call resulted in (see [`Self::execution_from_result`]).
+    pub(super) async fn turn_from_result(
+        &self,
+        tenant_id: &str,
+        outcome: Outcome<TurnRecord>,
+    ) -> Result<TurnRecord, EngineError> {
+        let result = match outcome {
+            Outcome::Ran(record) => return Ok(record),
+            Outcome::Stored(result) => result,
+        };
         let id = result["turnId"]
             .as_str()
             .ok_or_else(|| EngineError::internal("malformed stored result"))?;
@@ -143,4 +173,12 @@ impl Engine {
             .await?
             .ok_or_else(|| EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found")))
     }
+}
+
+/// What an idempotent call gives its caller.
+pub(super) enum Outcome<T> {
+    /// This call ran the work: its result as the work returned it.
+    Ran(T),
+    /// The stored result of the call that ran it (this one joined or retried it).
+    Stored(Value),
 }
