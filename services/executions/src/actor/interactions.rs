@@ -77,27 +77,30 @@ impl Actor {
         parsed: Result<PersistedRequest, RequestRefused>,
     ) -> Result<(), EngineError> {
         let method = request.method.clone();
-        let persisted = match (parsed, self.turn.as_ref()) {
-            (Ok(persisted), Some(turn)) if turn.cancel_deadline.is_none() => persisted,
-            (Ok(_), _) => {
-                respond(request, Ok(cancelled_result())).await;
-                return self
-                    .notice(
-                        "interaction_outside_turn",
-                        format!("`{method}` arrived with no running turn; answered `cancelled`"),
-                    )
-                    .await;
+        let (category, summary) = match (parsed, self.turn.as_ref()) {
+            (Ok(persisted), Some(turn)) if turn.cancel_deadline.is_none() => {
+                return self.persist_interaction(request, persisted).await;
             }
-            (Err(why), _) => {
-                respond(request, Ok(cancelled_result())).await;
-                return self
-                    .notice(
-                        "interaction_refused",
-                        format!("`{method}` refused and answered `cancelled`: {why}"),
-                    )
-                    .await;
-            }
+            (Ok(_), _) => (
+                "interaction_outside_turn",
+                format!("`{method}` arrived with no running turn; answered `cancelled`"),
+            ),
+            (Err(why), _) => (
+                "interaction_refused",
+                format!("`{method}` refused and answered `cancelled`: {why}"),
+            ),
         };
+        respond(request, Ok(cancelled_result())).await;
+        self.notice(category, summary).await
+    }
+
+    /// Persists an accepted request bound to the running turn, then exposes it.
+    async fn persist_interaction(
+        &mut self,
+        request: AgentRequest,
+        persisted: PersistedRequest,
+    ) -> Result<(), EngineError> {
+        let method = request.method.clone();
         let turn = self
             .turn
             .as_ref()
