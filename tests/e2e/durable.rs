@@ -530,7 +530,7 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
         rewrite.reason = Some("late".into());
         let from = cursor_runner_executions::state::InteractionState::Delivered;
         assert!(
-            cursor_runner_executions::interaction::transition(service.store.as_ref(), from, &rewrite)
+            cursor_runner_executions::interaction_row::transition(service.store.as_ref(), from, &rewrite)
                 .await
                 .is_err(),
             "delivered → {state} is not a transition"

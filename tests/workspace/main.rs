@@ -1,6 +1,7 @@
 //! Tests of the workspace's shape rather than its behaviour: properties of the source tree a
 //! reviewer would otherwise have to check by hand.
 
+mod domain;
 mod file_size;
 mod module_graph;
 

@@ -25,7 +25,7 @@ use cursor_runner_supervisor::{AgentCommand, Secret};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::error::{EngineError, Reason};
+use cursor_runner_domain::error::{EngineError, Reason};
 
 /// Longest profile name (and variable name) a profile file may use.
 pub const MAX_PROFILE_NAME_BYTES: usize = 128;

@@ -11,9 +11,9 @@ use cursor_runner_supervisor::{AgentCommand, Guardian};
 
 use crate::agent_profile::AgentProfiles;
 use crate::limits::TenantLimits;
-use crate::mcp::McpAllowlist;
 use crate::pool::{LaunchSettings, PoolConfig};
 use crate::retention::{self, Retention};
+use cursor_runner_domain::mcp::McpAllowlist;
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {

@@ -7,8 +7,8 @@ pub use cursor_runner_supervisor::Secret;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
 use crate::agent_profile::{AgentProfile, ResolvedProfile};
-use crate::error::{EngineError, Reason};
-use crate::mcp::McpServer;
+use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::mcp::McpServer;
 
 /// The only provider this service binds credentials for.
 pub const PROVIDER: &str = "cursor";

@@ -8,8 +8,8 @@ use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
 use cursor_runner_store::{EventRecord, Store, StoreError, now_ms};
 use tokio::sync::watch;
 
-use crate::error::EngineError;
 use crate::metrics::Metrics;
+use cursor_runner_domain::error::EngineError;
 
 pub struct EventWriter {
     store: Arc<dyn Store>,

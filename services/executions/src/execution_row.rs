@@ -4,8 +4,8 @@
 
 use cursor_runner_store::{ExecutionRecord, Store};
 
-use crate::error::EngineError;
-use crate::state::ExecutionState;
+use cursor_runner_domain::error::EngineError;
+use cursor_runner_domain::state::ExecutionState;
 
 /// Checks that `from → record.state` is an execution transition (or no change of state).
 pub(crate) fn check_transition(from: ExecutionState, record: &ExecutionRecord) -> Result<ExecutionState, EngineError> {

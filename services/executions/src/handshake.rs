@@ -12,7 +12,7 @@ use cursor_runner_acp::{AcpConnection, AcpError, Inbound, InboundStream, RpcErro
 use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
 use serde_json::{Value, json};
 
-use crate::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 /// `initialize`, with Cursor's opt-ins in `clientCapabilities._meta` (its SDK strips
 /// unknown top-level capability keys).
@@ -130,7 +130,7 @@ pub(crate) async fn new_session(
 ) -> Result<NewSession, EngineError> {
     policy
         .check(Path::new(workspace))
-        .map_err(crate::error::policy_refusal)?;
+        .map_err(crate::policy::policy_refusal)?;
     let mut new_session = serde_json::to_value(schema::NewSessionRequest::new(workspace))
         .map_err(|e| EngineError::internal(e.to_string()))?;
     new_session["mcpServers"] = mcp_servers.clone();
@@ -177,7 +177,7 @@ pub(crate) async fn load_session(
 ) -> Result<(NewSession, u64), EngineError> {
     policy
         .check(Path::new(workspace))
-        .map_err(crate::error::policy_refusal)?;
+        .map_err(crate::policy::policy_refusal)?;
     let params = json!({"sessionId": session_id, "cwd": workspace, "mcpServers": mcp_servers});
     // In wire order: the answer comes after every replayed update, so none is left
     // behind for the session to stream.

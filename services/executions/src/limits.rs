@@ -10,7 +10,7 @@ use cursor_runner_activity::TurnFailureReason;
 use cursor_runner_store::ExecutionRecord;
 use serde::Deserialize;
 
-use crate::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 /// The longest deadline or active-time budget accepted (30 days).
 pub const MAX_LIMIT_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);

@@ -3,7 +3,7 @@
 use cursor_runner_acp::methods;
 use serde_json::Value;
 
-use crate::session_config;
+use cursor_runner_domain::session_config;
 
 /// The agent's models and their parameters (`ListModels`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! parameters, TEXT JSON, millisecond timestamps), so they cannot drift apart. The
 //! in-memory [`MemoryStore`] keeps the same rules without I/O, for unit tests elsewhere.
 
+mod catalog;
 mod contract;
 mod memory;
 mod records;

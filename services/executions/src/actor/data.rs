@@ -14,14 +14,14 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::config::EngineConfig;
-use crate::error::EngineError;
 use crate::events::EventWriter;
-use crate::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest};
 use crate::model_catalog::ModelCatalog;
 use crate::pool::{Pool, SlotTicket};
-use crate::prompt::{Prompt, PromptCapabilities};
-use crate::session_config::ConfigRequest;
-use crate::state::ExecutionState;
+use cursor_runner_domain::error::EngineError;
+use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest};
+use cursor_runner_domain::prompt::{Prompt, PromptCapabilities};
+use cursor_runner_domain::session_config::ConfigRequest;
+use cursor_runner_domain::state::ExecutionState;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
 

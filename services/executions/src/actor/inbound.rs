@@ -6,7 +6,7 @@ use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
 
-use crate::error::EngineError;
+use cursor_runner_domain::error::EngineError;
 
 use super::data::*;
 

@@ -10,13 +10,13 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{EngineError, Reason};
-use crate::interaction::{
-    self, ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
+use crate::interaction_row::{self, kind_of, not_pending};
+use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::interaction::{
+    ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
     RequestRefused, cancelled_result,
 };
-use crate::interaction::{kind_of, not_pending};
-use crate::state::InteractionState;
+use cursor_runner_domain::state::InteractionState;
 
 use super::data::*;
 
@@ -271,7 +271,7 @@ impl Actor {
         answered.answer_fingerprint = answer.map(|(_, fingerprint)| fingerprint);
         answered.reason = (answered_by == "policy").then(|| format!("approval_policy_{}", self.policy.as_str()));
         answered.updated_at_ms = now_ms();
-        if !interaction::transition(self.store.as_ref(), InteractionState::Pending, &answered).await? {
+        if !interaction_row::transition(self.store.as_ref(), InteractionState::Pending, &answered).await? {
             let current = self
                 .store
                 .get_interaction(&answered.tenant_id, &answered.id)
@@ -299,13 +299,13 @@ impl Actor {
             settled.state = InteractionState::Expired.as_str().into();
             settled.delivery = Some("unknown".into());
             settled.reason = Some("provider_process_lost".into());
-            interaction::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
+            interaction_row::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
             self.emit_ended(&settled, true).await?;
             return Err(not_pending(&settled));
         }
         settled.state = InteractionState::Delivered.as_str().into();
         settled.delivery = Some("pipe_written".into());
-        interaction::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
+        interaction_row::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
         self.events
             .emit(
                 Some(&settled.turn_id),
@@ -362,7 +362,7 @@ impl Actor {
         record.delivery = Some(delivery.into());
         record.replay_allowed = false;
         record.updated_at_ms = now_ms();
-        if interaction::transition(self.store.as_ref(), InteractionState::Pending, &record).await? {
+        if interaction_row::transition(self.store.as_ref(), InteractionState::Pending, &record).await? {
             self.emit_ended(&record, true).await?;
         }
         Ok(())

@@ -11,17 +11,17 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::EngineConfig;
-use crate::error::{EngineError, Reason};
 use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::{self, SessionStart};
-use crate::interaction::ApprovalPolicy;
 use crate::lease::LeaseInfo;
-use crate::mcp::McpServer;
 use crate::pool::{Pool, WarmProcess, exit_message};
-use crate::prompt::PromptCapabilities;
-use crate::session_config::ConfigRequest;
-use crate::state::ExecutionState;
+use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::interaction::ApprovalPolicy;
+use cursor_runner_domain::mcp::McpServer;
+use cursor_runner_domain::prompt::PromptCapabilities;
+use cursor_runner_domain::session_config::ConfigRequest;
+use cursor_runner_domain::state::ExecutionState;
 
 use super::data::*;
 

@@ -6,10 +6,10 @@ use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, Patience, StoreError, now_ms};
 use cursor_runner_supervisor::ExitProof;
 
-use crate::error::{EngineError, Reason};
 use crate::execution_row;
 use crate::pool::exit_message;
-use crate::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 use super::data::*;
 use super::launch::fail_execution;

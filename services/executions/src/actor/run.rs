@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::ViolationAction;
-use crate::error::policy_refusal;
-use crate::error::{EngineError, Reason};
+use crate::policy::policy_refusal;
 use crate::pool::WarmProcess;
+use cursor_runner_domain::error::{EngineError, Reason};
 
 use super::data::*;
 use super::timers::{Timer, TimerState, TurnTimers};

@@ -5,9 +5,9 @@ use cursor_runner_acp::methods;
 use cursor_runner_store::ExecutionRecord;
 use serde_json::{Value, json};
 
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake::{self};
-use crate::session_config::{self, ConfigRequest, SessionConfig};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::session_config::{self, ConfigRequest, SessionConfig};
 
 use super::data::*;
 use crate::model_catalog::ModelCatalog;

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::attempts;
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::limits::ExecutionLimits;
-use crate::prompt::Prompt;
-use crate::state::TurnState;
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::prompt::Prompt;
+use cursor_runner_domain::state::TurnState;
 
 use super::data::*;
 

@@ -19,18 +19,18 @@ use tracing::Instrument;
 
 use crate::actor::{self};
 use crate::agent_profile::ResolvedProfile;
-use crate::error::policy_refusal;
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::SessionStart;
-use crate::interaction::ApprovalPolicy;
 use crate::lease::{LeaseInfo, micros};
 use crate::limits::ExecutionLimits;
-use crate::mcp::McpServer;
+use crate::policy::policy_refusal;
 use crate::pool::{LaunchAs, MAX_LEASE_WAIT, Reservation};
-use crate::session_config::{ConfigRequest, SessionConfig};
-use crate::state::ExecutionState;
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::interaction::ApprovalPolicy;
+use cursor_runner_domain::mcp::McpServer;
+use cursor_runner_domain::session_config::{ConfigRequest, SessionConfig};
+use cursor_runner_domain::state::ExecutionState;
 
 use super::data::*;
 

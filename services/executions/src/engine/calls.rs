@@ -9,12 +9,12 @@ use serde_json::json;
 
 use crate::actor::{Command, ConfigChange};
 use crate::attempts::UsageTotal;
-use crate::error::{EngineError, ErrorKind, Reason};
-use crate::interaction::not_pending;
+use crate::interaction_row::not_pending;
 use crate::model_catalog::ModelCatalog;
-use crate::prompt::Prompt;
-use crate::session_config::ConfigRequest;
-use crate::state::{ExecutionState, InteractionState};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::prompt::Prompt;
+use cursor_runner_domain::session_config::ConfigRequest;
+use cursor_runner_domain::state::{ExecutionState, InteractionState};
 
 use super::data::*;
 use super::idempotency::Outcome;
@@ -197,7 +197,8 @@ impl Engine {
         config_id: String,
         value: String,
     ) -> Result<ExecutionRecord, EngineError> {
-        let valid = |t: &str| !t.is_empty() && t.chars().count() <= crate::session_config::MAX_CONFIG_TEXT_CHARS;
+        let valid =
+            |t: &str| !t.is_empty() && t.chars().count() <= cursor_runner_domain::session_config::MAX_CONFIG_TEXT_CHARS;
         if !valid(&config_id) || !valid(&value) {
             return Err(EngineError::invalid(
                 Reason::InvalidArgument,

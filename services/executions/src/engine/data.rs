@@ -15,12 +15,12 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actor::Command;
 use crate::config::EngineConfig;
-use crate::error::EngineError;
-use crate::interaction::{ApprovalPolicy, InteractionAnswer};
 use crate::limits::ExecutionLimits;
 use crate::metrics::Metrics;
 use crate::pool::Pool;
-use crate::session_config::ConfigRequest;
+use cursor_runner_domain::error::EngineError;
+use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer};
+use cursor_runner_domain::session_config::ConfigRequest;
 
 pub type ExecutionView = ExecutionRecord;
 

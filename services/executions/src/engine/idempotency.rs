@@ -8,7 +8,7 @@ use cursor_runner_store::{ExecutionRecord, IdempotencyClaim, IdempotencyKey, Pat
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
-use crate::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 use super::data::*;
 

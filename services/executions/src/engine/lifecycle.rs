@@ -15,15 +15,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::actor::Command;
 use crate::config::EngineConfig;
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::events::EventWriter;
 use crate::execution_row;
-use crate::interaction::kind_of;
-use crate::interaction::{self};
+use crate::interaction_row::{self, kind_of};
 use crate::metrics::Metrics;
 use crate::pool::{Pool, PoolStatus};
 use crate::retention::{self};
-use crate::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
 use super::data::*;
@@ -329,7 +328,7 @@ impl Engine {
                     );
                     interaction.replay_allowed = false;
                     interaction.updated_at_ms = now_ms();
-                    if interaction::transition(self.store.as_ref(), state, &interaction).await? {
+                    if interaction_row::transition(self.store.as_ref(), state, &interaction).await? {
                         let payload = ActivityPayload::RuntimeRequestExpired(RuntimeRequestEnded {
                             interaction_id: interaction.id.clone(),
                             kind: kind_of(&interaction.kind),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 use super::data::*;
 

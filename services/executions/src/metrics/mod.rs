@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::error::Reason;
+use cursor_runner_domain::error::Reason;
 
 mod labels;
 
@@ -254,11 +254,11 @@ impl Metrics {
         );
         // Series of closed label sets exist from the start at zero, so a dashboard shows 0
         // (and `rate()` works from the first scrape) rather than "no data" until the first event.
-        for state in crate::state::SlotState::ALL
+        for state in cursor_runner_domain::state::SlotState::ALL
             .iter()
-            .filter(|s| **s != crate::state::SlotState::Stopped)
+            .filter(|s| **s != cursor_runner_domain::state::SlotState::Stopped)
         {
-            for origin in crate::state::ProfileOrigin::ALL {
+            for origin in cursor_runner_domain::state::ProfileOrigin::ALL {
                 let labels = SlotLabels {
                     state: state.as_str(),
                     profile: origin.as_str(),

@@ -10,9 +10,9 @@ use super::intensity::FailureWindow;
 use super::profile::ProfileKey;
 use super::slot::Handoff;
 use super::warm::*;
-use crate::error::Reason;
 use crate::metrics::Metrics;
-use crate::state::{ProfileHealth, ProfileOrigin, SlotState};
+use cursor_runner_domain::error::Reason;
+use cursor_runner_domain::state::{ProfileHealth, ProfileOrigin, SlotState};
 
 pub(super) struct PoolState {
     pub(super) metrics: Arc<Metrics>,

@@ -18,9 +18,9 @@ use super::replenish::*;
 use super::slot::IdleProcess;
 use super::status::*;
 use super::warm::*;
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::metrics::Metrics;
-use crate::state::SlotState;
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::state::SlotState;
 
 /// The retry hint of a `RESOURCE_EXHAUSTED` refusal.
 pub const POOL_RETRY_HINT: Duration = Duration::from_secs(1);

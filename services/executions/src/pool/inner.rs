@@ -18,9 +18,9 @@ use super::ticket::SlotRegistry;
 use super::ticket::*;
 use super::warm::*;
 use crate::credential::redactor_for;
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::metrics::Metrics;
-use crate::state::{ProfileHealth, SlotState};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::state::{ProfileHealth, SlotState};
 use cursor_runner_supervisor::agent_users::AgentUsers;
 
 /// How often the replenisher looks at every profile even when nothing woke it.

@@ -11,7 +11,7 @@ use super::inner::*;
 use super::slot::IdleProcess;
 use super::ticket::*;
 use super::warm::*;
-use crate::state::{ProfileHealth, SlotState};
+use cursor_runner_domain::state::{ProfileHealth, SlotState};
 
 impl PoolInner {
     /// Starts what profiles need to keep their idle minimum, forgets learned profiles

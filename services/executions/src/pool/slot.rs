@@ -18,9 +18,9 @@ use tokio::sync::oneshot;
 use super::config::{LaunchAs, LaunchSettings};
 use super::ticket::SlotTicket;
 use crate::credential::redactor_for;
-use crate::error::{EngineError, ErrorKind, Reason};
 use crate::handshake;
 use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 /// The method of the idle liveness probe. ACP reserves `_`-prefixed names for
 /// extensions and requires an agent that does not know one to answer `-32601`, so

@@ -3,8 +3,8 @@
 use super::intensity::RestartIntensity;
 use std::time::Duration;
 
-use crate::error::Reason;
-use crate::state::{ProfileHealth, SlotState};
+use cursor_runner_domain::error::Reason;
+use cursor_runner_domain::state::{ProfileHealth, SlotState};
 
 /// One profile in `GetPoolStatus`.
 #[derive(Debug, Clone)]

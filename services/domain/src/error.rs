@@ -2,8 +2,6 @@
 //! from one catalog (`docs/errors.md`).
 
 use cursor_runner_activity::Redactor;
-use cursor_runner_store::StoreError;
-use cursor_runner_supervisor::workspace_policy::WorkspaceRefusal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -245,24 +243,6 @@ impl EngineError {
 
 /// The pause a call refused for a store outage suggests before it is retried (`RetryInfo`).
 pub const STORE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl From<StoreError> for EngineError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Fenced => Self::precondition(Reason::ExecutionFenced, e.to_string()),
-            StoreError::AnotherService => Self::precondition(Reason::AnotherService, e.to_string()),
-            StoreError::Unavailable(_) => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
-                .retry_after(STORE_RETRY_AFTER),
-            _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
-        }
-    }
-}
-
-/// The refusal of a workspace (or home) the workspace policy does not admit.
-pub(crate) fn policy_refusal(refusal: WorkspaceRefusal) -> EngineError {
-    EngineError::precondition(Reason::WorkspacePolicy, refusal.to_string())
-        .with("path", refusal.path().display().to_string())
-}
 
 #[cfg(test)]
 mod tests {

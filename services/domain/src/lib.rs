@@ -1,0 +1,15 @@
+//! The execution domain, without I/O: no tokio, no SQL, no gRPC, no processes, no clock.
+//! What an execution, turn and interaction may become (`state`), the error catalog each
+//! refusal names its gRPC kind in once (`error`), the interaction kinds and the validation
+//! of answers against what was persisted (`interaction`), prompts, session configuration
+//! and the runner-owned MCP allowlist. The runtime (`cursor-runner-executions`) executes
+//! what these decide; the store persists it.
+
+pub mod error;
+pub mod interaction;
+pub mod mcp;
+pub mod prompt;
+pub mod session_config;
+pub mod state;
+
+pub use error::{EngineError, ErrorKind, Reason};

@@ -1,0 +1,19 @@
+//! How a store failure reads in the domain's error catalog: the one place a
+//! [`StoreError`] becomes an [`EngineError`] (every `?` on a store call uses it).
+
+use cursor_runner_domain::error::STORE_RETRY_AFTER;
+use cursor_runner_domain::{EngineError, ErrorKind, Reason};
+
+use crate::contract::StoreError;
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Fenced => Self::precondition(Reason::ExecutionFenced, e.to_string()),
+            StoreError::AnotherService => Self::precondition(Reason::AnotherService, e.to_string()),
+            StoreError::Unavailable(_) => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
+                .retry_after(STORE_RETRY_AFTER),
+            _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
+        }
+    }
+}
