@@ -182,3 +182,140 @@ pub(super) enum Outcome<T> {
     /// The stored result of the call that ran it (this one joined or retried it).
     Stored(Value),
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use cursor_runner_store::MemoryStore;
+    use cursor_runner_supervisor::AgentCommand;
+    use serde_json::json;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::config::EngineConfig;
+
+    /// An engine on the in-memory store; no agent is ever launched.
+    async fn engine() -> (Arc<Engine>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EngineConfig::new(AgentCommand::parse("/bin/false").unwrap(), dir.path().to_path_buf());
+        let engine = Engine::start(Arc::new(MemoryStore::new()), config).await.unwrap();
+        (engine, dir)
+    }
+
+    fn meta(request_id: &str, digest: &str) -> RequestMeta {
+        RequestMeta {
+            tenant_id: "tenant-a".into(),
+            request_id: request_id.into(),
+            request_digest: digest.into(),
+        }
+    }
+
+    /// A call whose work counts its runs and yields `value`.
+    async fn call(
+        engine: &Engine,
+        meta: RequestMeta,
+        runs: &Arc<AtomicUsize>,
+        value: u32,
+    ) -> Result<Outcome<u32>, EngineError> {
+        let runs = runs.clone();
+        engine
+            .idempotent(meta, "Test", move || async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok((json!({"value": value}), value))
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn the_call_that_runs_the_work_gets_the_work_s_own_result() {
+        let (engine, _dir) = engine().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let outcome = call(&engine, meta("r-1", "d"), &runs, 7).await.unwrap();
+        assert!(matches!(outcome, Outcome::Ran(7)));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_the_call_gets_the_stored_result_and_runs_nothing() {
+        let (engine, _dir) = engine().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        call(&engine, meta("r-1", "d"), &runs, 7).await.unwrap();
+        let retried = call(&engine, meta("r-1", "d"), &runs, 8).await.unwrap();
+        assert!(matches!(retried, Outcome::Stored(ref v) if *v == json!({"value": 7})));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_retry_while_the_call_runs_joins_it_and_gets_its_result() {
+        let (engine, _dir) = engine().await;
+        let release = Arc::new(Notify::new());
+        let (runs, gate) = (Arc::new(AtomicUsize::new(0)), release.clone());
+        let first = {
+            let (engine, runs) = (engine.clone(), runs.clone());
+            tokio::spawn(async move {
+                engine
+                    .idempotent(meta("r-1", "d"), "Test", move || async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        gate.notified().await;
+                        Ok((json!({"value": 1}), 1u32))
+                    })
+                    .await
+            })
+        };
+        while runs.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let joined = {
+            let (engine, runs) = (engine.clone(), runs.clone());
+            tokio::spawn(async move { call(&engine, meta("r-1", "d"), &runs, 2).await })
+        };
+        tokio::task::yield_now().await;
+        release.notify_one();
+        assert!(matches!(first.await.unwrap().unwrap(), Outcome::Ran(1)));
+        assert!(matches!(joined.await.unwrap().unwrap(), Outcome::Stored(ref v) if *v == json!({"value": 1})));
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the work ran once");
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_same_request_id_with_another_body_is_refused() {
+        let (engine, _dir) = engine().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        call(&engine, meta("r-1", "d"), &runs, 7).await.unwrap();
+        let reused = call(&engine, meta("r-1", "other"), &runs, 7).await.err().unwrap();
+        assert_eq!(reused.reason, Reason::RequestIdReused);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_refusal_leaves_the_request_id_free_for_a_corrected_request() {
+        let (engine, _dir) = engine().await;
+        let refused = engine
+            .idempotent(meta("r-1", "d"), "Test", || async {
+                Err::<(Value, u32), _>(EngineError::invalid(Reason::InvalidArgument, "bad"))
+            })
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(refused.reason, Reason::InvalidArgument);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let corrected = call(&engine, meta("r-1", "d"), &runs, 3).await.unwrap();
+        assert!(matches!(corrected, Outcome::Ran(3)));
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_call_without_a_request_id_is_refused_before_anything_runs() {
+        let (engine, _dir) = engine().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let refused = call(&engine, meta("", "d"), &runs, 1).await.err().unwrap();
+        assert_eq!(refused.reason, Reason::RequestIdRequired);
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        engine.shutdown().await;
+    }
+}
