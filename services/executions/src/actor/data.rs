@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(super) use super::phase::TurnPhase;
+
 use cursor_runner_acp::{AcpConnection, AgentRequest, RpcError};
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord};
@@ -84,13 +86,8 @@ pub(super) struct ActiveTurn {
     pub(super) normalizer: TurnNormalizer,
     /// Our JSON-RPC id of the turn's `session/prompt`.
     pub(super) prompt_request_id: Option<i64>,
-    /// The service, not the caller, cancelled this turn (a `replace_active` start, or
-    /// the drain deadline): a `cancelled` stop settles it `interrupted` with this reason.
-    pub(super) interrupted_by: Option<TurnFailureReason>,
-    pub(super) cancel_deadline: Option<Instant>,
-    /// When a bound before spend cancels the turn, and which (`deadline_exceeded`,
-    /// `budget_exhausted`); taken once it fires.
-    pub(super) bound: Option<(Instant, TurnFailureReason)>,
+    /// Serving its prompt, or cancelled and waiting to settle.
+    pub(super) phase: TurnPhase,
     /// The last sign of life on the turn: a message from the agent, or the end of a
     /// wait on a human. The idle watchdog counts from here.
     pub(super) last_activity: Instant,

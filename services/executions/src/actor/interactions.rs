@@ -78,7 +78,7 @@ impl Actor {
     ) -> Result<(), EngineError> {
         let method = request.method.clone();
         let (category, summary) = match (parsed, self.turn.as_ref()) {
-            (Ok(persisted), Some(turn)) if turn.cancel_deadline.is_none() => {
+            (Ok(persisted), Some(turn)) if turn.phase.is_running() => {
                 return self.persist_interaction(request, persisted).await;
             }
             (Ok(_), _) => (
@@ -383,13 +383,8 @@ impl Actor {
         for id in due {
             self.settle_one(&id, "durable_handoff").await?;
         }
-        if let Some(turn_id) = self
-            .turn
-            .as_ref()
-            .filter(|t| t.cancel_deadline.is_none())
-            .map(|t| t.record.id.clone())
-        {
-            self.cancel_turn_with(&turn_id, "durable_handoff").await?;
+        if let Some(turn_id) = self.running_turn_id() {
+            self.cancel_turn_with(&turn_id, "durable_handoff", None).await?;
         }
         Ok(Ending::Continue)
     }

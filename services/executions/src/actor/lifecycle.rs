@@ -234,12 +234,12 @@ impl Actor {
         if let Some(drain) = self.drain.as_mut() {
             drain.cancelled = true;
         }
-        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+        let Some(turn_id) = self.running_turn_id() else {
             return Ok(Ending::Continue);
         };
-        turn.interrupted_by = Some(TurnFailureReason::ServiceDraining);
-        let turn_id = turn.record.id.clone();
-        self.cancel_turn_with(&turn_id, "service_draining").await?;
+        let draining = TurnFailureReason::ServiceDraining;
+        self.cancel_turn_with(&turn_id, draining.as_str(), Some(draining))
+            .await?;
         Ok(Ending::Continue)
     }
 }

@@ -9,6 +9,7 @@ mod inbound;
 mod interactions;
 mod launch;
 mod lifecycle;
+mod phase;
 mod run;
 mod session;
 mod timers;

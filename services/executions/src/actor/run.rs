@@ -21,8 +21,8 @@ impl Actor {
     fn timers(&self) -> TimerState {
         TimerState {
             turn: self.turn.as_ref().map(|t| TurnTimers {
-                cancel_deadline: t.cancel_deadline,
-                bound: t.bound.map(|(at, _)| at),
+                cancel_deadline: t.phase.grace_ends(),
+                bound: t.phase.bound().map(|(at, _)| at),
                 last_activity: t.last_activity,
             }),
             handoffs: self
@@ -255,14 +255,8 @@ impl Actor {
         self.events
             .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
             .await?;
-        if stop
-            && let Some(turn_id) = self
-                .turn
-                .as_ref()
-                .filter(|t| t.cancel_deadline.is_none())
-                .map(|t| t.record.id.clone())
-        {
-            self.cancel_turn_with(&turn_id, "workspace_policy").await?;
+        if stop && let Some(turn_id) = self.running_turn_id() {
+            self.cancel_turn_with(&turn_id, "workspace_policy", None).await?;
         }
         Ok(Ending::Continue)
     }

@@ -32,15 +32,14 @@ impl Actor {
     /// The running turn hit its deadline or the execution's active-time budget: it is
     /// cancelled through the normal path and settles `interrupted` with that reason.
     pub(super) async fn on_turn_bound(&mut self) -> Result<Ending, EngineError> {
-        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+        let Some((turn_id, (_, reason))) = self
+            .turn
+            .as_ref()
+            .and_then(|t| Some((t.record.id.clone(), t.phase.bound()?)))
+        else {
             return Ok(Ending::Continue);
         };
-        let Some((_, reason)) = turn.bound.take() else {
-            return Ok(Ending::Continue);
-        };
-        turn.interrupted_by = Some(reason);
-        let turn_id = turn.record.id.clone();
-        self.cancel_turn_with(&turn_id, reason.as_str()).await?;
+        self.cancel_turn_with(&turn_id, reason.as_str(), Some(reason)).await?;
         Ok(Ending::Continue)
     }
 
@@ -48,13 +47,11 @@ impl Actor {
     /// turn is cancelled through the normal path and settles `interrupted` (`agent_idle`);
     /// an agent too hung to settle it is stopped by the cancel ladder.
     pub(super) async fn on_turn_idle(&mut self) -> Result<Ending, EngineError> {
-        let Some(turn) = self.turn.as_mut().filter(|t| t.cancel_deadline.is_none()) else {
+        let Some(turn_id) = self.running_turn_id() else {
             return Ok(Ending::Continue);
         };
-        turn.interrupted_by = Some(TurnFailureReason::AgentIdle);
-        let turn_id = turn.record.id.clone();
-        self.cancel_turn_with(&turn_id, TurnFailureReason::AgentIdle.as_str())
-            .await?;
+        let idle = TurnFailureReason::AgentIdle;
+        self.cancel_turn_with(&turn_id, idle.as_str(), Some(idle)).await?;
         Ok(Ending::Continue)
     }
 
@@ -79,15 +76,13 @@ impl Actor {
             let _ = reply.send(Err(refusal));
             return Ok(());
         }
-        let Some(turn) = self.turn.as_mut() else {
+        let Some(turn_id) = self.turn.as_ref().map(|t| t.record.id.clone()) else {
             return Ok(());
         };
-        turn.interrupted_by = Some(TurnFailureReason::ReplacedByNewTurn);
-        let (turn_id, cancelling) = (turn.record.id.clone(), turn.cancel_deadline.is_some());
         self.queued_start = Some((prompt, reply));
-        if !cancelling {
-            self.cancel_turn_with(&turn_id, "replaced_by_new_turn").await?;
-        }
+        let replaced = TurnFailureReason::ReplacedByNewTurn;
+        self.cancel_turn_with(&turn_id, replaced.as_str(), Some(replaced))
+            .await?;
         Ok(())
     }
 
@@ -170,9 +165,9 @@ impl Actor {
             normalizer: self.turn_normalizer(&record.id),
             record: record.clone(),
             prompt_request_id,
-            interrupted_by: None,
-            cancel_deadline: None,
-            bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
+            phase: TurnPhase::Running {
+                bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
+            },
             last_activity: Instant::now(),
             span,
         });
@@ -180,20 +175,33 @@ impl Actor {
     }
 
     pub(super) async fn cancel_turn(&mut self, turn_id: &str) -> Result<TurnRecord, EngineError> {
-        self.cancel_turn_with(turn_id, "turn_cancelled").await
+        self.cancel_turn_with(turn_id, "turn_cancelled", None).await
     }
 
     /// `session/cancel`, then every pending interaction of the turn is answered
     /// `cancelled` and recorded with `reason`; the turn settles when the prompt returns.
-    pub(super) async fn cancel_turn_with(&mut self, turn_id: &str, reason: &str) -> Result<TurnRecord, EngineError> {
+    /// The running turn's id, unless it is being cancelled already.
+    pub(super) fn running_turn_id(&self) -> Option<String> {
+        self.turn
+            .as_ref()
+            .filter(|t| t.phase.is_running())
+            .map(|t| t.record.id.clone())
+    }
+
+    /// `cause`: the service's reason when it, not the caller, cancels the turn.
+    pub(super) async fn cancel_turn_with(
+        &mut self,
+        turn_id: &str,
+        reason: &str,
+        cause: Option<TurnFailureReason>,
+    ) -> Result<TurnRecord, EngineError> {
         let Some(turn) = self.turn.as_mut().filter(|t| t.record.id == turn_id) else {
             return Err(EngineError::precondition(
                 Reason::NoActiveTurn,
                 format!("turn `{turn_id}` is not running"),
             ));
         };
-        if turn.cancel_deadline.is_none() {
-            turn.cancel_deadline = Some(Instant::now() + self.config.cancel_grace);
+        if turn.phase.cancel(Instant::now() + self.config.cancel_grace, cause) {
             let notify = schema::CancelNotification::new(self.session_id.clone());
             if let Err(e) = self.connection.notify(methods::SESSION_CANCEL, notify).await {
                 tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
@@ -216,7 +224,7 @@ impl Actor {
         }
         let settlement = match result {
             Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
-                Some("cancelled") if let Some(reason) = self.turn.as_ref().and_then(|t| t.interrupted_by) => (
+                Some("cancelled") if let Some(reason) = self.turn.as_ref().and_then(|t| t.phase.interrupted_by()) => (
                     TurnState::Interrupted,
                     Some("cancelled".to_owned()),
                     Some(reason),
@@ -323,7 +331,7 @@ impl Actor {
         self.mark_lost("cancel_timeout").await?;
         // The turn reports why it was cancelled (a deadline, a budget, a drain, a
         // replacement) when the service did it; the stop ladder is how it ended.
-        let cause = self.turn.as_ref().and_then(|t| t.interrupted_by);
+        let cause = self.turn.as_ref().and_then(|t| t.phase.interrupted_by());
         let ladder = format!(
             "the agent did not settle within {:?} of the cancel; it was stopped",
             self.config.cancel_grace
