@@ -312,24 +312,7 @@ async fn codex_asks_before_its_shell_call_and_gets_exactly_one_answer_under_its_
         ["allow_once", "reject_once"],
         "allow_always withheld under `ask`"
     );
-    let allow = options.iter().find(|o| o["kind"] == "allow_once").unwrap()["optionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let answered = client
-        .answer_interaction(proto::AnswerInteractionRequest {
-            request_id: "allow-1".into(),
-            interaction_id: created["interactionId"].as_str().unwrap().into(),
-            etag: created["etag"].as_str().unwrap().into(),
-            answer: Some(proto::answer_interaction_request::Answer::Permission(
-                proto::PermissionAnswer { option_id: allow },
-            )),
-        })
-        .await
-        .expect("answered")
-        .into_inner()
-        .interaction
-        .unwrap();
+    let answered = allow_once(&mut client, &created, "allow-1").await;
     assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
     let after = events.until_turn_settles().await;
     let settled = after.last().unwrap();

@@ -652,6 +652,34 @@ pub async fn begin_turn_at(
     (execution, turn, events)
 }
 
+/// Answers a permission (its `runtime_request.created` payload) with the option it offers
+/// as `allow_once`; the interaction as `AnswerInteraction` returned it.
+pub async fn allow_once(client: &mut Client, created: &Value, request_id: &str) -> pb::Interaction {
+    let allow = created["request"]["options"]
+        .as_array()
+        .expect("the permission's options")
+        .iter()
+        .find(|o| o["kind"] == "allow_once")
+        .expect("an allow_once option")["optionId"]
+        .as_str()
+        .expect("an option id")
+        .to_owned();
+    client
+        .answer_interaction(pb::AnswerInteractionRequest {
+            request_id: request_id.into(),
+            interaction_id: created["interactionId"].as_str().expect("interactionId").into(),
+            etag: created["etag"].as_str().expect("etag").into(),
+            answer: Some(pb::answer_interaction_request::Answer::Permission(
+                pb::PermissionAnswer { option_id: allow },
+            )),
+        })
+        .await
+        .expect("answered")
+        .into_inner()
+        .interaction
+        .expect("the interaction")
+}
+
 /// An answer picking `option_id` for the one question of the interaction that
 /// `created` (a `runtime_request.created` payload) exposed, echoing its etag.
 pub fn one_question_answer(created: &Value, request_id: &str, option_id: &str) -> pb::AnswerInteractionRequest {
