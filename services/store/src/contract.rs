@@ -1,6 +1,7 @@
 //! What every store promises: the [`Store`] trait, its errors, and how long an
 //! operation waits out an unavailable database ([`Patience`]).
 
+use crate::batch::Batch;
 use crate::records::*;
 use crate::transient;
 use std::sync::Arc;
@@ -71,6 +72,23 @@ pub const RETRY_FIRST_DELAY: std::time::Duration = std::time::Duration::from_mil
 pub const RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The one execution and generation a group of events belongs to (`None`: no events);
+/// refused when they mix executions or generations.
+pub(crate) fn one_execution_and_generation(events: &[EventRecord]) -> StoreResult<Option<(&str, i64)>> {
+    let Some(first) = events.first() else {
+        return Ok(None);
+    };
+    if events
+        .iter()
+        .any(|e| e.execution_id != first.execution_id || e.generation != first.generation)
+    {
+        return Err(StoreError::Database(
+            "one append carries one execution's events of one generation".into(),
+        ));
+    }
+    Ok(Some((&first.execution_id, first.generation)))
+}
 
 /// Told about each store operation (for latency and error metrics).
 pub trait StoreObserver: Send + Sync {
@@ -175,6 +193,10 @@ pub trait Store: Send + Sync + 'static {
     /// refuses a duplicate. [`StoreError::Fenced`] if the execution's generation is no
     /// longer theirs: nothing is appended.
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
+    /// Commits a [`Batch`] in one transaction. `Ok(false)`: a write found its row moved on
+    /// (another state, another generation) or the events' generation is no longer the
+    /// execution's; nothing was written.
+    async fn commit(&self, batch: &Batch) -> StoreResult<bool>;
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
     async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
     /// The oldest event still kept (`None`: the execution has none).

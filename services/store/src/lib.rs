@@ -4,6 +4,7 @@
 //! parameters, TEXT JSON, millisecond timestamps), so they cannot drift apart. The
 //! in-memory [`MemoryStore`] keeps the same rules without I/O, for unit tests elsewhere.
 
+mod batch;
 mod catalog;
 mod contract;
 mod memory;
@@ -12,6 +13,7 @@ mod retry;
 mod sql;
 mod transient;
 
+pub use batch::{Batch, Write};
 pub use contract::*;
 pub use memory::MemoryStore;
 pub use records::*;

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock};
 
+use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
 use tables::Tables;
@@ -154,6 +155,9 @@ impl Store for MemoryStore {
 
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
         self.try_run("append_events", |t| t.append_events(events))
+    }
+    async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
+        self.try_run("commit", |t| t.commit(batch))
     }
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
         self.run("read_events", |t| t.read_events(execution_id, after_sequence, limit))

@@ -4,13 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::batch::{Batch, Write};
 use crate::contract::*;
 use crate::records::*;
 
 /// Execution states a previous incarnation may have left live (`list_live_executions`).
 const LIVE_STATES: [&str; 3] = ["starting", "ready", "closing"];
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Tables {
     executions: BTreeMap<String, ExecutionRecord>,
     turns: BTreeMap<String, TurnRecord>,
@@ -22,6 +23,7 @@ pub(super) struct Tables {
     idempotency: HashMap<IdempotencyKey, IdempotencyRow>,
 }
 
+#[derive(Clone)]
 struct IdempotencyRow {
     digest: String,
     /// `None` while the call is in flight; its stored response once done.
@@ -316,18 +318,9 @@ impl Tables {
 
     /// All or nothing, like the one `INSERT … SELECT … WHERE EXISTS` statement.
     pub(super) fn append_events(&mut self, events: &[EventRecord]) -> StoreResult<()> {
-        let Some(first) = events.first() else {
+        let Some((execution_id, generation)) = one_execution_and_generation(events)? else {
             return Ok(());
         };
-        let (execution_id, generation) = (&first.execution_id, first.generation);
-        if events
-            .iter()
-            .any(|e| e.execution_id != *execution_id || e.generation != generation)
-        {
-            return Err(StoreError::Database(
-                "one append carries one execution's events of one generation".into(),
-            ));
-        }
         if self.executions.get(execution_id).map(|e| e.generation) != Some(generation) {
             return Err(StoreError::Fenced);
         }
@@ -414,5 +407,25 @@ impl Tables {
         {
             e.acked_sequence = through;
         }
+    }
+
+    /// All or nothing, like the SQL transaction: the writes and the append run on a copy
+    /// of the rows, which replaces them only if every one of them landed.
+    pub(super) fn commit(&mut self, batch: &Batch) -> StoreResult<bool> {
+        let mut next = self.clone();
+        let landed = batch.writes.iter().all(|write| match write {
+            Write::Execution { expected_state, record } => next.update_execution(expected_state, record),
+            Write::SettleTurn(turn) => next.settle_turn(turn),
+            Write::Interaction { expected_state, record } => next.transition_interaction(expected_state, record),
+        });
+        if !landed {
+            return Ok(false);
+        }
+        match next.append_events(&batch.events) {
+            Err(StoreError::Fenced) => return Ok(false),
+            other => other?,
+        }
+        *self = next;
+        Ok(true)
     }
 }

@@ -1,53 +1,49 @@
 //! The event outbox: fenced appends, paged reads, head and oldest, retention's prune,
 //! and the control plane's cumulative acknowledgement.
 
-use sqlx::QueryBuilder;
-
 use super::connection::{SqlStore, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
+/// The fenced append run on `$executor`, a pool or an open transaction: one statement,
+/// the rows go in only while the execution's generation is theirs, so a superseded writer
+/// can never append (no extra round trip). Evaluates to the rows affected (0: fenced).
+macro_rules! append_events_on {
+    ($executor:expr, $events:expr, $execution_id:expr, $generation:expr) => {{
+        let mut builder = sqlx::QueryBuilder::new(
+            "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) SELECT * FROM (",
+        );
+        builder.push_values($events, |mut row, e: &$crate::records::EventRecord| {
+            row.push_bind(&e.execution_id)
+                .push_bind(e.sequence)
+                .push_bind(&e.event_id)
+                .push_bind(e.generation)
+                .push_bind(&e.turn_id)
+                .push_bind(&e.item_id)
+                .push_bind(&e.event_type)
+                .push_bind(e.priority)
+                .push_bind(e.schema_version)
+                .push_bind(e.emitted_at_ms)
+                .push_bind(&e.payload);
+        });
+        builder
+            .push(") AS appended WHERE EXISTS (SELECT 1 FROM executions WHERE id = ")
+            .push_bind($execution_id)
+            .push(" AND generation = ")
+            .push_bind($generation)
+            .push(")");
+        builder.build().execute($executor).await?.rows_affected()
+    }};
+}
+pub(super) use append_events_on;
+
 impl SqlStore {
     pub(super) async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
-        if events.is_empty() {
+        let Some((execution_id, generation)) = one_execution_and_generation(events)? else {
             return Ok(());
-        }
-        // One statement, fenced: the rows go in only while the execution's generation is
-        // theirs, so a superseded writer can never append (no extra round trip).
-        let (execution_id, generation) = (&events[0].execution_id, events[0].generation);
-        if events
-            .iter()
-            .any(|e| e.execution_id != *execution_id || e.generation != generation)
-        {
-            return Err(StoreError::Database(
-                "one append carries one execution's events of one generation".into(),
-            ));
-        }
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            let mut builder = QueryBuilder::new(
-                "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) SELECT * FROM (",
-            );
-            builder.push_values(events, |mut row, e| {
-                row.push_bind(&e.execution_id)
-                    .push_bind(e.sequence)
-                    .push_bind(&e.event_id)
-                    .push_bind(e.generation)
-                    .push_bind(&e.turn_id)
-                    .push_bind(&e.item_id)
-                    .push_bind(&e.event_type)
-                    .push_bind(e.priority)
-                    .push_bind(e.schema_version)
-                    .push_bind(e.emitted_at_ms)
-                    .push_bind(&e.payload);
-            });
-            builder
-                .push(") AS appended WHERE EXISTS (SELECT 1 FROM executions WHERE id = ")
-                .push_bind(execution_id)
-                .push(" AND generation = ")
-                .push_bind(generation)
-                .push(")");
-            builder.build().execute(pool).await?.rows_affected()
-        });
+        };
+        let (outcome, retried) =
+            on_pool!(@attempts self, |pool| append_events_on!(pool, events, execution_id, generation));
         match outcome {
             // The attempt that failed committed: the rows are ours (one writer per
             // execution assigns these sequences).

@@ -7,6 +7,41 @@ use crate::records::*;
 
 const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms";
 
+/// The execution compare-and-set (on its generation and `$expected_state`) run on
+/// `$executor`, a pool or an open transaction; evaluates to the rows affected.
+macro_rules! update_execution_on {
+    ($executor:expr, $expected_state:expr, $e:expr) => {{
+        let e: &$crate::records::ExecutionRecord = $e;
+        sqlx::query(
+            "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
+             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
+             credential_name = $13, active_ms = $14 \
+             WHERE id = $15 AND generation = $16 AND state = $17",
+        )
+        .bind(&e.state)
+        .bind(&e.session_id)
+        .bind(&e.active_turn_id)
+        .bind(e.turn_count)
+        .bind(e.pid)
+        .bind(e.exit_code)
+        .bind(e.exit_signal)
+        .bind(&e.failure_reason)
+        .bind(&e.failure_message)
+        .bind(e.updated_at_ms)
+        .bind(&e.lease)
+        .bind(&e.session_config)
+        .bind(&e.credential_name)
+        .bind(e.active_ms)
+        .bind(&e.id)
+        .bind(e.generation)
+        .bind($expected_state)
+        .execute($executor)
+        .await?
+        .rows_affected()
+    }};
+}
+pub(super) use update_execution_on;
+
 impl SqlStore {
     pub(super) async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
@@ -47,34 +82,7 @@ impl SqlStore {
     }
 
     pub(super) async fn update_execution(&self, expected_state: &str, e: &ExecutionRecord) -> StoreResult<bool> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            sqlx::query(
-                "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
-             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
-             credential_name = $13, active_ms = $14 \
-             WHERE id = $15 AND generation = $16 AND state = $17",
-            )
-            .bind(&e.state)
-            .bind(&e.session_id)
-            .bind(&e.active_turn_id)
-            .bind(e.turn_count)
-            .bind(e.pid)
-            .bind(e.exit_code)
-            .bind(e.exit_signal)
-            .bind(&e.failure_reason)
-            .bind(&e.failure_message)
-            .bind(e.updated_at_ms)
-            .bind(&e.lease)
-            .bind(&e.session_config)
-            .bind(&e.credential_name)
-            .bind(e.active_ms)
-            .bind(&e.id)
-            .bind(e.generation)
-            .bind(expected_state)
-            .execute(pool)
-            .await?
-            .rows_affected()
-        });
+        let (outcome, retried) = on_pool!(@attempts self, |pool| update_execution_on!(pool, expected_state, e));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `e`.
@@ -171,7 +179,7 @@ impl SqlStore {
 
     /// An execution's state and update time at `generation`, to tell whether a retried
     /// update had landed.
-    async fn execution_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+    pub(super) async fn execution_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
         Ok(on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, updated_at_ms FROM executions WHERE id = $1 AND generation = $2"
         )

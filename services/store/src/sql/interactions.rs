@@ -4,6 +4,35 @@ use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
+/// The interaction compare-and-set (on its state and generation, and its execution's)
+/// run on `$executor`, a pool or an open transaction; evaluates to the rows affected.
+macro_rules! transition_interaction_on {
+    ($executor:expr, $expected_state:expr, $i:expr) => {{
+        let i: &$crate::records::InteractionRecord = $i;
+        sqlx::query(
+            "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
+             reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
+             WHERE id = $9 AND generation = $10 AND state = $11 \
+             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = interactions.execution_id AND e.generation = $10)",
+        )
+        .bind(&i.state)
+        .bind(&i.outcome)
+        .bind(&i.answer_request_id)
+        .bind(&i.answer_fingerprint)
+        .bind(&i.reason)
+        .bind(&i.delivery)
+        .bind(i.replay_allowed)
+        .bind(i.updated_at_ms)
+        .bind(&i.id)
+        .bind(i.generation)
+        .bind($expected_state)
+        .execute($executor)
+        .await?
+        .rows_affected()
+    }};
+}
+pub(super) use transition_interaction_on;
+
 impl SqlStore {
     pub(super) async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
@@ -42,28 +71,7 @@ impl SqlStore {
         expected_state: &str,
         i: &InteractionRecord,
     ) -> StoreResult<bool> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            sqlx::query(
-                "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
-             reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
-             WHERE id = $9 AND generation = $10 AND state = $11 \
-             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = interactions.execution_id AND e.generation = $10)",
-            )
-            .bind(&i.state)
-            .bind(&i.outcome)
-            .bind(&i.answer_request_id)
-            .bind(&i.answer_fingerprint)
-            .bind(&i.reason)
-            .bind(&i.delivery)
-            .bind(i.replay_allowed)
-            .bind(i.updated_at_ms)
-            .bind(&i.id)
-            .bind(i.generation)
-            .bind(expected_state)
-            .execute(pool)
-            .await?
-            .rows_affected()
-        });
+        let (outcome, retried) = on_pool!(@attempts self, |pool| transition_interaction_on!(pool, expected_state, i));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `next`.
@@ -100,7 +108,7 @@ impl SqlStore {
 
     /// An interaction's state and update time at `generation`, to tell whether a retried
     /// transition had landed (the time tells this transition from an earlier one).
-    async fn interaction_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+    pub(super) async fn interaction_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
         Ok(on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, updated_at_ms FROM interactions WHERE id = $1 AND generation = $2"
         )

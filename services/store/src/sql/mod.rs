@@ -4,6 +4,7 @@
 //! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `claim`; the
 //! concept modules use `connection`; this file uses them all.
 
+mod batch;
 mod claim;
 mod connection;
 mod events;
@@ -17,6 +18,7 @@ pub use connection::SqlStore;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
 use connection::Pool;
@@ -130,6 +132,9 @@ impl Store for SqlStore {
 
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
         SqlStore::append_events(self, events).await
+    }
+    async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
+        SqlStore::commit(self, batch).await
     }
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
         SqlStore::read_events(self, execution_id, after_sequence, limit).await

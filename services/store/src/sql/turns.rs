@@ -7,6 +7,32 @@ use crate::records::*;
 
 const TURN_COLUMNS: &str = "id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage";
 
+/// The turn settlement (compare-and-set from `running`, fenced by the execution's
+/// generation) run on `$executor`, a pool or an open transaction; evaluates to the rows
+/// affected.
+macro_rules! settle_turn_on {
+    ($executor:expr, $t:expr) => {{
+        let t: &$crate::records::TurnRecord = $t;
+        sqlx::query(
+            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
+             WHERE id = $7 AND generation = $8 AND state = 'running' \
+             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = turns.execution_id AND e.generation = $8)",
+        )
+        .bind(&t.state)
+        .bind(&t.stop_reason)
+        .bind(&t.failure_reason)
+        .bind(&t.failure_message)
+        .bind(t.ended_at_ms)
+        .bind(&t.usage)
+        .bind(&t.id)
+        .bind(t.generation)
+        .execute($executor)
+        .await?
+        .rows_affected()
+    }};
+}
+pub(super) use settle_turn_on;
+
 impl SqlStore {
     pub(super) async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
@@ -37,24 +63,7 @@ impl SqlStore {
     }
 
     pub(super) async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            sqlx::query(
-            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
-             WHERE id = $7 AND generation = $8 AND state = 'running' \
-             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = turns.execution_id AND e.generation = $8)"
-        )
-        .bind(&t.state)
-        .bind(&t.stop_reason)
-        .bind(&t.failure_reason)
-        .bind(&t.failure_message)
-        .bind(t.ended_at_ms)
-        .bind(&t.usage)
-        .bind(&t.id)
-        .bind(t.generation)
-        .execute(pool)
-        .await?
-        .rows_affected()
-        });
+        let (outcome, retried) = on_pool!(@attempts self, |pool| settle_turn_on!(pool, t));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already ours.
@@ -93,7 +102,7 @@ impl SqlStore {
     }
 
     /// A turn's state at `generation`, to tell whether a retried settlement had landed.
-    async fn turn_state(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
+    pub(super) async fn turn_state(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
         let row: Option<(String,)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT state FROM turns WHERE id = $1 AND generation = $2"
         )

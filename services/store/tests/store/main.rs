@@ -23,6 +23,7 @@ macro_rules! on_every_backend {
 }
 
 mod backends;
+mod batch;
 mod events;
 mod executions;
 mod fixtures;

@@ -1,0 +1,33 @@
+//! A batch: one execution's row writes and the events they produce, committed together
+//! in one transaction or not at all.
+
+use crate::records::*;
+
+/// Writes that land together with the events they produce, or not at all: each write
+/// compare-and-sets as its single-statement counterpart does, and the events append
+/// fenced by their generation. A settlement that touches several rows is one batch, so a
+/// crash can never leave part of it behind (a turn `running` under a `lost` execution, a
+/// row settled without its event).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    pub writes: Vec<Write>,
+    /// One execution's events of one generation, in sequence order.
+    pub events: Vec<EventRecord>,
+}
+
+/// One compare-and-set write of a [`Batch`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// As [`Store::update_execution`](crate::Store::update_execution).
+    Execution {
+        expected_state: String,
+        record: ExecutionRecord,
+    },
+    /// As [`Store::settle_turn`](crate::Store::settle_turn).
+    SettleTurn(TurnRecord),
+    /// As [`Store::transition_interaction`](crate::Store::transition_interaction).
+    Interaction {
+        expected_state: String,
+        record: InteractionRecord,
+    },
+}

@@ -1,0 +1,69 @@
+//! [`Batch`]es: one transaction of compare-and-set writes and the fenced event append.
+
+use super::connection::{SqlStore, on_pool};
+use super::events::append_events_on;
+use super::executions::update_execution_on;
+use super::interactions::transition_interaction_on;
+use super::turns::settle_turn_on;
+use crate::batch::{Batch, Write};
+use crate::contract::*;
+
+impl SqlStore {
+    pub(super) async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
+        let fence = one_execution_and_generation(&batch.events)?;
+        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+            let mut tx = pool.begin().await?;
+            let mut landed = true;
+            for write in &batch.writes {
+                let affected = match write {
+                    Write::Execution { expected_state, record } => update_execution_on!(&mut *tx, expected_state, record),
+                    Write::SettleTurn(turn) => settle_turn_on!(&mut *tx, turn),
+                    Write::Interaction { expected_state, record } => {
+                        transition_interaction_on!(&mut *tx, expected_state, record)
+                    }
+                };
+                if affected != 1 {
+                    landed = false;
+                    break;
+                }
+            }
+            if landed && let Some((execution_id, generation)) = fence {
+                landed = append_events_on!(&mut *tx, &batch.events, execution_id, generation) > 0;
+            }
+            if landed {
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            landed
+        });
+        match outcome {
+            // The attempt that failed may have committed: then this one found its rows
+            // moved on by itself.
+            Ok(false) | Err(StoreError::Duplicate) if retried => self.batch_landed(batch).await,
+            other => other,
+        }
+    }
+
+    /// Whether `batch` is in the store already: its first event, or else its first write.
+    async fn batch_landed(&self, batch: &Batch) -> StoreResult<bool> {
+        if let Some(first) = batch.events.first() {
+            let found = self.read_events(&first.execution_id, first.sequence - 1, 1).await?;
+            return Ok(found.first().is_some_and(|e| e.event_id == first.event_id));
+        }
+        Ok(match batch.writes.first() {
+            None => true,
+            Some(Write::Execution { record, .. }) => {
+                self.execution_state(&record.id, record.generation).await?
+                    == Some((record.state.clone(), record.updated_at_ms))
+            }
+            Some(Write::SettleTurn(turn)) => {
+                self.turn_state(&turn.id, turn.generation).await?.as_deref() == Some(turn.state.as_str())
+            }
+            Some(Write::Interaction { record, .. }) => {
+                self.interaction_state(&record.id, record.generation).await?
+                    == Some((record.state.clone(), record.updated_at_ms))
+            }
+        })
+    }
+}

@@ -1,0 +1,131 @@
+//! Batches: row writes and their events committed in one transaction, all or nothing.
+
+use std::sync::Arc;
+
+use cursor_runner_store::*;
+
+use crate::fixtures::*;
+
+on_every_backend!(
+    a_batch_lands_its_writes_and_events_together,
+    a_batch_with_one_stale_write_writes_nothing,
+    a_batch_of_a_superseded_generation_writes_nothing,
+    a_batch_whose_event_is_already_there_writes_nothing,
+);
+
+/// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
+async fn live_execution(store: &dyn Store) -> (ExecutionRecord, TurnRecord, InteractionRecord) {
+    let (mut e, t) = execution_with_turn(store, "exec-1").await;
+    e.active_turn_id = Some(t.id.clone());
+    assert!(store.update_execution("ready", &e).await.unwrap());
+    let i = interaction(&t, "question-1", "0");
+    store.insert_interaction(&i).await.unwrap();
+    (e, t, i)
+}
+
+/// Everything live settles as for a lost agent, with one event per row.
+fn settlement(e: &ExecutionRecord, t: &TurnRecord, i: &InteractionRecord) -> Batch {
+    Batch {
+        writes: vec![
+            Write::Interaction {
+                expected_state: "pending".into(),
+                record: InteractionRecord {
+                    state: "expired".into(),
+                    reason: Some("provider_process_lost".into()),
+                    updated_at_ms: T0 + 1,
+                    ..i.clone()
+                },
+            },
+            Write::SettleTurn(TurnRecord {
+                state: "failed".into(),
+                failure_reason: Some("agent_exited".into()),
+                ended_at_ms: Some(T0 + 1),
+                ..t.clone()
+            }),
+            Write::Execution {
+                expected_state: "ready".into(),
+                record: ExecutionRecord {
+                    state: "lost".into(),
+                    active_turn_id: None,
+                    updated_at_ms: T0 + 1,
+                    ..e.clone()
+                },
+            },
+        ],
+        events: events(&e.id, e.generation, 1..=2),
+    }
+}
+
+async fn rows_as_they_are(
+    store: &dyn Store,
+    e: &ExecutionRecord,
+    t: &TurnRecord,
+    i: &InteractionRecord,
+) -> [String; 3] {
+    [
+        store.get_execution(TENANT, &e.id).await.unwrap().unwrap().state,
+        store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state,
+        store.get_interaction(TENANT, &i.id).await.unwrap().unwrap().state,
+    ]
+}
+
+async fn a_batch_lands_its_writes_and_events_together(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    assert!(store.commit(&settlement(&e, &t, &i)).await.unwrap());
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["lost", "failed", "expired"]
+    );
+    let execution = store.get_execution(TENANT, &e.id).await.unwrap().unwrap();
+    assert_eq!(execution.active_turn_id, None);
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 2);
+    assert_eq!(
+        store.read_events(&e.id, 0, 9).await.unwrap(),
+        events(&e.id, e.generation, 1..=2)
+    );
+}
+
+async fn a_batch_with_one_stale_write_writes_nothing(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let mut batch = settlement(&e, &t, &i);
+    // The last write expects a state the row is not in: the earlier ones roll back too.
+    let Write::Execution { expected_state, .. } = &mut batch.writes[2] else {
+        unreachable!()
+    };
+    *expected_state = "closing".into();
+    assert!(!store.commit(&batch).await.unwrap());
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(
+        store.head_sequence(&e.id).await.unwrap(),
+        0,
+        "no event without its rows"
+    );
+}
+
+async fn a_batch_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    assert!(store.advance_generation(TENANT, &e.id, 1).await.unwrap());
+    assert!(!store.commit(&settlement(&e, &t, &i)).await.unwrap());
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
+}
+
+async fn a_batch_whose_event_is_already_there_writes_nothing(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    store.append_events(&events(&e.id, e.generation, 2..=2)).await.unwrap();
+    assert!(matches!(
+        store.commit(&settlement(&e, &t, &i)).await,
+        Err(StoreError::Duplicate)
+    ));
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 2);
+}
