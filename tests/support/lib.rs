@@ -820,6 +820,18 @@ impl Subscriber {
         }
     }
 
+    /// Every event before the stream's `caught_up` frame: all it had stored when opened.
+    pub async fn until_caught_up(&mut self) -> Vec<pb::ActivityEvent> {
+        let mut out = Vec::new();
+        loop {
+            match self.next_frame().await {
+                Frame::Event(event) => out.push(event),
+                Frame::CaughtUp(_) => return out,
+                Frame::Heartbeat(_) => {}
+            }
+        }
+    }
+
     /// Events up to and including the first turn settlement.
     pub async fn until_turn_settles(&mut self) -> Vec<pb::ActivityEvent> {
         let mut out = Vec::new();

@@ -2,7 +2,8 @@
 //! What an execution, turn and interaction may become (`state`), the error catalog each
 //! refusal names its gRPC kind in once (`error`), the interaction kinds and the validation
 //! of answers against what was persisted (`interaction`), prompts, session configuration
-//! and the runner-owned MCP allowlist. The runtime (`cursor-runner-executions`) executes
+//! the runner-owned MCP allowlist, and how everything live settles when an execution's agent
+//! is gone (`settlement`). The runtime (`cursor-runner-executions`) executes
 //! what these decide; the store persists it.
 
 pub mod error;
@@ -10,6 +11,7 @@ pub mod interaction;
 pub mod mcp;
 pub mod prompt;
 pub mod session_config;
+pub mod settlement;
 pub mod state;
 
 pub use error::{EngineError, ErrorKind, Reason};

@@ -111,6 +111,17 @@ impl InteractionState {
 }
 
 states!(
+    /// How far an interaction's answer got toward the agent: recorded on every interaction
+    /// that ends, so no one guesses whether the agent saw it.
+    Delivery {
+        NotSent => "not_sent",
+        PipeWritten => "pipe_written",
+        Delivered => "delivered",
+        Unknown => "unknown",
+    }
+);
+
+states!(
     /// A pool slot: one agent process, from launch to reaping.
     SlotState {
         Warming => "warming",

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
-use cursor_runner_store::{EventRecord, Store, StoreError, now_ms};
+use cursor_runner_store::{Batch, EventRecord, Store, StoreError, Write, now_ms};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
@@ -106,11 +106,46 @@ impl EventWriter {
         if payloads.is_empty() {
             return Ok(());
         }
+        let records = self.records(payloads.iter().map(|p| (turn_id, p)));
+        if let Err(e) = self.store.append_events(&records).await {
+            if matches!(e, StoreError::Fenced) {
+                self.fenced = true;
+                if let Some(metrics) = &self.metrics {
+                    metrics.fenced_write("event", records.len() as u64);
+                }
+            }
+            return Err(e.into());
+        }
+        self.exposed(&records, payloads.iter());
+        Ok(())
+    }
+
+    /// Commits `writes` together with the events they produce (each with its turn), in
+    /// one transaction; the head moves only after it. `Ok(false)`: a write found its row
+    /// moved on, or the generation did; nothing was written or exposed.
+    pub async fn commit(
+        &mut self,
+        writes: Vec<Write>,
+        events: Vec<(Option<String>, ActivityPayload)>,
+    ) -> Result<bool, EngineError> {
+        let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_deref(), p));
+        let batch = Batch {
+            writes,
+            events: self.records(events_with_turns),
+        };
+        if !self.store.commit(&batch).await? {
+            return Ok(false);
+        }
+        self.exposed(&batch.events, events.iter().map(|(_, p)| p));
+        Ok(true)
+    }
+
+    /// The outbox rows of `payloads`, numbered from the next sequence, each redacted.
+    fn records<'a>(&self, payloads: impl Iterator<Item = (Option<&'a str>, &'a ActivityPayload)>) -> Vec<EventRecord> {
         let emitted_at_ms = now_ms();
-        let records: Vec<EventRecord> = payloads
-            .iter()
+        payloads
             .enumerate()
-            .map(|(i, payload)| {
+            .map(|(i, (turn_id, payload))| {
                 let (event_type, mut body) = payload.into_parts();
                 // Said, not hidden: the marker names what was redacted, the count how often.
                 let redactions = self.redactor.redact_json(&mut body);
@@ -133,23 +168,17 @@ impl EventWriter {
                     payload: body.to_string(),
                 }
             })
-            .collect();
-        if let Err(e) = self.store.append_events(&records).await {
-            if matches!(e, StoreError::Fenced) {
-                self.fenced = true;
-                if let Some(metrics) = &self.metrics {
-                    metrics.fenced_write("event", records.len() as u64);
-                }
-            }
-            return Err(e.into());
-        }
+            .collect()
+    }
+
+    /// `records` are committed: subscribers may read them now.
+    fn exposed<'a>(&mut self, records: &[EventRecord], payloads: impl Iterator<Item = &'a ActivityPayload>) {
         self.next_sequence += records.len() as i64;
         self.head.send_replace(self.next_sequence - 1);
         if let Some(metrics) = &self.metrics {
-            for (record, payload) in records.iter().zip(&payloads) {
+            for (record, payload) in records.iter().zip(payloads) {
                 metrics.observe(&record.event_type, payload);
             }
         }
-        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! The one way an interaction's row changes state: a compare-and-set on its state and
 //! generation (and its execution's), after the interaction state machine admits it.
 
-use cursor_runner_activity::InteractionKind;
+use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::state::InteractionState;
 use cursor_runner_store::{InteractionRecord, Store};
@@ -39,6 +39,27 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
         "plan" => InteractionKind::Plan,
         "permission" => InteractionKind::Permission,
         _ => InteractionKind::Question,
+    }
+}
+
+/// The event that says an interaction ended (`cancelled`, or else `expired`), with the
+/// full request when `with_request` (for a durable hand-off).
+pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityPayload {
+    let ended = RuntimeRequestEnded {
+        interaction_id: record.id.clone(),
+        kind: kind_of(&record.kind),
+        turn_id: record.turn_id.clone(),
+        reason: record.reason.clone().unwrap_or_default(),
+        replay_allowed: false,
+        delivery: record.delivery.clone().unwrap_or_default(),
+        request: with_request
+            .then(|| serde_json::from_str(&record.request).ok())
+            .flatten(),
+    };
+    if record.state == InteractionState::Cancelled.as_str() {
+        ActivityPayload::RuntimeRequestCancelled(ended)
+    } else {
+        ActivityPayload::RuntimeRequestExpired(ended)
     }
 }
 

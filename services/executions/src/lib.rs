@@ -11,6 +11,7 @@ pub mod credential;
 mod engine;
 mod events;
 mod execution_row;
+mod failpoint;
 mod handshake;
 pub mod interaction_row;
 pub mod lease;
@@ -20,7 +21,9 @@ mod model_catalog;
 mod policy;
 pub mod pool;
 pub mod retention;
+mod settlement;
 mod tracing_context;
+mod turn_row;
 pub mod wire_capture;
 
 pub use config::{EngineConfig, ViolationAction};

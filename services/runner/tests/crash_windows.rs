@@ -370,3 +370,48 @@ async fn a_question_is_invisible_to_subscribers_until_its_row_is_committed() {
     held.stop();
     database.drop_database().await;
 }
+
+/// The agent dies mid-turn and the service is SIGKILLed while it settles what the agent
+/// left. A restart on the same database finds everything settled, each part once: the
+/// turn failed (never `running` for ever under an execution that is no longer live), the
+/// execution `lost`, one terminal event for the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_while_a_lost_agent_is_settled_leaves_no_turn_running() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let env = vec![(
+        "CURSOR_RUNNER_FAILPOINT".to_owned(),
+        "agent_lost_while_settling".to_owned(),
+    )];
+    let first = service_playing(&database.url, &dirs, "exit_mid_turn.json", env);
+    let mut client = first.client().await;
+    let (execution, turn, _events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    first.wait_for_stderr("failpoint reached: agent_lost_while_settling");
+    first.kill();
+
+    let second = service(&database.url, &dirs, None);
+    let mut client = second.client().await;
+    let turns = client
+        .list_turns(proto::ListTurnsRequest {
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListTurns")
+        .into_inner()
+        .turns;
+    let settled = turns.iter().find(|t| t.turn_id == turn.turn_id).expect("the turn");
+    assert_eq!(
+        settled.state,
+        proto::TurnState::Failed as i32,
+        "the turn was left {settled:?}"
+    );
+    let record = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
+    assert_eq!(record.active_turn_id, "", "no turn is active on a lost execution");
+    let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let stored = replay.until_caught_up().await;
+    let terminal = stored.iter().filter(|e| is_settlement(&e.event_type)).count();
+    assert_eq!(terminal, 1, "the turn settled exactly once in the stream");
+    second.stop();
+    database.drop_database().await;
+}

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::failpoint::failpoint;
 use crate::interaction_row::{self, kind_of, not_pending};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::{
@@ -394,22 +395,7 @@ impl Actor {
         record: &InteractionRecord,
         with_request: bool,
     ) -> Result<(), EngineError> {
-        let ended = RuntimeRequestEnded {
-            interaction_id: record.id.clone(),
-            kind: kind_of(&record.kind),
-            turn_id: record.turn_id.clone(),
-            reason: record.reason.clone().unwrap_or_default(),
-            replay_allowed: false,
-            delivery: record.delivery.clone().unwrap_or_default(),
-            request: with_request
-                .then(|| serde_json::from_str(&record.request).ok())
-                .flatten(),
-        };
-        let payload = if record.state == InteractionState::Cancelled.as_str() {
-            ActivityPayload::RuntimeRequestCancelled(ended)
-        } else {
-            ActivityPayload::RuntimeRequestExpired(ended)
-        };
+        let payload = interaction_row::ended(record, with_request);
         self.events.emit(Some(&record.turn_id), vec![payload]).await?;
         self.observe_wait(record);
         Ok(())
@@ -454,27 +440,6 @@ fn deliver_span(pending: &PendingInteraction, answered_by: &str) -> tracing::Spa
         turn_id = %pending.record.turn_id,
         answered_by,
     )
-}
-
-/// Test-only windows: with the `failpoints` feature, a point named in
-/// `CURSOR_RUNNER_FAILPOINT` announces itself on stderr and then holds the calling task
-/// for good (so a test can SIGKILL the service exactly there), or for
-/// `CURSOR_RUNNER_FAILPOINT_PAUSE_MS` if that is set (so a test can act inside the
-/// window and watch the service go on). Without the feature it compiles to nothing.
-async fn failpoint(name: &str) {
-    #[cfg(feature = "failpoints")]
-    if std::env::var("CURSOR_RUNNER_FAILPOINT").as_deref() == Ok(name) {
-        eprintln!("failpoint reached: {name}");
-        match std::env::var("CURSOR_RUNNER_FAILPOINT_PAUSE_MS")
-            .ok()
-            .and_then(|ms| ms.parse().ok())
-        {
-            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-            None => std::future::pending().await,
-        }
-    }
-    #[cfg(not(feature = "failpoints"))]
-    let _ = name;
 }
 
 /// An opaque token naming the interaction's fence (execution generation and turn).

@@ -7,9 +7,13 @@ use cursor_runner_store::{ExecutionRecord, Patience, StoreError, now_ms};
 use cursor_runner_supervisor::ExitProof;
 
 use crate::execution_row;
+use crate::failpoint::failpoint;
 use crate::pool::exit_message;
+use crate::settlement::{self, LiveTurn};
+use crate::turn_row;
 use cursor_runner_domain::error::{EngineError, Reason};
-use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_domain::settlement::Loss;
+use cursor_runner_domain::state::{ExecutionState, TurnState};
 
 use super::data::*;
 use super::launch::fail_execution;
@@ -48,18 +52,12 @@ impl Actor {
         self.events
             .emit(None, vec![exited(self.process.pid(), exit, "agent")])
             .await?;
-        self.settle_pending_lost().await?;
-        self.record.failure_message = Some(message.clone());
-        self.mark_lost(Reason::AgentExited.as_str()).await?;
-        if self.turn.is_some() {
-            self.settle_turn(
-                TurnState::Failed,
-                None,
-                Some(TurnFailureReason::AgentExited),
-                Some(message),
-            )
-            .await?;
-        }
+        self.settle_loss(Loss::AgentGone {
+            reason: Reason::AgentExited,
+            turn_failure: TurnFailureReason::AgentExited,
+            message,
+        })
+        .await?;
         Ok(Ending::Stop)
     }
 
@@ -98,24 +96,52 @@ impl Actor {
         self.events
             .emit(None, vec![exited(self.process.pid(), exit, "runner")])
             .await?;
-        self.settle_pending_lost().await?;
-        self.record.failure_message = Some(error.message.clone());
-        self.mark_lost(error.reason.as_str()).await?;
-        if self.turn.is_some() {
-            self.settle_turn(TurnState::Failed, None, Some(failure), Some(error.message.clone()))
-                .await?;
-        }
-        Ok(())
+        self.settle_loss(Loss::AgentGone {
+            reason: error.reason,
+            turn_failure: failure,
+            message: error.message.clone(),
+        })
+        .await
     }
 
-    /// The process is gone: pending interactions expire and are never re-sent.
-    pub(super) async fn settle_pending_lost(&mut self) -> Result<(), EngineError> {
+    /// The agent is gone: everything live settles by the domain's rule in one batch —
+    /// pending interactions expire (never re-sent), the running turn ends, the execution
+    /// is `lost` — so a crash leaves all of it or none of it for recovery.
+    pub(super) async fn settle_loss(&mut self, loss: Loss) -> Result<(), EngineError> {
         let mut pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
         pending.sort_unstable_by(|a, b| a.record.id.cmp(&b.record.id));
-        for p in pending {
-            self.end_pending(p.record, InteractionState::Expired, "provider_process_lost", "not_sent")
-                .await?;
+        let interactions: Vec<_> = pending.into_iter().map(|p| p.record).collect();
+        let turn = self.turn.take().map(|mut turn| LiveTurn {
+            closing: turn
+                .normalizer
+                .finish(turn_row::normalizer_ending(loss.turn_end().state)),
+            record: turn.record,
+        });
+        failpoint("agent_lost_while_settling").await;
+        let settled = settlement::settle(
+            &loss,
+            &self.record,
+            self.stored_state,
+            interactions.clone(),
+            turn,
+            self.events.redactor(),
+            now_ms(),
+        )?;
+        if !self.events.commit(settled.writes, settled.events).await? {
+            self.events.refused_by_fence("execution");
+            return Err(StoreError::Fenced.into());
         }
+        for interaction in &interactions {
+            self.observe_wait(interaction);
+        }
+        if let Some(turn) = settled.turn
+            && let Some(metrics) = self.events.metrics()
+        {
+            let ran = std::time::Duration::from_millis(turn_row::ran_ms(&turn) as u64);
+            metrics.turn_settled_after(loss.turn_end().state.as_str(), ran);
+        }
+        self.record = settled.execution;
+        self.stored_state = ExecutionState::Lost;
         Ok(())
     }
 
@@ -176,12 +202,6 @@ impl Actor {
         self.process.census_descendants();
         self.connection.close_stdin().await;
         self.process.stop(self.config.stop_grace).await
-    }
-
-    pub(super) async fn mark_lost(&mut self, reason: &str) -> Result<(), EngineError> {
-        self.record.state = ExecutionState::Lost.as_str().into();
-        self.record.failure_reason = Some(reason.to_owned());
-        self.save_record().await
     }
 
     pub(super) async fn notice(&mut self, category: &str, summary: impl Into<String>) -> Result<(), EngineError> {

@@ -9,10 +9,11 @@ use cursor_runner_store::{StoreError, TurnRecord, now_ms};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::attempts;
 use crate::limits::ExecutionLimits;
+use crate::turn_row::{self, TurnSettlement};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::prompt::Prompt;
+use cursor_runner_domain::settlement::Loss;
 use cursor_runner_domain::state::TurnState;
 
 use super::data::*;
@@ -280,42 +281,22 @@ impl Actor {
             return Ok(());
         };
         let turn_id = turn.record.id.clone();
-        let mut payloads = turn.normalizer.finish(match state {
-            TurnState::Completed | TurnState::Running => TurnEnding::Completed,
-            TurnState::Cancelled => TurnEnding::Cancelled,
-            TurnState::Interrupted => TurnEnding::Interrupted,
-            TurnState::Failed => TurnEnding::Failed,
-        });
-        turn.record.state = state.as_str().into();
-        turn.record.stop_reason = stop_reason.clone();
-        turn.record.failure_reason = failure.map(|f| f.as_str().to_owned());
-        // The agent's words may be in it (a prompt error, a stderr tail).
-        let message = message.map(|m| self.events.redactor().redact_text(&m).0);
-        turn.record.failure_message = message.clone();
-        let ended = now_ms();
-        turn.record.ended_at_ms = Some(ended);
-        turn.record.usage = attempts::usage_column(payloads.iter().find_map(|p| match p {
-            ActivityPayload::UsageReported(usage) => Some(usage),
-            _ => None,
-        }));
-        self.store.settle_turn(&turn.record).await?;
-        let ran = (ended - turn.record.started_at_ms).max(0);
+        let mut payloads = turn.normalizer.finish(turn_row::normalizer_ending(state));
+        let settlement = TurnSettlement {
+            state,
+            stop_reason,
+            failure,
+            // The agent's words may be in it (a prompt error, a stderr tail).
+            message: message.map(|m| self.events.redactor().redact_text(&m).0),
+        };
+        let (record, terminal) = turn_row::settled(turn.record, settlement, &payloads, now_ms());
+        self.store.settle_turn(&record).await?;
+        let ran = turn_row::ran_ms(&record);
         self.record.active_ms += ran;
         if let Some(metrics) = self.events.metrics() {
             metrics.turn_settled_after(state.as_str(), Duration::from_millis(ran as u64));
         }
-        let settled = TurnSettled {
-            turn_id: turn_id.clone(),
-            stop_reason,
-            failure_reason: failure,
-            message,
-        };
-        payloads.push(match state {
-            TurnState::Completed | TurnState::Running => ActivityPayload::TurnCompleted(settled),
-            TurnState::Cancelled => ActivityPayload::TurnCancelled(settled),
-            TurnState::Interrupted => ActivityPayload::TurnInterrupted(settled),
-            TurnState::Failed => ActivityPayload::TurnFailed(settled),
-        });
+        payloads.push(terminal);
         // The execution row first: a client reacting to the terminal event reads the
         // execution as the turn left it (active time, no active turn).
         self.record.active_turn_id = None;
@@ -326,11 +307,7 @@ impl Actor {
 
     pub(super) async fn on_cancel_timeout(&mut self) -> Result<Ending, EngineError> {
         self.stop_process("runner").await?;
-        // The execution is marked lost before the turn's terminal event, so a client
-        // reacting to that event already reads the final state.
-        self.mark_lost("cancel_timeout").await?;
-        // The turn reports why it was cancelled (a deadline, a budget, a drain, a
-        // replacement) when the service did it; the stop ladder is how it ended.
+        self.settle_pending("turn_settled").await?;
         let cause = self.turn.as_ref().and_then(|t| t.phase.interrupted_by());
         let ladder = format!(
             "the agent did not settle within {:?} of the cancel; it was stopped",
@@ -340,13 +317,9 @@ impl Actor {
             Some(cause) => format!("{}; {ladder}", interruption_message(cause)),
             None => ladder,
         };
-        self.settle_turn(
-            TurnState::Interrupted,
-            None,
-            Some(cause.unwrap_or(TurnFailureReason::CancelTimeout)),
-            Some(message),
-        )
-        .await?;
+        // The turn, its terminal event and the execution's `lost` in one batch: a client
+        // reacting to the event already reads the final state.
+        self.settle_loss(Loss::CancelTimedOut { cause, message }).await?;
         Ok(Ending::Stop)
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_activity::{ActivityPayload, RuntimeRequestEnded, TurnFailureReason, TurnSettled};
+use cursor_runner_activity::Redactor;
 use cursor_runner_store::{InteractionQuery, Patience, Store, StoreError, now_ms};
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{Guardian, GuardianConfig};
@@ -16,12 +16,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::actor::Command;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
-use crate::execution_row;
-use crate::interaction_row::{self, kind_of};
 use crate::metrics::Metrics;
 use crate::pool::{Pool, PoolStatus};
 use crate::retention::{self};
+use crate::settlement::{self, LiveTurn};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::settlement::Loss;
 use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
@@ -296,73 +296,56 @@ impl Engine {
         Ok(())
     }
 
+    /// Settles what a previous incarnation left live, by the same rule and in the same
+    /// one batch per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]).
     pub(super) async fn recover_after_restart(&self) -> Result<(), EngineError> {
-        for mut execution in self.store.list_live_executions().await? {
+        for execution in self.store.list_live_executions().await? {
             let Some(recorded) = ExecutionState::parse(&execution.state) else {
                 continue;
             };
+            let mut interactions = Vec::new();
+            for state in [InteractionState::Pending, InteractionState::Answered] {
+                interactions.extend(
+                    self.store
+                        .list_interactions(&InteractionQuery {
+                            tenant_id: execution.tenant_id.clone(),
+                            execution_id: Some(execution.id.clone()),
+                            state: Some(state.as_str().into()),
+                            after_id: None,
+                            limit: i64::MAX,
+                        })
+                        .await?,
+                );
+            }
+            // In the order they were asked (ids are time-ordered UUIDv7).
+            interactions.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+            let turn = match &execution.active_turn_id {
+                Some(turn_id) => self
+                    .store
+                    .get_turn(&execution.tenant_id, turn_id)
+                    .await?
+                    .filter(|turn| turn.state == TurnState::Running.as_str())
+                    .map(|record| LiveTurn {
+                        record,
+                        closing: Vec::new(),
+                    }),
+                None => None,
+            };
+            let settled = settlement::settle(
+                &Loss::ServiceRestarted,
+                &execution,
+                recorded,
+                interactions,
+                turn,
+                &Redactor::default(),
+                now_ms(),
+            )?;
             let head = self.store.head_sequence(&execution.id).await?;
             let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head)
                 .with_metrics(self.metrics.clone());
-            for state in [InteractionState::Pending, InteractionState::Answered] {
-                let stranded = self
-                    .store
-                    .list_interactions(&InteractionQuery {
-                        tenant_id: execution.tenant_id.clone(),
-                        execution_id: Some(execution.id.clone()),
-                        state: Some(state.as_str().into()),
-                        after_id: None,
-                        limit: i64::MAX,
-                    })
-                    .await?;
-                for mut interaction in stranded {
-                    interaction.state = InteractionState::Expired.as_str().into();
-                    interaction.reason = Some("service_restarted".into());
-                    interaction.delivery = Some(
-                        if state == InteractionState::Answered {
-                            "unknown"
-                        } else {
-                            "not_sent"
-                        }
-                        .into(),
-                    );
-                    interaction.replay_allowed = false;
-                    interaction.updated_at_ms = now_ms();
-                    if interaction_row::transition(self.store.as_ref(), state, &interaction).await? {
-                        let payload = ActivityPayload::RuntimeRequestExpired(RuntimeRequestEnded {
-                            interaction_id: interaction.id.clone(),
-                            kind: kind_of(&interaction.kind),
-                            turn_id: interaction.turn_id.clone(),
-                            reason: "service_restarted".into(),
-                            replay_allowed: false,
-                            delivery: interaction.delivery.clone().unwrap_or_default(),
-                            request: serde_json::from_str(&interaction.request).ok(),
-                        });
-                        events.emit(Some(&interaction.turn_id), vec![payload]).await?;
-                    }
-                }
+            if !events.commit(settled.writes, settled.events).await? {
+                tracing::warn!(execution_id = %execution.id, "the execution moved on while it was settled at start-up; left as found");
             }
-            if let Some(turn_id) = execution.active_turn_id.take()
-                && let Some(mut turn) = self.store.get_turn(&execution.tenant_id, &turn_id).await?
-            {
-                turn.state = TurnState::Failed.as_str().into();
-                turn.failure_reason = Some(TurnFailureReason::ProviderLost.as_str().into());
-                turn.failure_message = Some("the service restarted; the agent process is gone".into());
-                turn.ended_at_ms = Some(now_ms());
-                if self.store.settle_turn(&turn).await? {
-                    let payload = ActivityPayload::TurnFailed(TurnSettled {
-                        turn_id: turn.id.clone(),
-                        stop_reason: None,
-                        failure_reason: Some(TurnFailureReason::ProviderLost),
-                        message: turn.failure_message.clone(),
-                    });
-                    events.emit(Some(&turn.id), vec![payload]).await?;
-                }
-            }
-            execution.state = ExecutionState::Lost.as_str().into();
-            execution.failure_reason = Some("service_restarted".into());
-            execution.updated_at_ms = now_ms();
-            execution_row::save(self.store.as_ref(), recorded, &execution).await?;
         }
         Ok(())
     }

@@ -1,0 +1,249 @@
+//! How everything live on an execution settles when its agent is gone: the one home of
+//! the rule. The actor applies it when its agent exits or it must stop the agent (a store
+//! outage, a protocol error); start-up recovery applies it to what a previous incarnation
+//! left live. Both commit the whole settlement as one batch.
+
+use cursor_runner_activity::TurnFailureReason;
+
+use crate::error::Reason;
+use crate::state::{Delivery, ExecutionState, InteractionState, TurnState};
+
+/// Why the agent is gone.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Loss {
+    /// This service's actor saw its agent exit, or had to stop it.
+    AgentGone {
+        /// The execution's failure reason (`agent_exited`, `store_unavailable`, …).
+        reason: Reason,
+        turn_failure: TurnFailureReason,
+        message: String,
+    },
+    /// A cancelled turn did not settle within the grace, and the service stopped the agent.
+    CancelTimedOut {
+        /// Why the service had cancelled the turn, when it did (a deadline, a drain, …).
+        cause: Option<TurnFailureReason>,
+        message: String,
+    },
+    /// The service restarted: the agents of its previous incarnation died with it.
+    ServiceRestarted,
+}
+
+/// How a live interaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InteractionEnd {
+    pub state: InteractionState,
+    pub reason: &'static str,
+    pub delivery: Delivery,
+}
+
+/// How the running turn ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnEnd {
+    pub state: TurnState,
+    pub failure: TurnFailureReason,
+    pub message: String,
+}
+
+/// How the execution ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionEnd {
+    pub state: ExecutionState,
+    pub reason: String,
+    pub message: Option<String>,
+}
+
+const SERVICE_RESTARTED: &str = "service_restarted";
+const RESTARTED_MESSAGE: &str = "the service restarted; the agent process is gone";
+
+impl Loss {
+    /// How an interaction in `state` ends; `None` when it has ended already. Never replayed:
+    /// a new process must not get a request its predecessor made, nor an answer meant for it.
+    pub fn interaction_end(&self, state: InteractionState) -> Option<InteractionEnd> {
+        let delivery = match state {
+            InteractionState::Pending => Delivery::NotSent,
+            // Recorded, and perhaps written to the pipe: nobody can tell, so nobody claims.
+            InteractionState::Answered => Delivery::Unknown,
+            _ => return None,
+        };
+        let reason = match self {
+            Self::AgentGone { .. } | Self::CancelTimedOut { .. } => "provider_process_lost",
+            Self::ServiceRestarted => SERVICE_RESTARTED,
+        };
+        Some(InteractionEnd {
+            state: InteractionState::Expired,
+            reason,
+            delivery,
+        })
+    }
+
+    /// How the running turn ends.
+    pub fn turn_end(&self) -> TurnEnd {
+        let (state, failure, message) = match self {
+            Self::AgentGone {
+                turn_failure, message, ..
+            } => (TurnState::Failed, *turn_failure, message.clone()),
+            // The turn reports why it was cancelled when the service did it; the stop
+            // ladder is how it ended.
+            Self::CancelTimedOut { cause, message } => (
+                TurnState::Interrupted,
+                cause.unwrap_or(TurnFailureReason::CancelTimeout),
+                message.clone(),
+            ),
+            Self::ServiceRestarted => (
+                TurnState::Failed,
+                TurnFailureReason::ProviderLost,
+                RESTARTED_MESSAGE.to_owned(),
+            ),
+        };
+        TurnEnd {
+            state,
+            failure,
+            message,
+        }
+    }
+
+    /// Whether the running turn's time counts against the execution's active-time budget:
+    /// not when its agent died with the service, since nobody saw how long it really ran.
+    pub fn charges_turn_time(&self) -> bool {
+        !matches!(self, Self::ServiceRestarted)
+    }
+
+    /// How the execution ends: `lost` (a recovery may start it again).
+    pub fn execution_end(&self) -> ExecutionEnd {
+        let (reason, message) = match self {
+            Self::AgentGone { reason, message, .. } => (reason.as_str().to_owned(), Some(message.clone())),
+            Self::CancelTimedOut { .. } => ("cancel_timeout".to_owned(), None),
+            Self::ServiceRestarted => (SERVICE_RESTARTED.to_owned(), None),
+        };
+        ExecutionEnd {
+            state: ExecutionState::Lost,
+            reason,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_exited() -> Loss {
+        Loss::AgentGone {
+            reason: Reason::AgentExited,
+            turn_failure: TurnFailureReason::AgentExited,
+            message: "fatal: boom".into(),
+        }
+    }
+
+    fn cancel_timed_out(cause: Option<TurnFailureReason>) -> Loss {
+        Loss::CancelTimedOut {
+            cause,
+            message: "stopped".into(),
+        }
+    }
+
+    #[test]
+    fn every_interaction_state_ends_by_the_table() {
+        use InteractionState::*;
+        let expired = |reason, delivery| {
+            Some(InteractionEnd {
+                state: Expired,
+                reason,
+                delivery,
+            })
+        };
+        let table = [
+            (
+                Pending,
+                expired("provider_process_lost", Delivery::NotSent),
+                expired("service_restarted", Delivery::NotSent),
+            ),
+            (
+                Answered,
+                expired("provider_process_lost", Delivery::Unknown),
+                expired("service_restarted", Delivery::Unknown),
+            ),
+            (Delivered, None, None),
+            (Cancelled, None, None),
+            (Expired, None, None),
+        ];
+        assert_eq!(table.len(), InteractionState::ALL.len(), "every state is in the table");
+        for (state, when_agent_gone, when_restarted) in table {
+            assert_eq!(agent_exited().interaction_end(state), when_agent_gone, "{state}");
+            assert_eq!(
+                cancel_timed_out(None).interaction_end(state),
+                when_agent_gone,
+                "{state}"
+            );
+            assert_eq!(Loss::ServiceRestarted.interaction_end(state), when_restarted, "{state}");
+        }
+    }
+
+    #[test]
+    fn every_ending_is_a_transition_of_its_state_machine() {
+        for loss in [agent_exited(), cancel_timed_out(None), Loss::ServiceRestarted] {
+            for &state in InteractionState::ALL {
+                if let Some(ending) = loss.interaction_end(state) {
+                    assert!(state.can_become(ending.state), "{state} → {}", ending.state);
+                }
+            }
+            assert!(TurnState::Running.can_become(loss.turn_end().state));
+            let execution = loss.execution_end().state;
+            for live in [ExecutionState::Starting, ExecutionState::Ready, ExecutionState::Closing] {
+                assert!(live.can_become(execution), "{live} → {execution}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_agent_gone_fails_the_turn_and_the_execution_with_its_own_reason() {
+        assert_eq!(
+            agent_exited().turn_end(),
+            TurnEnd {
+                state: TurnState::Failed,
+                failure: TurnFailureReason::AgentExited,
+                message: "fatal: boom".into(),
+            }
+        );
+        assert_eq!(
+            agent_exited().execution_end(),
+            ExecutionEnd {
+                state: ExecutionState::Lost,
+                reason: "AGENT_EXITED".into(),
+                message: Some("fatal: boom".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn a_restart_fails_the_turn_as_provider_lost_and_says_why() {
+        let turn = Loss::ServiceRestarted.turn_end();
+        assert_eq!(turn.failure, TurnFailureReason::ProviderLost);
+        assert!(turn.message.contains("restarted"));
+        assert!(
+            !Loss::ServiceRestarted.charges_turn_time(),
+            "nobody saw how long it ran"
+        );
+        assert!(agent_exited().charges_turn_time());
+        let execution = Loss::ServiceRestarted.execution_end();
+        assert_eq!(
+            (execution.state, execution.reason.as_str()),
+            (ExecutionState::Lost, "service_restarted")
+        );
+    }
+
+    #[test]
+    fn a_cancel_that_timed_out_interrupts_the_turn_with_the_services_cause() {
+        let drained = cancel_timed_out(Some(TurnFailureReason::ServiceDraining)).turn_end();
+        assert_eq!(
+            (drained.state, drained.failure),
+            (TurnState::Interrupted, TurnFailureReason::ServiceDraining)
+        );
+        let asked = cancel_timed_out(None).turn_end();
+        assert_eq!(
+            (asked.state, asked.failure),
+            (TurnState::Interrupted, TurnFailureReason::CancelTimeout)
+        );
+        assert_eq!(cancel_timed_out(None).execution_end().reason, "cancel_timeout");
+    }
+}
