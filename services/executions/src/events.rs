@@ -127,7 +127,7 @@ impl EventWriter {
         &mut self,
         writes: Vec<Write>,
         events: Vec<(Option<String>, ActivityPayload)>,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<bool, StoreError> {
         let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_deref(), p));
         let batch = Batch {
             writes,

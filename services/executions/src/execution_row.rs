@@ -2,7 +2,7 @@
 //! generation and its state, after the execution state machine admits the change — so
 //! the machine of `state.rs` is the one that runs, not only the one that is tested.
 
-use cursor_runner_store::{ExecutionRecord, Store};
+use cursor_runner_store::{ExecutionRecord, Store, Write};
 
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::state::ExecutionState;
@@ -30,6 +30,17 @@ pub(crate) async fn save(
 ) -> Result<bool, EngineError> {
     check_transition(from, record)?;
     Ok(store.update_execution(from.as_str(), record).await?)
+}
+
+/// `record` as a batch write from `from` (compare-and-set on state and generation), after
+/// [`check_transition`]; with the state the row will be in.
+pub(crate) fn write(from: ExecutionState, record: &ExecutionRecord) -> Result<(Write, ExecutionState), EngineError> {
+    let to = check_transition(from, record)?;
+    let write = Write::Execution {
+        expected_state: from.as_str().into(),
+        record: record.clone(),
+    };
+    Ok((write, to))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::state::InteractionState;
-use cursor_runner_store::{InteractionRecord, Store};
+use cursor_runner_store::{InteractionRecord, Store, Write};
 
 /// Checks that `from → record.state` is a documented interaction transition. Every
 /// durable write of an interaction's state goes through [`transition`], so the state
@@ -31,6 +31,16 @@ pub async fn transition(
 ) -> Result<bool, EngineError> {
     check_transition(from, record)?;
     Ok(store.transition_interaction(from.as_str(), record).await?)
+}
+
+/// `record` as a batch write from `from` (compare-and-set on state and generation), after
+/// [`check_transition`].
+pub(crate) fn write(from: InteractionState, record: &InteractionRecord) -> Result<Write, EngineError> {
+    check_transition(from, record)?;
+    Ok(Write::Interaction {
+        expected_state: from.as_str().into(),
+        record: record.clone(),
+    })
 }
 
 /// The kind a stored interaction row names.

@@ -56,15 +56,11 @@ pub(crate) fn settle(
         interaction.delivery = Some(end.delivery.as_str().into());
         interaction.replay_allowed = false;
         interaction.updated_at_ms = now_ms;
-        interaction_row::check_transition(from, &interaction)?;
+        writes.push(interaction_row::write(from, &interaction)?);
         events.push((
             Some(interaction.turn_id.clone()),
             interaction_row::ended(&interaction, true),
         ));
-        writes.push(Write::Interaction {
-            expected_state: from.as_str().into(),
-            record: interaction,
-        });
     }
     let mut row = execution.clone();
     let end = loss.execution_end();
@@ -93,11 +89,7 @@ pub(crate) fn settle(
         writes.push(Write::SettleTurn(record.clone()));
         settled_turn = Some(record);
     }
-    execution_row::check_transition(stored, &row)?;
-    writes.push(Write::Execution {
-        expected_state: stored.as_str().into(),
-        record: row.clone(),
-    });
+    writes.push(execution_row::write(stored, &row)?.0);
     Ok(Settlement {
         writes,
         events,

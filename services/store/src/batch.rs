@@ -15,9 +15,14 @@ pub struct Batch {
     pub events: Vec<EventRecord>,
 }
 
-/// One compare-and-set write of a [`Batch`].
+/// One write of a [`Batch`]: an insert fenced by the execution's generation, or a
+/// compare-and-set.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
+    /// As [`Store::insert_turn`](crate::Store::insert_turn).
+    InsertTurn(TurnRecord),
+    /// As [`Store::insert_interaction`](crate::Store::insert_interaction).
+    InsertInteraction(InteractionRecord),
     /// As [`Store::update_execution`](crate::Store::update_execution).
     Execution {
         expected_state: String,

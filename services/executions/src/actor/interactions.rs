@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use cursor_runner_acp::{AgentMessage, AgentRequest, MalformedParams, RpcError};
 use cursor_runner_activity::*;
-use cursor_runner_store::{InteractionRecord, StoreError, now_ms};
+use cursor_runner_store::{InteractionRecord, StoreError, Write, now_ms};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -158,9 +158,26 @@ impl Actor {
             created_at_ms: now,
             updated_at_ms: now,
         };
-        // Persist before expose: the row commits before the event is appended.
+        let created = ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
+            interaction_id: record.id.clone(),
+            kind: persisted.kind(),
+            etag: record.etag.clone(),
+            turn_id: turn.id.clone(),
+            request: serde_json::from_str(&record.request).unwrap_or_default(),
+            tool_call_known,
+            child_id: child.map(|c| c.child_id),
+        });
+        // Persist before expose: the row and its event commit together, and only then
+        // does the head move.
         failpoint("interaction_before_persist").await;
-        match self.store.insert_interaction(&record).await {
+        let committed = self
+            .events
+            .commit(
+                vec![Write::InsertInteraction(record.clone())],
+                vec![(Some(turn.id.clone()), created)],
+            )
+            .await;
+        match committed.and_then(|landed| if landed { Ok(()) } else { Err(StoreError::Fenced) }) {
             Ok(()) => {}
             // The agent reused a request id of this process: never answer two requests
             // through one identity.
@@ -184,20 +201,6 @@ impl Actor {
                 return Err(e.into());
             }
         }
-        self.events
-            .emit(
-                Some(&turn.id),
-                vec![ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
-                    interaction_id: record.id.clone(),
-                    kind: persisted.kind(),
-                    etag: record.etag.clone(),
-                    turn_id: turn.id.clone(),
-                    request: serde_json::from_str(&record.request).unwrap_or_default(),
-                    tool_call_known,
-                    child_id: child.map(|c| c.child_id),
-                })],
-            )
-            .await?;
         let denial = match (&persisted, self.policy) {
             (PersistedRequest::Permission(p), ApprovalPolicy::DenyAll) => Some(p.policy_denial()),
             _ => None,
@@ -300,27 +303,28 @@ impl Actor {
             settled.state = InteractionState::Expired.as_str().into();
             settled.delivery = Some("unknown".into());
             settled.reason = Some("provider_process_lost".into());
-            interaction_row::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
-            self.emit_ended(&settled, true).await?;
+            self.end(InteractionState::Answered, &settled).await?;
             return Err(not_pending(&settled));
         }
         settled.state = InteractionState::Delivered.as_str().into();
         settled.delivery = Some("pipe_written".into());
-        interaction_row::transition(self.store.as_ref(), InteractionState::Answered, &settled).await?;
-        self.events
-            .emit(
-                Some(&settled.turn_id),
-                vec![ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
-                    interaction_id: settled.id.clone(),
-                    kind: kind_of(&settled.kind),
-                    turn_id: settled.turn_id.clone(),
-                    outcome,
-                    delivery: "pipe_written".into(),
-                    answered_by: answered_by.into(),
-                })],
-            )
-            .await?;
-        self.observe_wait(&settled);
+        let resolved = ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
+            interaction_id: settled.id.clone(),
+            kind: kind_of(&settled.kind),
+            turn_id: settled.turn_id.clone(),
+            outcome,
+            delivery: "pipe_written".into(),
+            answered_by: answered_by.into(),
+        });
+        // `delivered` and its event in one commit.
+        let write = interaction_row::write(InteractionState::Answered, &settled)?;
+        if self
+            .events
+            .commit(vec![write], vec![(Some(settled.turn_id.clone()), resolved)])
+            .await?
+        {
+            self.observe_wait(&settled);
+        }
         Ok(settled)
     }
 
@@ -363,8 +367,20 @@ impl Actor {
         record.delivery = Some(delivery.into());
         record.replay_allowed = false;
         record.updated_at_ms = now_ms();
-        if interaction_row::transition(self.store.as_ref(), InteractionState::Pending, &record).await? {
-            self.emit_ended(&record, true).await?;
+        self.end(InteractionState::Pending, &record).await
+    }
+
+    /// Commits an interaction's end from `from` together with the event that says so (with
+    /// the full request, for a durable hand-off). Nothing happens if the row had moved on.
+    async fn end(&mut self, from: InteractionState, record: &InteractionRecord) -> Result<(), EngineError> {
+        let write = interaction_row::write(from, record)?;
+        let ended = interaction_row::ended(record, true);
+        if self
+            .events
+            .commit(vec![write], vec![(Some(record.turn_id.clone()), ended)])
+            .await?
+        {
+            self.observe_wait(record);
         }
         Ok(())
     }
@@ -388,17 +404,6 @@ impl Actor {
             self.cancel_turn_with(&turn_id, "durable_handoff", None).await?;
         }
         Ok(Ending::Continue)
-    }
-
-    pub(super) async fn emit_ended(
-        &mut self,
-        record: &InteractionRecord,
-        with_request: bool,
-    ) -> Result<(), EngineError> {
-        let payload = interaction_row::ended(record, with_request);
-        self.events.emit(Some(&record.turn_id), vec![payload]).await?;
-        self.observe_wait(record);
-        Ok(())
     }
 
     /// How long an interaction that just ended had been pending.

@@ -3,7 +3,7 @@
 use cursor_runner_acp::methods;
 use cursor_runner_acp::schema;
 use cursor_runner_activity::*;
-use cursor_runner_store::{ExecutionRecord, Patience, StoreError, now_ms};
+use cursor_runner_store::{ExecutionRecord, Patience, StoreError, Write, now_ms};
 use cursor_runner_supervisor::ExitProof;
 
 use crate::execution_row;
@@ -127,10 +127,7 @@ impl Actor {
             self.events.redactor(),
             now_ms(),
         )?;
-        if !self.events.commit(settled.writes, settled.events).await? {
-            self.events.refused_by_fence("execution");
-            return Err(StoreError::Fenced.into());
-        }
+        self.commit("execution", settled.writes, settled.events).await?;
         for interaction in &interactions {
             self.observe_wait(interaction);
         }
@@ -212,12 +209,41 @@ impl Actor {
             .await
     }
 
-    /// Writes the execution row, fenced by its generation.
-    pub(super) async fn save_record(&mut self) -> Result<(), EngineError> {
-        self.record.updated_at_ms = now_ms();
-        if let Some(message) = &mut self.record.failure_message {
+    /// Commits `writes` with the events they produce in one batch. Refused: the
+    /// generation moved on (`what` names the write the metric counts as fenced).
+    pub(super) async fn commit(
+        &mut self,
+        what: &'static str,
+        writes: Vec<Write>,
+        events: Vec<(Option<String>, ActivityPayload)>,
+    ) -> Result<(), EngineError> {
+        if !self.events.commit(writes, events).await? {
+            self.events.refused_by_fence(what);
+            return Err(StoreError::Fenced.into());
+        }
+        Ok(())
+    }
+
+    /// `next` (the execution row as it is to become) as a batch write from the stored
+    /// state, stamped and redacted; with the state it moves the row to.
+    pub(super) fn execution_write(&self, next: &mut ExecutionRecord) -> Result<(Write, ExecutionState), EngineError> {
+        self.stamp(next);
+        execution_row::write(self.stored_state, next)
+    }
+
+    /// Stamps the update time and keeps secrets out of the failure message.
+    fn stamp(&self, record: &mut ExecutionRecord) {
+        record.updated_at_ms = now_ms();
+        if let Some(message) = &mut record.failure_message {
             *message = self.events.redactor().redact_text(message).0;
         }
+    }
+
+    /// Writes the execution row, fenced by its generation.
+    pub(super) async fn save_record(&mut self) -> Result<(), EngineError> {
+        let mut record = std::mem::take(&mut self.record);
+        self.stamp(&mut record);
+        self.record = record;
         if !execution_row::save(self.store.as_ref(), self.stored_state, &self.record).await? {
             self.events.refused_by_fence("execution");
             return Err(StoreError::Fenced.into());

@@ -5,7 +5,7 @@ use std::time::Duration;
 use cursor_runner_acp::methods;
 use cursor_runner_acp::{AcpError, schema};
 use cursor_runner_activity::*;
-use cursor_runner_store::{StoreError, TurnRecord, now_ms};
+use cursor_runner_store::{TurnRecord, Write, now_ms};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -122,25 +122,23 @@ impl Actor {
             session_config: self.record.session_config.clone(),
             usage: None,
         };
-        if let Err(e) = self.store.insert_turn(&record).await {
-            if matches!(e, StoreError::Fenced) {
-                self.events.refused_by_fence("turn");
-            }
-            return Err(e.into());
-        }
-        self.record.turn_count = turn_number;
-        self.record.active_turn_id = Some(record.id.clone());
-        self.save_record().await?;
-        self.events
-            .emit(
-                Some(&record.id),
-                vec![ActivityPayload::TurnStarted(TurnStarted {
-                    turn_id: record.id.clone(),
-                    turn_number,
-                    prompt_chars: prompt.text_chars(),
-                })],
-            )
-            .await?;
+        let mut next = self.record.clone();
+        next.turn_count = turn_number;
+        next.active_turn_id = Some(record.id.clone());
+        let (execution, stored) = self.execution_write(&mut next)?;
+        let started = ActivityPayload::TurnStarted(TurnStarted {
+            turn_id: record.id.clone(),
+            turn_number,
+            prompt_chars: prompt.text_chars(),
+        });
+        // The turn, the execution pointing at it and `turn.started`: one batch.
+        self.commit(
+            "turn",
+            vec![Write::InsertTurn(record.clone()), execution],
+            vec![(Some(record.id.clone()), started)],
+        )
+        .await?;
+        (self.record, self.stored_state) = (next, stored);
         let span = tracing::info_span!(
             "turn",
             execution_id = %self.record.id,
@@ -290,18 +288,21 @@ impl Actor {
             message: message.map(|m| self.events.redactor().redact_text(&m).0),
         };
         let (record, terminal) = turn_row::settled(turn.record, settlement, &payloads, now_ms());
-        self.store.settle_turn(&record).await?;
         let ran = turn_row::ran_ms(&record);
-        self.record.active_ms += ran;
+        let mut next = self.record.clone();
+        next.active_ms += ran;
+        next.active_turn_id = None;
+        let (execution, stored) = self.execution_write(&mut next)?;
+        payloads.push(terminal);
+        // The turn, the execution as the turn left it (active time, no active turn) and
+        // the terminal event in one batch: a client reacting to the event reads them.
+        let events = payloads.into_iter().map(|p| (Some(turn_id.clone()), p)).collect();
+        self.commit("execution", vec![Write::SettleTurn(record), execution], events)
+            .await?;
+        (self.record, self.stored_state) = (next, stored);
         if let Some(metrics) = self.events.metrics() {
             metrics.turn_settled_after(state.as_str(), Duration::from_millis(ran as u64));
         }
-        payloads.push(terminal);
-        // The execution row first: a client reacting to the terminal event reads the
-        // execution as the turn left it (active time, no active turn).
-        self.record.active_turn_id = None;
-        self.save_record().await?;
-        self.events.emit(Some(&turn_id), payloads).await?;
         Ok(())
     }
 

@@ -413,11 +413,24 @@ impl Tables {
     /// of the rows, which replaces them only if every one of them landed.
     pub(super) fn commit(&mut self, batch: &Batch) -> StoreResult<bool> {
         let mut next = self.clone();
+        let mut inserted = Ok(());
         let landed = batch.writes.iter().all(|write| match write {
+            Write::InsertTurn(turn) => {
+                inserted = next.insert_turn(turn);
+                inserted.is_ok()
+            }
+            Write::InsertInteraction(interaction) => {
+                inserted = next.insert_interaction(interaction);
+                inserted.is_ok()
+            }
             Write::Execution { expected_state, record } => next.update_execution(expected_state, record),
             Write::SettleTurn(turn) => next.settle_turn(turn),
             Write::Interaction { expected_state, record } => next.transition_interaction(expected_state, record),
         });
+        match inserted {
+            Err(StoreError::Fenced) => return Ok(false),
+            other => other?,
+        }
         if !landed {
             return Ok(false);
         }

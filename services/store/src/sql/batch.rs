@@ -3,8 +3,8 @@
 use super::connection::{SqlStore, on_pool};
 use super::events::append_events_on;
 use super::executions::update_execution_on;
-use super::interactions::transition_interaction_on;
-use super::turns::settle_turn_on;
+use super::interactions::{insert_interaction_on, transition_interaction_on};
+use super::turns::{insert_turn_on, settle_turn_on};
 use crate::batch::{Batch, Write};
 use crate::contract::*;
 
@@ -16,6 +16,8 @@ impl SqlStore {
             let mut landed = true;
             for write in &batch.writes {
                 let affected = match write {
+                    Write::InsertTurn(turn) => insert_turn_on!(&mut *tx, turn),
+                    Write::InsertInteraction(interaction) => insert_interaction_on!(&mut *tx, interaction),
                     Write::Execution { expected_state, record } => update_execution_on!(&mut *tx, expected_state, record),
                     Write::SettleTurn(turn) => settle_turn_on!(&mut *tx, turn),
                     Write::Interaction { expected_state, record } => {
@@ -57,6 +59,11 @@ impl SqlStore {
                 self.execution_state(&record.id, record.generation).await?
                     == Some((record.state.clone(), record.updated_at_ms))
             }
+            Some(Write::InsertTurn(turn)) => self.turn_state(&turn.id, turn.generation).await?.is_some(),
+            Some(Write::InsertInteraction(interaction)) => self
+                .interaction_state(&interaction.id, interaction.generation)
+                .await?
+                .is_some(),
             Some(Write::SettleTurn(turn)) => {
                 self.turn_state(&turn.id, turn.generation).await?.as_deref() == Some(turn.state.as_str())
             }

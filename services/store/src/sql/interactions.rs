@@ -33,36 +33,44 @@ macro_rules! transition_interaction_on {
 }
 pub(super) use transition_interaction_on;
 
-impl SqlStore {
-    pub(super) async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            sqlx::query(
+/// The interaction insert, fenced by the execution's generation, run on `$executor` (a
+/// pool or an open transaction); evaluates to the rows affected (0: fenced).
+macro_rules! insert_interaction_on {
+    ($executor:expr, $i:expr) => {{
+        let i: &$crate::records::InteractionRecord = $i;
+        sqlx::query(
             "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 \
              WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = $2 AND e.generation = $4)"
         )
-        .bind(&i.id)
-        .bind(&i.execution_id)
-        .bind(&i.tenant_id)
-        .bind(i.generation)
-        .bind(&i.turn_id)
-        .bind(&i.native_request_id)
-        .bind(&i.kind)
-        .bind(&i.state)
-        .bind(&i.etag)
-        .bind(&i.request)
-        .bind(&i.outcome)
-        .bind(&i.answer_request_id)
-        .bind(&i.answer_fingerprint)
-        .bind(&i.reason)
-        .bind(&i.delivery)
-        .bind(i.replay_allowed)
-        .bind(i.created_at_ms)
-        .bind(i.updated_at_ms)
-        .execute(pool)
-        .await?
-        .rows_affected()
-        });
+    .bind(&i.id)
+    .bind(&i.execution_id)
+    .bind(&i.tenant_id)
+    .bind(i.generation)
+    .bind(&i.turn_id)
+    .bind(&i.native_request_id)
+    .bind(&i.kind)
+    .bind(&i.state)
+    .bind(&i.etag)
+    .bind(&i.request)
+    .bind(&i.outcome)
+    .bind(&i.answer_request_id)
+    .bind(&i.answer_fingerprint)
+    .bind(&i.reason)
+    .bind(&i.delivery)
+    .bind(i.replay_allowed)
+    .bind(i.created_at_ms)
+    .bind(i.updated_at_ms)
+    .execute($executor)
+    .await?
+    .rows_affected()
+    }};
+}
+pub(super) use insert_interaction_on;
+
+impl SqlStore {
+    pub(super) async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| insert_interaction_on!(pool, i));
         inserted_unless_fenced(outcome, retried)
     }
 

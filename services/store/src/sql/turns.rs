@@ -33,32 +33,40 @@ macro_rules! settle_turn_on {
 }
 pub(super) use settle_turn_on;
 
-impl SqlStore {
-    pub(super) async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            sqlx::query(
+/// The turn insert, fenced by the execution's generation, run on `$executor` (a pool or
+/// an open transaction); evaluates to the rows affected (0: fenced).
+macro_rules! insert_turn_on {
+    ($executor:expr, $t:expr) => {{
+        let t: &$crate::records::TurnRecord = $t;
+        sqlx::query(
             "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
              WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = $2 AND e.generation = $4)"
         )
-        .bind(&t.id)
-        .bind(&t.execution_id)
-        .bind(&t.tenant_id)
-        .bind(t.generation)
-        .bind(t.turn_number)
-        .bind(&t.state)
-        .bind(&t.stop_reason)
-        .bind(&t.failure_reason)
-        .bind(&t.failure_message)
-        .bind(t.started_at_ms)
-        .bind(t.ended_at_ms)
-        .bind(&t.credential_name)
-        .bind(&t.session_config)
-        .bind(&t.usage)
-        .execute(pool)
-        .await?
-        .rows_affected()
-        });
+    .bind(&t.id)
+    .bind(&t.execution_id)
+    .bind(&t.tenant_id)
+    .bind(t.generation)
+    .bind(t.turn_number)
+    .bind(&t.state)
+    .bind(&t.stop_reason)
+    .bind(&t.failure_reason)
+    .bind(&t.failure_message)
+    .bind(t.started_at_ms)
+    .bind(t.ended_at_ms)
+    .bind(&t.credential_name)
+    .bind(&t.session_config)
+    .bind(&t.usage)
+    .execute($executor)
+    .await?
+    .rows_affected()
+    }};
+}
+pub(super) use insert_turn_on;
+
+impl SqlStore {
+    pub(super) async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
+        let (outcome, retried) = on_pool!(@attempts self, |pool| insert_turn_on!(pool, t));
         inserted_unless_fenced(outcome, retried)
     }
 

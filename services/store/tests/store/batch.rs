@@ -11,6 +11,9 @@ on_every_backend!(
     a_batch_with_one_stale_write_writes_nothing,
     a_batch_of_a_superseded_generation_writes_nothing,
     a_batch_whose_event_is_already_there_writes_nothing,
+    a_batch_starts_a_turn_with_its_execution_row_and_event,
+    a_batch_inserting_a_taken_identity_writes_nothing,
+    a_batch_insert_of_a_superseded_generation_writes_nothing,
 );
 
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
@@ -128,4 +131,61 @@ async fn a_batch_whose_event_is_already_there_writes_nothing(store: Arc<dyn Stor
         ["ready", "running", "pending"]
     );
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 2);
+}
+
+/// turn-2 of `e` inserted, the execution pointing at it, `turn.started` appended.
+fn start_turn(e: &ExecutionRecord, head: i64) -> Batch {
+    Batch {
+        writes: vec![
+            Write::InsertTurn(turn(e, "turn-2", 2)),
+            Write::Execution {
+                expected_state: "ready".into(),
+                record: ExecutionRecord {
+                    active_turn_id: Some("turn-2".into()),
+                    turn_count: 2,
+                    ..e.clone()
+                },
+            },
+        ],
+        events: events(&e.id, e.generation, head + 1..=head + 1),
+    }
+}
+
+async fn a_batch_starts_a_turn_with_its_execution_row_and_event(store: Arc<dyn Store>) {
+    let (e, _) = execution_with_turn(&*store, "exec-1").await;
+    assert!(store.commit(&start_turn(&e, 0)).await.unwrap());
+    assert_eq!(
+        store.get_turn(TENANT, "turn-2").await.unwrap(),
+        Some(turn(&e, "turn-2", 2))
+    );
+    let execution = store.get_execution(TENANT, &e.id).await.unwrap().unwrap();
+    assert_eq!(
+        (execution.active_turn_id.as_deref(), execution.turn_count),
+        (Some("turn-2"), 2)
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 1);
+}
+
+async fn a_batch_inserting_a_taken_identity_writes_nothing(store: Arc<dyn Store>) {
+    let (e, t) = execution_with_turn(&*store, "exec-1").await;
+    store
+        .insert_interaction(&interaction(&t, "question-1", "0"))
+        .await
+        .unwrap();
+    // The agent reused its request id: the second request is refused with its event.
+    let reused = Batch {
+        writes: vec![Write::InsertInteraction(interaction(&t, "question-2", "0"))],
+        events: events(&e.id, e.generation, 1..=1),
+    };
+    assert!(matches!(store.commit(&reused).await, Err(StoreError::Duplicate)));
+    assert_eq!(store.get_interaction(TENANT, "question-2").await.unwrap(), None);
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
+}
+
+async fn a_batch_insert_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>) {
+    let (e, _) = execution_with_turn(&*store, "exec-1").await;
+    assert!(store.advance_generation(TENANT, &e.id, 1).await.unwrap());
+    assert!(!store.commit(&start_turn(&e, 0)).await.unwrap());
+    assert_eq!(store.get_turn(TENANT, "turn-2").await.unwrap(), None);
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
 }
