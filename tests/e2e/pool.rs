@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use cursor_runner_e2e::*;
-use cursor_runner_executions::{PoolConfig, RestartIntensity, WarmProfile};
+use cursor_runner_pool::{PoolConfig, RestartIntensity, WarmProfile};
 use cursor_runner_supervisor::{BoundCredential, CredentialName, Secret};
 use tonic::Code;
 

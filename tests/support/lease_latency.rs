@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use cursor_runner_executions::PoolConfig;
+use cursor_runner_pool::PoolConfig;
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::json;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use cursor_runner_api::pb::admin_service_client::AdminServiceClient;
 use cursor_runner_api::pb::runner_service_client::RunnerServiceClient;
 use cursor_runner_api::pb::{self, stream_events_response::Frame};
-use cursor_runner_executions::{Engine, EngineConfig, PoolConfig};
+use cursor_runner_executions::{Engine, EngineConfig};
+use cursor_runner_pool::PoolConfig;
 use cursor_runner_store::Store;
 use cursor_runner_supervisor::AgentCommand;
 use serde_json::Value;
@@ -468,7 +469,7 @@ impl TestService {
         }
         if let Some(path) = &options.agent_profiles {
             config.agent_profiles = Some(Arc::new(
-                cursor_runner_executions::agent_profile::AgentProfiles::from_file(path).expect("agent profiles"),
+                cursor_runner_pool::agent_profile::AgentProfiles::from_file(path).expect("agent profiles"),
             ));
         }
         if let Some(hooks) = &options.enterprise_hooks {

@@ -9,11 +9,11 @@ use cursor_runner_supervisor::agent_users::AgentUsers;
 use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
 use cursor_runner_supervisor::{AgentCommand, Guardian};
 
-use crate::agent_profile::AgentProfiles;
 use crate::limits::TenantLimits;
-use crate::pool::{LaunchSettings, PoolConfig};
 use crate::retention::{self, Retention};
 use cursor_runner_domain::mcp::McpAllowlist;
+use cursor_runner_pool::agent_profile::AgentProfiles;
+use cursor_runner_pool::{LaunchSettings, PoolConfig};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {

@@ -6,9 +6,10 @@ use cursor_runner_activity::Redactor;
 pub use cursor_runner_supervisor::Secret;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
-use crate::agent_profile::{AgentProfile, ResolvedProfile};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::mcp::McpServer;
+use cursor_runner_pool::agent_profile::{AgentProfile, ResolvedProfile};
+use cursor_runner_pool::launch_secrets;
 
 /// The only provider this service binds credentials for.
 pub const PROVIDER: &str = "cursor";
@@ -93,20 +94,14 @@ impl CredentialBinding {
 }
 
 /// What nothing derived from an agent's output may carry (events, errors, records, logs):
-/// the bound credential, the agent profile's secret-file values and the values of its
-/// MCP servers' headers and environment.
+/// what its launch handed it (the bound credential, the agent profile's secret-file
+/// values) and the values of its MCP servers' headers and environment.
 pub(crate) fn redactor_for(
     credential: Option<&BoundCredential>,
     agent: Option<&ResolvedProfile>,
     mcp_servers: &[McpServer],
 ) -> Redactor {
-    Redactor::new(
-        credential
-            .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned()))
-            .into_iter()
-            .chain(agent.into_iter().flat_map(|a| a.secrets.iter().cloned()))
-            .chain(mcp_servers.iter().flat_map(McpServer::secret_values)),
-    )
+    Redactor::new(launch_secrets(credential, agent).chain(mcp_servers.iter().flat_map(McpServer::secret_values)))
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! calls [`Engine`]; it never decides anything itself.
 
 mod actor;
-pub mod agent_profile;
 pub mod attempts;
 pub mod capabilities;
 mod config;
@@ -19,12 +18,10 @@ pub mod limits;
 pub mod metrics;
 mod model_catalog;
 mod policy;
-pub mod pool;
 pub mod retention;
 mod settlement;
 mod tracing_context;
 mod turn_row;
-pub mod wire_capture;
 
 pub use config::{EngineConfig, ViolationAction};
 pub use cursor_runner_domain::{EngineError, ErrorKind, Reason, interaction, mcp, prompt, session_config, state};
@@ -34,5 +31,4 @@ pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;
 pub use metrics::Metrics;
 pub use model_catalog::{ModelCatalog, ModelEntry};
-pub use pool::{PoolConfig, PoolStatus, ProfileStatus, RestartIntensity, SlotStatus, WarmProfile};
 pub use session_config::{ConfigRequest, SessionConfig};

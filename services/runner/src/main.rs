@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use cursor_runner_executions::{Engine, EngineConfig, PoolConfig, RestartIntensity, WarmProfile};
+use cursor_runner_executions::{Engine, EngineConfig};
+use cursor_runner_pool::{PoolConfig, RestartIntensity, WarmProfile};
 use cursor_runner_supervisor::distribution::VerifyMode;
 use cursor_runner_supervisor::{AgentCommand, PinnedDistribution};
 
@@ -380,7 +381,7 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     }
     if let Some(path) = &args.agent_profiles {
         config.agent_profiles = Some(std::sync::Arc::new(
-            cursor_runner_executions::agent_profile::AgentProfiles::from_file(path)?,
+            cursor_runner_pool::agent_profile::AgentProfiles::from_file(path)?,
         ));
     }
     let engine = Engine::start(store.clone(), config).await?;

@@ -18,12 +18,12 @@ use tokio::time::Instant;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::model_catalog::ModelCatalog;
-use crate::pool::{Pool, SlotTicket};
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest};
 use cursor_runner_domain::prompt::{Prompt, PromptCapabilities};
 use cursor_runner_domain::session_config::ConfigRequest;
 use cursor_runner_domain::state::ExecutionState;
+use cursor_runner_pool::{Pool, SlotTicket};
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
 
@@ -129,7 +129,7 @@ pub(super) struct Actor {
     /// ACP `modes` of `session/new` (`availableModes`), for agents without `configOptions`.
     pub(super) modes: Value,
     /// The operator's agent profile: its ask modes bound every mode change.
-    pub(super) agent_profile: Option<Arc<crate::agent_profile::AgentProfile>>,
+    pub(super) agent_profile: Option<Arc<cursor_runner_pool::agent_profile::AgentProfile>>,
     /// The runner-owned MCP servers (allowlist names) the session was opened with: part
     /// of its recorded identity, kept through every configuration change.
     pub(super) mcp_servers: Vec<String>,

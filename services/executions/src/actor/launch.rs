@@ -15,13 +15,14 @@ use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::{self, SessionStart};
 use crate::lease::LeaseInfo;
-use crate::pool::{Pool, WarmProcess, exit_message};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::prompt::PromptCapabilities;
 use cursor_runner_domain::session_config::ConfigRequest;
 use cursor_runner_domain::state::ExecutionState;
+use cursor_runner_pool::handshake::with_auth_methods;
+use cursor_runner_pool::{Pool, WarmProcess, exit_message};
 
 use super::data::*;
 
@@ -95,7 +96,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         (SessionStart::New, None) => (
             handshake::new_session(&connection, workspace, &mcp, policy, limit)
                 .await
-                .map_err(|e| handshake::with_auth_methods(e, &initialized)),
+                .map_err(|e| with_auth_methods(e, &initialized)),
             None,
         ),
         (SessionStart::Load { session_id, recovery }, None) => {

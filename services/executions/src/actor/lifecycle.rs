@@ -8,12 +8,12 @@ use cursor_runner_supervisor::ExitProof;
 
 use crate::execution_row;
 use crate::failpoint::failpoint;
-use crate::pool::exit_message;
 use crate::settlement::{self, LiveTurn};
 use crate::turn_row;
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::settlement::Loss;
 use cursor_runner_domain::state::{ExecutionState, TurnState};
+use cursor_runner_pool::exit_message;
 
 use super::data::*;
 use super::launch::fail_execution;

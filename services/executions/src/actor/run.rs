@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use crate::config::ViolationAction;
 use crate::policy::policy_refusal;
-use crate::pool::WarmProcess;
 use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_pool::WarmProcess;
 
 use super::data::*;
 use super::timers::{Timer, TimerState, TurnTimers};

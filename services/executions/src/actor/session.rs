@@ -5,9 +5,9 @@ use cursor_runner_acp::methods;
 use cursor_runner_store::ExecutionRecord;
 use serde_json::{Value, json};
 
-use crate::handshake::{self};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::session_config::{self, ConfigRequest, SessionConfig};
+use cursor_runner_pool::handshake::{self};
 
 use super::data::*;
 use crate::model_catalog::ModelCatalog;

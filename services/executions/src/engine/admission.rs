@@ -18,19 +18,19 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::actor::{self};
-use crate::agent_profile::ResolvedProfile;
 use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::SessionStart;
 use crate::lease::{LeaseInfo, micros};
 use crate::limits::ExecutionLimits;
 use crate::policy::policy_refusal;
-use crate::pool::{LaunchAs, MAX_LEASE_WAIT, Reservation};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::session_config::{ConfigRequest, SessionConfig};
 use cursor_runner_domain::state::ExecutionState;
+use cursor_runner_pool::agent_profile::ResolvedProfile;
+use cursor_runner_pool::{LaunchAs, MAX_LEASE_WAIT, Reservation};
 
 use super::data::*;
 
@@ -147,7 +147,7 @@ impl Engine {
             .config
             .agent_profiles
             .as_ref()
-            .ok_or_else(|| crate::agent_profile::unknown(name))?;
+            .ok_or_else(|| cursor_runner_pool::agent_profile::unknown(name))?;
         profiles.get(name)?.resolve().map(Some)
     }
 

@@ -17,10 +17,10 @@ use crate::actor::Command;
 use crate::config::EngineConfig;
 use crate::limits::ExecutionLimits;
 use crate::metrics::Metrics;
-use crate::pool::Pool;
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer};
 use cursor_runner_domain::session_config::ConfigRequest;
+use cursor_runner_pool::Pool;
 
 pub type ExecutionView = ExecutionRecord;
 

@@ -17,12 +17,12 @@ use crate::actor::Command;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::metrics::Metrics;
-use crate::pool::{Pool, PoolStatus};
 use crate::retention::{self};
 use crate::settlement::{self, LiveTurn};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::settlement::Loss;
 use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_pool::{Pool, PoolStatus, ProfileStatus};
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
 use super::data::*;
@@ -213,7 +213,7 @@ impl Engine {
             }
         }
         let pool = self.pool.status();
-        let quarantined = |p: &crate::pool::ProfileStatus| p.quarantine_remaining.is_some_and(|left| !left.is_zero());
+        let quarantined = |p: &ProfileStatus| p.quarantine_remaining.is_some_and(|left| !left.is_zero());
         if !pool.profiles.is_empty() && pool.profiles.iter().all(quarantined) {
             return Some("every pool profile is quarantined".into());
         }

@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 use cursor_runner_domain::error::Reason;
 
 mod labels;
+mod pool;
 
 pub use labels::*;
 
@@ -443,16 +444,6 @@ impl Metrics {
             .inc();
     }
 
-    /// A slot of a `profile` profile moved from `from` (`None`: new) to `to` (`None`: gone).
-    pub(crate) fn pool_slot_moved(&self, profile: &'static str, from: Option<&'static str>, to: Option<&'static str>) {
-        if let Some(state) = from {
-            self.pool_slots.get_or_create(&SlotLabels { state, profile }).dec();
-        }
-        if let Some(state) = to {
-            self.pool_slots.get_or_create(&SlotLabels { state, profile }).inc();
-        }
-    }
-
     pub(crate) fn turn_settled_after(&self, state: &'static str, took: std::time::Duration) {
         self.turn_duration
             .get_or_create(&StateLabel { state })
@@ -535,38 +526,11 @@ impl Metrics {
         self.fenced_writes.get_or_create(&WhatLabel { what }).inc_by(count);
     }
 
-    pub(crate) fn pool_lease(&self, warm: bool) {
-        let kind = if warm { "warm" } else { "cold" };
-        self.pool_leases.get_or_create(&LeaseKindLabel { kind }).inc();
-    }
-
     pub(crate) fn lease_took(&self, warm: bool, took: std::time::Duration) {
         let kind = if warm { "warm" } else { "cold" };
         self.lease_duration
             .get_or_create(&LeaseKindLabel { kind })
             .observe(took.as_secs_f64());
-    }
-
-    /// A process the pool started: its (spawn, initialize) times when it became ready,
-    /// `None` when it failed.
-    pub(crate) fn pool_process_started(&self, ready: Option<(std::time::Duration, std::time::Duration)>) {
-        let outcome = if ready.is_some() { "ready" } else { "failed" };
-        self.pool_process_starts.get_or_create(&OutcomeLabel { outcome }).inc();
-        if let Some((spawn, initialize)) = ready {
-            self.agent_started(spawn, initialize);
-        }
-    }
-
-    pub(crate) fn pool_failure(&self, reason: Reason) {
-        self.pool_failures
-            .get_or_create(&ReasonLabel {
-                reason: reason.as_str(),
-            })
-            .inc();
-    }
-
-    pub(crate) fn pool_quarantined(&self) {
-        self.pool_quarantines.inc();
     }
 
     /// Counts an open event stream until the guard drops.

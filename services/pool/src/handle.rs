@@ -10,15 +10,15 @@ use tokio::time::Instant;
 
 use tokio::sync::{Notify, oneshot};
 
-use super::book::*;
-use super::config::*;
-use super::inner::*;
-use super::profile::Fingerprinter;
-use super::replenish::*;
-use super::slot::IdleProcess;
-use super::status::*;
-use super::warm::*;
-use crate::metrics::Metrics;
+use crate::book::*;
+use crate::config::*;
+use crate::inner::*;
+use crate::observer::PoolObserver;
+use crate::profile::Fingerprinter;
+use crate::replenish::*;
+use crate::slot::IdleProcess;
+use crate::status::*;
+use crate::warm::*;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::state::SlotState;
 
@@ -29,7 +29,7 @@ pub const POOL_RETRY_HINT: Duration = Duration::from_secs(1);
 pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(300);
 
 /// What `reserve` found.
-pub(crate) enum Reservation {
+pub enum Reservation {
     /// An idle slot, taken.
     Warm(Box<WarmProcess>),
     /// Capacity for a new process, started by [`ColdStart::start`].
@@ -38,13 +38,13 @@ pub(crate) enum Reservation {
 
 /// The pool. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct Pool {
+pub struct Pool {
     inner: Arc<PoolInner>,
 }
 
 impl Pool {
     /// Starts the pool and its replenisher (which ends with the pool).
-    pub(crate) fn start(config: PoolConfig, launch: LaunchSettings, metrics: Arc<Metrics>) -> Self {
+    pub fn start(config: PoolConfig, launch: LaunchSettings, metrics: Arc<dyn PoolObserver>) -> Self {
         let launch = Arc::new(launch);
         let fingerprints = Fingerprinter::random();
         let distribution = launch.agent_command.distribution_label();
@@ -80,7 +80,7 @@ impl Pool {
     /// session's), always a new process launched in that home. Refusals change nothing:
     /// `DRAINING`, `PROFILE_QUARANTINED` (with the agent's own reason as `cause`),
     /// `POOL_EXHAUSTED`.
-    pub(crate) async fn reserve(
+    pub async fn reserve(
         &self,
         tenant_id: &str,
         launch_as: LaunchAs,
@@ -109,7 +109,7 @@ impl Pool {
                     if handoff.send(reply).is_ok()
                         && let Ok((idle, parts)) = arrived.await
                     {
-                        inner.metrics.pool_lease(true);
+                        inner.metrics.leased(true);
                         return Ok(Reservation::Warm(Box::new(WarmProcess {
                             process: idle.process,
                             connection: idle.connection,
@@ -123,7 +123,7 @@ impl Pool {
                     // It died or was recycled in the meantime; its ticket ends it. Try again.
                 }
                 Attempt::Cold(cold) => {
-                    inner.metrics.pool_lease(false);
+                    inner.metrics.leased(false);
                     return Ok(Reservation::Cold(cold));
                 }
                 Attempt::Wait => {
@@ -145,14 +145,14 @@ impl Pool {
 
     /// Whether a process of `profile_id` that served `sessions_served` sessions before
     /// the one ending now may serve another.
-    pub(crate) fn accepts_return(&self, profile_id: &str, sessions_served: u32) -> bool {
+    pub fn accepts_return(&self, profile_id: &str, sessions_served: u32) -> bool {
         let state = self.inner.lock();
         self.inner.accepts_return(&state, profile_id, sessions_served)
     }
 
     /// Puts a process whose session ended cleanly back to idle, if its profile allows
     /// another session on it; otherwise hands it back to be stopped.
-    pub(crate) fn give_back(&self, warm: WarmProcess) -> Result<(), Box<WarmProcess>> {
+    pub fn give_back(&self, warm: WarmProcess) -> Result<(), Box<WarmProcess>> {
         let inner = &self.inner;
         let mut state = inner.lock();
         if !inner.accepts_return(&state, &warm.ticket.profile_id, warm.sessions_served) {
@@ -186,13 +186,13 @@ impl Pool {
 
     /// Records an agent failure (a failed start, a dead or unresponsive process) of a
     /// profile; past the restart intensity the profile is quarantined.
-    pub(crate) fn record_failure(&self, profile_id: &str, cause: Reason, message: &str) {
+    pub fn record_failure(&self, profile_id: &str, cause: Reason, message: &str) {
         let mut state = self.inner.lock();
         self.inner.record_failure(&mut state, profile_id, cause, message);
     }
 
     /// Ends a quarantine now. `false` if no such profile exists.
-    pub(crate) fn clear_quarantine(&self, profile_id: &str) -> bool {
+    pub fn clear_quarantine(&self, profile_id: &str) -> bool {
         let inner = &self.inner;
         let mut state = inner.lock();
         let Some(profile) = state.profiles.get_mut(profile_id) else {
@@ -206,7 +206,7 @@ impl Pool {
     }
 
     /// Stops leasing and stops every idle slot; leased ones end with their executions.
-    pub(crate) fn drain(&self) {
+    pub fn drain(&self) {
         let inner = &self.inner;
         let mut state = inner.lock();
         state.draining = true;
@@ -224,7 +224,7 @@ impl Pool {
     }
 
     /// Waits until every slot has stopped, at most `limit`.
-    pub(crate) async fn stopped(&self, limit: Duration) {
+    pub async fn stopped(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let notified = self.inner.changed.notified();
@@ -239,7 +239,7 @@ impl Pool {
         }
     }
 
-    pub(crate) fn status(&self) -> PoolStatus {
+    pub fn status(&self) -> PoolStatus {
         let inner = &self.inner;
         let now = Instant::now();
         let mut state = inner.lock();

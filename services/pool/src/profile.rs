@@ -4,7 +4,7 @@
 
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
-use super::config::LaunchAs;
+use crate::config::LaunchAs;
 use sha2::{Digest, Sha256};
 
 /// Hex characters of a credential fingerprint shown in `GetPoolStatus`.

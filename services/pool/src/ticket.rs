@@ -17,7 +17,7 @@ pub(crate) trait SlotRegistry: Send + Sync {
 /// Keeps a slot's bookkeeping: when it drops, the slot is `stopped` and capacity freed,
 /// and its private home is removed — unless a session was opened in it: Cursor keeps a
 /// session's history in its home, so the home stays for `session/load` later.
-pub(crate) struct SlotTicket {
+pub struct SlotTicket {
     pool: Weak<dyn SlotRegistry>,
     pub slot_id: String,
     pub profile_id: String,
@@ -34,7 +34,7 @@ pub(crate) struct SlotTicket {
 }
 
 impl SlotTicket {
-    pub(super) fn new(
+    pub(crate) fn new(
         pool: Weak<dyn SlotRegistry>,
         slot_id: String,
         profile_id: String,

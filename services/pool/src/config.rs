@@ -8,8 +8,8 @@ use std::time::Duration;
 use cursor_runner_supervisor::agent_users::AgentUsers;
 use cursor_runner_supervisor::{AgentCommand, BoundCredential, Guardian};
 
-use super::intensity::RestartIntensity;
 use crate::agent_profile::ResolvedProfile;
+use crate::intensity::RestartIntensity;
 
 /// Pool settings (`serve --pool-*`).
 #[derive(Debug, Clone)]
@@ -65,9 +65,21 @@ pub struct WarmProfile {
 /// and, under an operator's agent profile, that profile's command, environment and
 /// authentication.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct LaunchAs {
+pub struct LaunchAs {
     pub credential: Option<BoundCredential>,
     pub agent: Option<Arc<ResolvedProfile>>,
+}
+
+/// The secrets a launch hands the agent, by variable name: the bound credential and the
+/// agent profile's secret-file values — what nothing derived from its output may carry.
+pub fn launch_secrets(
+    credential: Option<&BoundCredential>,
+    agent: Option<&ResolvedProfile>,
+) -> impl Iterator<Item = (String, String)> {
+    credential
+        .map(|c| (c.name.as_str().to_owned(), c.secret.expose().to_owned()))
+        .into_iter()
+        .chain(agent.into_iter().flat_map(|a| a.secrets.iter().cloned()))
 }
 
 /// What launching one agent process takes from the engine's configuration.

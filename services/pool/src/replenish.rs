@@ -6,17 +6,17 @@ use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::config::*;
-use super::inner::*;
-use super::slot::IdleProcess;
-use super::ticket::*;
-use super::warm::*;
+use crate::config::*;
+use crate::inner::*;
+use crate::slot::IdleProcess;
+use crate::ticket::*;
+use crate::warm::*;
 use cursor_runner_domain::state::{ProfileHealth, SlotState};
 
 impl PoolInner {
     /// Starts what profiles need to keep their idle minimum, forgets learned profiles
     /// nobody leased from for a while, and says when to look again.
-    pub(super) fn replenish_once(self: &Arc<Self>) -> Instant {
+    pub(crate) fn replenish_once(self: &Arc<Self>) -> Instant {
         let now = Instant::now();
         let mut next = now + REPLENISH_TICK;
         let mut state = self.lock();
@@ -78,14 +78,13 @@ impl PoolInner {
 }
 
 /// Starts a process for the pool (no execution is waiting for it).
-pub(super) async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launch_as: LaunchAs) {
+pub(crate) async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launch_as: LaunchAs) {
     let Some(launch) = pool.upgrade().map(|p| p.launch.clone()) else {
         return;
     };
-    let started = super::slot::start_process(&launch, &mut ticket, launch_as).await;
+    let started = crate::slot::start_process(&launch, &mut ticket, launch_as).await;
     let Some(pool) = pool.upgrade() else { return };
-    pool.metrics
-        .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
+    pool.metrics.process_started(started.as_ref().ok().map(|s| s.timings));
     let mut started = match started {
         Ok(started) => started,
         Err(failure) => {
@@ -93,7 +92,7 @@ pub(super) async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launc
             let mut state = pool.lock();
             if let Some(profile) = state.profiles.get_mut(&ticket.profile_id) {
                 profile.failed_starts += 1;
-                let delay = super::intensity::backoff(profile.failed_starts, fastrand::f64());
+                let delay = crate::intensity::backoff(profile.failed_starts, fastrand::f64());
                 profile.next_start_at = Instant::now() + delay;
             }
             pool.record_failure(
@@ -138,7 +137,7 @@ pub(super) async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launc
 }
 
 /// The replenisher. Holds the pool only weakly, so it ends with the pool.
-pub(super) async fn replenish(pool: Weak<PoolInner>, changed: Arc<Notify>) {
+pub(crate) async fn replenish(pool: Weak<PoolInner>, changed: Arc<Notify>) {
     loop {
         let notified = changed.notified();
         tokio::pin!(notified);

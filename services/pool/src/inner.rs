@@ -9,50 +9,50 @@ use tokio::time::Instant;
 
 use tokio::sync::{Notify, oneshot};
 
-use super::book::*;
-use super::config::*;
-use super::profile::{Fingerprinter, ProfileKey};
-use super::slot::*;
-use super::slot::{Handoff, IdleEnd, IdleProcess, IdleRules};
-use super::ticket::SlotRegistry;
-use super::ticket::*;
-use super::warm::*;
-use crate::credential::redactor_for;
-use crate::metrics::Metrics;
+use crate::book::*;
+use crate::config::*;
+use crate::observer::PoolObserver;
+use crate::profile::{Fingerprinter, ProfileKey};
+use crate::slot::*;
+use crate::slot::{Handoff, IdleEnd, IdleProcess, IdleRules};
+use crate::ticket::SlotRegistry;
+use crate::ticket::*;
+use crate::warm::*;
+use cursor_runner_activity::Redactor;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::state::{ProfileHealth, SlotState};
 use cursor_runner_supervisor::agent_users::AgentUsers;
 
 /// How often the replenisher looks at every profile even when nothing woke it.
-pub(super) const REPLENISH_TICK: Duration = Duration::from_secs(1);
+pub(crate) const REPLENISH_TICK: Duration = Duration::from_secs(1);
 
-pub(super) struct PoolInner {
-    pub(super) config: PoolConfig,
-    pub(super) launch: Arc<LaunchSettings>,
-    pub(super) fingerprints: Fingerprinter,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) state: Mutex<PoolState>,
+pub(crate) struct PoolInner {
+    pub(crate) config: PoolConfig,
+    pub(crate) launch: Arc<LaunchSettings>,
+    pub(crate) fingerprints: Fingerprinter,
+    pub(crate) metrics: Arc<dyn PoolObserver>,
+    pub(crate) state: Mutex<PoolState>,
     /// Capacity was freed, a slot became idle, or a profile needs replenishing.
-    pub(super) changed: Arc<Notify>,
+    pub(crate) changed: Arc<Notify>,
 }
 
-pub(super) enum Attempt {
+pub(crate) enum Attempt {
     Handoff(Handoff<WarmParts>),
     Cold(ColdStart),
     Wait,
 }
 
 /// A slot reserved in `warming` for one execution.
-pub(crate) struct ColdStart {
-    pub(super) pool: Weak<PoolInner>,
-    pub(super) ticket: SlotTicket,
-    pub(super) launch_as: LaunchAs,
+pub struct ColdStart {
+    pub(crate) pool: Weak<PoolInner>,
+    pub(crate) ticket: SlotTicket,
+    pub(crate) launch_as: LaunchAs,
 }
 
 impl ColdStart {
     /// Launches and `initialize`s the reserved slot's process. A failure counts against
     /// the profile's restart intensity and ends the slot.
-    pub(crate) async fn start(self) -> Result<WarmProcess, StartFailure> {
+    pub async fn start(self) -> Result<WarmProcess, StartFailure> {
         let ColdStart {
             pool,
             mut ticket,
@@ -64,9 +64,8 @@ impl ColdStart {
                 process: None,
             });
         };
-        let started = super::slot::start_process(&pool.launch, &mut ticket, launch_as).await;
-        pool.metrics
-            .pool_process_started(started.as_ref().ok().map(|s| (s.timings.spawn, s.timings.initialize)));
+        let started = crate::slot::start_process(&pool.launch, &mut ticket, launch_as).await;
+        pool.metrics.process_started(started.as_ref().ok().map(|s| s.timings));
         let mut state = pool.lock();
         match started {
             Ok(started) => {
@@ -99,12 +98,12 @@ impl ColdStart {
 }
 
 impl PoolInner {
-    pub(super) fn lock(&self) -> parking_lot::MutexGuard<'_, PoolState> {
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, PoolState> {
         self.state.lock()
     }
 
     /// One look at the pool for a lease, under the lock.
-    pub(super) fn attempt(
+    pub(crate) fn attempt(
         self: &Arc<Self>,
         state: &mut PoolState,
         key: &ProfileKey,
@@ -167,14 +166,14 @@ impl PoolInner {
         }))
     }
 
-    pub(super) fn ticket(self: &Arc<Self>, slot_id: String, profile_id: String) -> SlotTicket {
+    pub(crate) fn ticket(self: &Arc<Self>, slot_id: String, profile_id: String) -> SlotTicket {
         let home = self.launch.state_dir.join("homes").join(&slot_id);
         let registry: Weak<dyn SlotRegistry> = Arc::downgrade(self) as Weak<dyn SlotRegistry>;
         let identity = self.launch.agent_users.as_ref().and_then(AgentUsers::take);
         SlotTicket::new(registry, slot_id, profile_id, home, identity)
     }
 
-    pub(super) fn accepts_return(&self, state: &PoolState, profile_id: &str, sessions_served: u32) -> bool {
+    pub(crate) fn accepts_return(&self, state: &PoolState, profile_id: &str, sessions_served: u32) -> bool {
         !state.draining
             && sessions_served + 1 < self.config.sessions_per_process
             && state
@@ -184,7 +183,7 @@ impl PoolInner {
     }
 
     /// Makes a slot idle and starts watching it.
-    pub(super) fn park_idle(self: &Arc<Self>, state: &mut PoolState, idle: IdleProcess, parts: WarmParts) {
+    pub(crate) fn park_idle(self: &Arc<Self>, state: &mut PoolState, idle: IdleProcess, parts: WarmParts) {
         let slot_id = parts.ticket.slot_id.clone();
         let profile_id = parts.ticket.profile_id.clone();
         let (handoff_tx, handoff_rx) = oneshot::channel();
@@ -203,17 +202,16 @@ impl PoolInner {
             stop_grace: self.launch.stop_grace,
             redactor: {
                 let launch_as = state.profiles.get(&profile_id).map(|p| &p.launch_as);
-                redactor_for(
+                Redactor::new(launch_secrets(
                     launch_as.and_then(|l| l.credential.as_ref()),
                     launch_as.and_then(|l| l.agent.as_deref()),
-                    &[],
-                )
+                ))
             },
         };
         let pool = Arc::downgrade(self);
         self.changed.notify_waiters();
         tokio::spawn(async move {
-            let (ending, parts) = super::slot::watch_idle(idle, parts, handoff_rx, rules).await;
+            let (ending, parts) = crate::slot::watch_idle(idle, parts, handoff_rx, rules).await;
             // Handed off: the lease owns the process and its ticket now.
             let Some(WarmParts { ticket, .. }) = parts else { return };
             let failure = match ending {
@@ -235,12 +233,12 @@ impl PoolInner {
         });
     }
 
-    pub(super) fn record_failure(&self, state: &mut PoolState, profile_id: &str, cause: Reason, message: &str) {
+    pub(crate) fn record_failure(&self, state: &mut PoolState, profile_id: &str, cause: Reason, message: &str) {
         if !counts_as_failure(cause) {
             return;
         }
         let now = Instant::now();
-        self.metrics.pool_failure(cause);
+        self.metrics.failed(cause);
         let Some(profile) = state.profiles.get_mut(profile_id) else {
             return;
         };
@@ -254,7 +252,7 @@ impl PoolInner {
                 message: message.to_owned(),
                 until: now + self.config.intensity.window,
             });
-            self.metrics.pool_quarantined();
+            self.metrics.quarantined();
             tracing::warn!(
                 profile_id,
                 cause = cause.as_str(),

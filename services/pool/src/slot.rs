@@ -15,10 +15,9 @@ use cursor_runner_supervisor::{AgentProcess, ExitProof, LaunchError, LaunchSpec}
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::config::{LaunchAs, LaunchSettings};
-use super::ticket::SlotTicket;
-use crate::credential::redactor_for;
+use crate::config::{LaunchAs, LaunchSettings, launch_secrets};
 use crate::handshake;
+use crate::ticket::SlotTicket;
 use crate::wire_capture::{MAX_WIRE_CAPTURE_BYTES, WireCapture};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
@@ -46,14 +45,14 @@ pub(crate) struct StartedProcess {
 
 /// A process that started but failed before it was ready: what the exit proof needs.
 #[derive(Debug, Clone)]
-pub(crate) struct FailedProcess {
+pub struct FailedProcess {
     pub pid: u32,
     pub exit: ExitProof,
 }
 
 /// Why a start failed, typed, with the process's exit proof when there was one.
 #[derive(Debug)]
-pub(crate) struct StartFailure {
+pub struct StartFailure {
     pub error: EngineError,
     pub process: Option<FailedProcess>,
 }
@@ -68,7 +67,7 @@ pub(crate) async fn start_process(
     launch_as: LaunchAs,
 ) -> Result<StartedProcess, StartFailure> {
     let LaunchAs { credential, agent } = launch_as;
-    let redactor = redactor_for(credential.as_ref(), agent.as_deref(), &[]);
+    let redactor = Redactor::new(launch_secrets(credential.as_ref(), agent.as_deref()));
     ticket.agent = agent.as_ref().map(|a| a.profile.clone());
     let slot_id = ticket.slot_id.as_str();
     let identity = ticket.identity.as_ref().map(AgentLease::identity);
@@ -165,7 +164,7 @@ pub(crate) async fn start_process(
 
 /// The exit status and stderr tail, for a failure message; the tail is the agent's own
 /// output, so the secrets it was handed are redacted from it.
-pub(crate) fn exit_message(exit: &ExitProof, stderr_tail: &str, redactor: &Redactor) -> String {
+pub fn exit_message(exit: &ExitProof, stderr_tail: &str, redactor: &Redactor) -> String {
     let status = match (exit.exit_code, exit.signal) {
         (Some(code), _) => format!("exit code {code}"),
         (None, Some(signal)) => format!("signal {signal}"),

@@ -1,6 +1,6 @@
 //! What `GetPoolStatus` reports: each profile, its slots, the pool's limits.
 
-use super::intensity::RestartIntensity;
+use crate::intensity::RestartIntensity;
 use std::time::Duration;
 
 use cursor_runner_domain::error::Reason;

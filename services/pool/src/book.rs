@@ -5,59 +5,59 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::time::Instant;
 
-use super::config::*;
-use super::intensity::FailureWindow;
-use super::profile::ProfileKey;
-use super::slot::Handoff;
-use super::warm::*;
-use crate::metrics::Metrics;
+use crate::config::*;
+use crate::intensity::FailureWindow;
+use crate::observer::PoolObserver;
+use crate::profile::ProfileKey;
+use crate::slot::Handoff;
+use crate::warm::*;
 use cursor_runner_domain::error::Reason;
 use cursor_runner_domain::state::{ProfileHealth, ProfileOrigin, SlotState};
 
-pub(super) struct PoolState {
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) draining: bool,
-    pub(super) profiles: HashMap<String, Profile>,
-    pub(super) slots: HashMap<String, Slot>,
+pub(crate) struct PoolState {
+    pub(crate) metrics: Arc<dyn PoolObserver>,
+    pub(crate) draining: bool,
+    pub(crate) profiles: HashMap<String, Profile>,
+    pub(crate) slots: HashMap<String, Slot>,
 }
 
-pub(super) struct Profile {
-    pub(super) key: ProfileKey,
+pub(crate) struct Profile {
+    pub(crate) key: ProfileKey,
     /// Held in memory only, to start this profile's processes.
-    pub(super) launch_as: LaunchAs,
-    pub(super) configured: bool,
-    pub(super) min_idle: usize,
-    pub(super) last_lease: Instant,
-    pub(super) health: ProfileHealth,
-    pub(super) quarantine: Option<Quarantine>,
-    pub(super) failures: FailureWindow,
+    pub(crate) launch_as: LaunchAs,
+    pub(crate) configured: bool,
+    pub(crate) min_idle: usize,
+    pub(crate) last_lease: Instant,
+    pub(crate) health: ProfileHealth,
+    pub(crate) quarantine: Option<Quarantine>,
+    pub(crate) failures: FailureWindow,
     /// Background starts that failed in a row (the backoff exponent).
-    pub(super) failed_starts: u32,
-    pub(super) next_start_at: Instant,
+    pub(crate) failed_starts: u32,
+    pub(crate) next_start_at: Instant,
     /// Idle slot ids, oldest first.
-    pub(super) idle: VecDeque<String>,
+    pub(crate) idle: VecDeque<String>,
 }
 
-pub(super) struct Quarantine {
-    pub(super) cause: Reason,
-    pub(super) message: String,
-    pub(super) until: Instant,
+pub(crate) struct Quarantine {
+    pub(crate) cause: Reason,
+    pub(crate) message: String,
+    pub(crate) until: Instant,
 }
 
-pub(super) struct Slot {
-    pub(super) profile_id: String,
+pub(crate) struct Slot {
+    pub(crate) profile_id: String,
     /// Fixed at reservation, so the slot's metric series is the same from start to end.
-    pub(super) origin: ProfileOrigin,
-    pub(super) state: SlotState,
-    pub(super) since: Instant,
-    pub(super) pid: Option<u32>,
-    pub(super) sessions_served: u32,
+    pub(crate) origin: ProfileOrigin,
+    pub(crate) state: SlotState,
+    pub(crate) since: Instant,
+    pub(crate) pid: Option<u32>,
+    pub(crate) sessions_served: u32,
     /// While idle: the way to take the process from its watch. Dropping it recycles.
-    pub(super) handoff: Option<Handoff<WarmParts>>,
+    pub(crate) handoff: Option<Handoff<WarmParts>>,
 }
 
 /// Reasons that are the agent's fault and count against the restart intensity.
-pub(super) fn counts_as_failure(reason: Reason) -> bool {
+pub(crate) fn counts_as_failure(reason: Reason) -> bool {
     matches!(
         reason,
         Reason::AgentExited
@@ -69,7 +69,7 @@ pub(super) fn counts_as_failure(reason: Reason) -> bool {
 }
 
 impl Profile {
-    pub(super) fn new(key: ProfileKey, launch_as: LaunchAs, configured: bool, min_idle: usize, now: Instant) -> Self {
+    pub(crate) fn new(key: ProfileKey, launch_as: LaunchAs, configured: bool, min_idle: usize, now: Instant) -> Self {
         Self {
             key,
             launch_as,
@@ -85,14 +85,14 @@ impl Profile {
         }
     }
 
-    pub(super) fn expire_quarantine(&mut self, now: Instant) {
+    pub(crate) fn expire_quarantine(&mut self, now: Instant) {
         if self.quarantine.as_ref().is_some_and(|q| q.until <= now) {
             tracing::info!(profile_id = %self.key.id(), "quarantine window passed");
             self.heal();
         }
     }
 
-    pub(super) fn heal(&mut self) {
+    pub(crate) fn heal(&mut self) {
         if self.health == ProfileHealth::Quarantined {
             debug_assert!(ProfileHealth::Quarantined.can_become(ProfileHealth::Healthy));
             self.health = ProfileHealth::Healthy;
@@ -106,7 +106,7 @@ impl Profile {
 
 impl PoolState {
     /// The one place a slot changes state.
-    pub(super) fn transition(&mut self, slot_id: &str, next: SlotState) {
+    pub(crate) fn transition(&mut self, slot_id: &str, next: SlotState) {
         let Some(slot) = self.slots.get_mut(slot_id) else {
             return;
         };
@@ -116,11 +116,8 @@ impl PoolState {
             return;
         }
         let stopped = next == SlotState::Stopped;
-        self.metrics.pool_slot_moved(
-            slot.origin.as_str(),
-            Some(slot.state.as_str()),
-            (!stopped).then_some(next.as_str()),
-        );
+        self.metrics
+            .slot_moved(slot.origin, Some(slot.state), (!stopped).then_some(next));
         slot.state = next;
         slot.since = Instant::now();
         if next != SlotState::Idle {
@@ -136,13 +133,13 @@ impl PoolState {
     }
 
     /// Stops an idle slot: its watch sees the hand-off channel close.
-    pub(super) fn recycle(&mut self, slot_id: &str) {
+    pub(crate) fn recycle(&mut self, slot_id: &str) {
         if self.slots.get(slot_id).is_some_and(|s| s.state == SlotState::Idle) {
             self.transition(slot_id, SlotState::Draining);
         }
     }
 
-    pub(super) fn live_count(&self, profile_id: Option<&str>) -> usize {
+    pub(crate) fn live_count(&self, profile_id: Option<&str>) -> usize {
         self.slots
             .values()
             .filter(|s| profile_id.is_none_or(|p| s.profile_id == p))
@@ -150,13 +147,13 @@ impl PoolState {
             .count()
     }
 
-    pub(super) fn has_capacity(&self, profile_id: &str, config: &PoolConfig) -> bool {
+    pub(crate) fn has_capacity(&self, profile_id: &str, config: &PoolConfig) -> bool {
         self.live_count(Some(profile_id)) < config.max_per_profile && self.live_count(None) < config.max_processes
     }
 
     /// With the node full, stops the oldest idle slot of another profile so this one
     /// can start. `false` if that would not make room.
-    pub(super) fn evict_for(&mut self, profile_id: &str, config: &PoolConfig) -> bool {
+    pub(crate) fn evict_for(&mut self, profile_id: &str, config: &PoolConfig) -> bool {
         if self.live_count(Some(profile_id)) >= config.max_per_profile {
             return false;
         }
@@ -177,11 +174,10 @@ impl PoolState {
     }
 
     /// A new slot in `warming` for `profile_id`; its id.
-    pub(super) fn reserve_slot(&mut self, profile_id: &str) -> String {
+    pub(crate) fn reserve_slot(&mut self, profile_id: &str) -> String {
         let slot_id = format!("slot-{}", uuid::Uuid::now_v7());
         let origin = ProfileOrigin::of(self.profiles.get(profile_id).is_some_and(|p| p.configured));
-        self.metrics
-            .pool_slot_moved(origin.as_str(), None, Some(SlotState::Warming.as_str()));
+        self.metrics.slot_moved(origin, None, Some(SlotState::Warming));
         self.slots.insert(
             slot_id.clone(),
             Slot {

@@ -206,7 +206,7 @@ impl AgentProfiles {
     }
 }
 
-pub(crate) fn unknown(name: &str) -> EngineError {
+pub fn unknown(name: &str) -> EngineError {
     EngineError::precondition(
         Reason::AgentProfileUnknown,
         format!("no agent profile `{name}` in this runner's --agent-profiles"),

@@ -4,11 +4,11 @@
 use cursor_runner_acp::{AcpConnection, InboundStream};
 use cursor_runner_supervisor::AgentProcess;
 
-use super::slot::*;
-use super::ticket::*;
+use crate::slot::*;
+use crate::ticket::*;
 
 /// A process leased to an execution (or on its way to one).
-pub(crate) struct WarmProcess {
+pub struct WarmProcess {
     pub process: AgentProcess,
     pub connection: AcpConnection,
     pub inbound: InboundStream,
@@ -22,9 +22,9 @@ pub(crate) struct WarmProcess {
 }
 
 /// What travels with an idle process: its slot and its history.
-pub(super) struct WarmParts {
-    pub(super) ticket: SlotTicket,
-    pub(super) timings: StartTimings,
-    pub(super) initialized: serde_json::Value,
-    pub(super) sessions_served: u32,
+pub(crate) struct WarmParts {
+    pub(crate) ticket: SlotTicket,
+    pub(crate) timings: StartTimings,
+    pub(crate) initialized: serde_json::Value,
+    pub(crate) sessions_served: u32,
 }

@@ -1,0 +1,162 @@
+//! The half of the ACP handshake that brings a started process to ready: `initialize`
+//! (warm or cold) and the profile's `authenticate`. The other half, `session/new` or
+//! `session/load` when the process is leased, is the execution's (`executions::handshake`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use cursor_runner_acp::methods;
+use cursor_runner_acp::{AcpConnection, AcpError, schema};
+use serde_json::{Value, json};
+
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+
+/// `initialize`, with Cursor's opt-ins in `clientCapabilities._meta` (its SDK strips
+/// unknown top-level capability keys).
+pub async fn initialize(connection: &AcpConnection, limit: Duration) -> Result<Value, EngineError> {
+    let initialize = schema::InitializeRequest::new(cursor_runner_acp::ProtocolVersion::V1)
+        .client_info(schema::Implementation::new("cursor-runner", env!("CARGO_PKG_VERSION")));
+    let mut initialize = serde_json::to_value(initialize).map_err(|e| EngineError::internal(e.to_string()))?;
+    // `subagents`: child agents' lifecycles and transcripts on the parent's stream.
+    initialize["clientCapabilities"]["_meta"] = json!({"parameterizedModelPicker": true, "subagents": true});
+    timed(limit, connection.request(methods::INITIALIZE, initialize)).await
+}
+
+/// The ids of the `authMethods` an agent advertised in `initialize`.
+fn auth_method_ids(initialized: &Value) -> Vec<String> {
+    initialized["authMethods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The `authenticate` method an execution names, if any: its agent profile's; else the
+/// agent's own `env_var` method that reads the very variable the execution's credential
+/// is bound to (the binding names the method through the agent's own declaration). With
+/// neither, nothing is called, and an agent that needs it answers `-32000`.
+pub fn named_method(
+    initialized: &Value,
+    profile_method: Option<&str>,
+    credential_variable: Option<&str>,
+) -> Option<String> {
+    if let Some(method) = profile_method {
+        return Some(method.to_owned());
+    }
+    let variable = credential_variable?;
+    initialized["authMethods"]
+        .as_array()?
+        .iter()
+        .filter(|m| m["type"] == "env_var")
+        .find(|m| {
+            m["vars"]
+                .as_array()
+                .is_some_and(|vars| vars.iter().any(|v| v["name"] == variable))
+        })
+        .and_then(|m| m["id"].as_str().map(str::to_owned))
+}
+
+/// ACP `authenticate {methodId}` for an agent profile that names a method, before any
+/// session. An agent that advertises no methods needs none (nothing is sent); one that
+/// advertises others, or refuses the call, is `AUTH_REQUIRED` listing what it offers.
+pub async fn authenticate(
+    connection: &AcpConnection,
+    initialized: &Value,
+    method_id: &str,
+    limit: Duration,
+) -> Result<(), EngineError> {
+    let offered = auth_method_ids(initialized);
+    if offered.is_empty() {
+        return Ok(());
+    }
+    if !offered.iter().any(|m| m == method_id) {
+        return Err(EngineError::precondition(
+            Reason::AuthRequired,
+            format!(
+                "the agent does not offer the profile's authentication method `{method_id}` (it offers: {})",
+                offered.join(", ")
+            ),
+        )
+        .with("auth_methods", offered.join(",")));
+    }
+    timed(
+        limit,
+        connection.request(methods::AUTHENTICATE, json!({"methodId": method_id})),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| with_auth_methods(e, initialized))
+}
+
+/// An `AUTH_REQUIRED` refusal carries the agent's own method ids, so an operator can
+/// name one in the agent profile.
+pub fn with_auth_methods(error: EngineError, initialized: &Value) -> EngineError {
+    if error.reason != Reason::AuthRequired {
+        return error;
+    }
+    let offered = auth_method_ids(initialized);
+    let error = error.with("auth_methods", offered.join(","));
+    if offered.is_empty() {
+        error
+    } else {
+        let message = format!("{} (it offers: {})", error.message, offered.join(", "));
+        EngineError { message, ..error }
+    }
+}
+
+/// One handshake call under `limit`, its failure typed.
+pub async fn timed(limit: Duration, call: impl Future<Output = Result<Value, AcpError>>) -> Result<Value, EngineError> {
+    match tokio::time::timeout(limit, call).await {
+        Err(_) => Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::AgentUnresponsive,
+            format!("the agent did not answer within {limit:?}"),
+        )),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(AcpError::Rpc(e))) if e.code == cursor_runner_acp::AUTH_REQUIRED => Err(EngineError::precondition(
+            Reason::AuthRequired,
+            "the agent requires authentication (-32000)",
+        )),
+        Ok(Err(AcpError::Rpc(e))) => Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::ProtocolError,
+            e.to_string(),
+        )),
+        Ok(Err(_)) => Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::AgentExited,
+            "the agent exited",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_profile_names_the_method_else_the_env_var_method_reading_the_bound_credential() {
+        let initialized = json!({"authMethods": [
+            {"id": "chatgpt", "name": "ChatGPT"},
+            {"type": "env_var", "id": "codex-api-key", "name": "k", "vars": [{"name": "CODEX_API_KEY"}]},
+            {"type": "env_var", "id": "openai-api-key", "name": "k", "vars": [{"name": "OPENAI_API_KEY"}]},
+            {"type": "terminal", "id": "login", "name": "t", "vars": [{"name": "HOME_KEY"}]}]});
+        let cases = [
+            (Some("chatgpt"), Some("OPENAI_API_KEY"), Some("chatgpt")),
+            (None, Some("OPENAI_API_KEY"), Some("openai-api-key")),
+            (None, Some("CODEX_API_KEY"), Some("codex-api-key")),
+            (None, Some("HOME_KEY"), None),
+            (None, Some("CURSOR_API_KEY"), None),
+            (None, None, None),
+        ];
+        for (profile, credential, expected) in cases {
+            assert_eq!(
+                named_method(&initialized, profile, credential).as_deref(),
+                expected,
+                "{profile:?} {credential:?}"
+            );
+        }
+    }
+}
