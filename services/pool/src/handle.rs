@@ -63,12 +63,7 @@ impl Pool {
             launch,
             fingerprints,
             metrics: metrics.clone(),
-            state: Mutex::new(PoolState {
-                metrics,
-                draining: false,
-                profiles,
-                slots: HashMap::new(),
-            }),
+            state: Mutex::new(PoolState::new(metrics, profiles)),
             changed: Arc::new(Notify::new()),
         });
         tokio::spawn(replenish(Arc::downgrade(&inner), inner.changed.clone()));
@@ -146,8 +141,9 @@ impl Pool {
     /// Whether a process of `profile_id` that served `sessions_served` sessions before
     /// the one ending now may serve another.
     pub fn accepts_return(&self, profile_id: &str, sessions_served: u32) -> bool {
-        let state = self.inner.lock();
-        self.inner.accepts_return(&state, profile_id, sessions_served)
+        self.inner
+            .lock()
+            .accepts_return(profile_id, sessions_served, &self.inner.config)
     }
 
     /// Puts a process whose session ended cleanly back to idle, if its profile allows
@@ -155,7 +151,7 @@ impl Pool {
     pub fn give_back(&self, warm: WarmProcess) -> Result<(), Box<WarmProcess>> {
         let inner = &self.inner;
         let mut state = inner.lock();
-        if !inner.accepts_return(&state, &warm.ticket.profile_id, warm.sessions_served) {
+        if !state.accepts_return(&warm.ticket.profile_id, warm.sessions_served, &inner.config) {
             return Err(Box::new(warm));
         }
         let WarmProcess {
@@ -207,20 +203,8 @@ impl Pool {
 
     /// Stops leasing and stops every idle slot; leased ones end with their executions.
     pub fn drain(&self) {
-        let inner = &self.inner;
-        let mut state = inner.lock();
-        state.draining = true;
-        let idle: Vec<String> = state
-            .slots
-            .iter()
-            .filter(|(_, s)| s.state == SlotState::Idle)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in idle {
-            state.recycle(&id);
-        }
-        drop(state);
-        inner.changed.notify_waiters();
+        self.inner.lock().drain();
+        self.inner.changed.notify_waiters();
     }
 
     /// Waits until every slot has stopped, at most `limit`.

@@ -19,8 +19,8 @@ use crate::ticket::SlotRegistry;
 use crate::ticket::*;
 use crate::warm::*;
 use cursor_runner_activity::Redactor;
-use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
-use cursor_runner_domain::state::{ProfileHealth, SlotState};
+use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::state::SlotState;
 use cursor_runner_supervisor::agent_users::AgentUsers;
 
 /// How often the replenisher looks at every profile even when nothing woke it.
@@ -102,7 +102,8 @@ impl PoolInner {
         self.state.lock()
     }
 
-    /// One look at the pool for a lease, under the lock.
+    /// One look at the pool for a lease, under the lock: what the book decides, with a
+    /// ticket for a slot to start.
     pub(crate) fn attempt(
         self: &Arc<Self>,
         state: &mut PoolState,
@@ -111,50 +112,12 @@ impl PoolInner {
         launch_as: &LaunchAs,
         home: Option<&std::path::Path>,
     ) -> Result<Attempt, EngineError> {
-        let now = Instant::now();
-        if state.draining {
-            return Err(EngineError::new(
-                ErrorKind::Unavailable,
-                Reason::Draining,
-                "the service is draining: it takes no new executions",
-            ));
-        }
-        let min_idle = self.config.min_idle;
-        let profile = state
-            .profiles
-            .entry(profile_id.to_owned())
-            .or_insert_with(|| Profile::new(key.clone(), launch_as.clone(), false, min_idle, now));
-        profile.last_lease = now;
-        profile.expire_quarantine(now);
-        if let Some(quarantine) = &profile.quarantine {
-            let remaining = quarantine.until.saturating_duration_since(now);
-            return Err(EngineError::new(
-                ErrorKind::Unavailable,
-                Reason::ProfileQuarantined,
-                format!(
-                    "this profile is quarantined for {remaining:?} after repeated agent failures; the last: {}",
-                    quarantine.message
-                ),
-            )
-            .with("cause", quarantine.cause.as_str())
-            .retry_after(remaining));
-        }
-        // A recorded session's home is its own: no warm slot was launched in it.
-        let idle: Vec<String> = match home {
-            Some(_) => Vec::new(),
-            None => profile.idle.iter().cloned().collect(),
+        let plan = state.plan_lease(key, profile_id, launch_as, home.is_some(), &self.config, Instant::now())?;
+        let slot_id = match plan {
+            LeasePlan::Handoff(handoff) => return Ok(Attempt::Handoff(handoff)),
+            LeasePlan::Wait => return Ok(Attempt::Wait),
+            LeasePlan::Start(slot_id) => slot_id,
         };
-        for slot_id in idle {
-            let Some(handoff) = state.slots.get_mut(&slot_id).and_then(|s| s.handoff.take()) else {
-                continue;
-            };
-            state.transition(&slot_id, SlotState::Leased);
-            return Ok(Attempt::Handoff(handoff));
-        }
-        if !state.has_capacity(profile_id, &self.config) && !state.evict_for(profile_id, &self.config) {
-            return Ok(Attempt::Wait);
-        }
-        let slot_id = state.reserve_slot(profile_id);
         let mut ticket = self.ticket(slot_id, profile_id.to_owned());
         if let Some(home) = home {
             ticket.home = home.to_path_buf();
@@ -173,28 +136,12 @@ impl PoolInner {
         SlotTicket::new(registry, slot_id, profile_id, home, identity)
     }
 
-    pub(crate) fn accepts_return(&self, state: &PoolState, profile_id: &str, sessions_served: u32) -> bool {
-        !state.draining
-            && sessions_served + 1 < self.config.sessions_per_process
-            && state
-                .profiles
-                .get(profile_id)
-                .is_some_and(|p| p.health == ProfileHealth::Healthy)
-    }
-
     /// Makes a slot idle and starts watching it.
     pub(crate) fn park_idle(self: &Arc<Self>, state: &mut PoolState, idle: IdleProcess, parts: WarmParts) {
         let slot_id = parts.ticket.slot_id.clone();
         let profile_id = parts.ticket.profile_id.clone();
         let (handoff_tx, handoff_rx) = oneshot::channel();
-        state.transition(&slot_id, SlotState::Idle);
-        if let Some(slot) = state.slots.get_mut(&slot_id) {
-            slot.sessions_served = parts.sessions_served;
-            slot.handoff = Some(handoff_tx);
-        }
-        if let Some(profile) = state.profiles.get_mut(&profile_id) {
-            profile.idle.push_back(slot_id);
-        }
+        state.park(&slot_id, parts.sessions_served, handoff_tx);
         let rules = IdleRules {
             recycle_at: Instant::now() + self.config.idle_ttl,
             probe_interval: self.config.probe_interval,
@@ -233,39 +180,9 @@ impl PoolInner {
         });
     }
 
+    /// Records an agent failure now, under the pool's restart intensity.
     pub(crate) fn record_failure(&self, state: &mut PoolState, profile_id: &str, cause: Reason, message: &str) {
-        if !counts_as_failure(cause) {
-            return;
-        }
-        let now = Instant::now();
-        self.metrics.failed(cause);
-        let Some(profile) = state.profiles.get_mut(profile_id) else {
-            return;
-        };
-        let tripped = profile.failures.record(self.config.intensity, now);
-        let mut recycle = Vec::new();
-        if tripped && profile.health == ProfileHealth::Healthy {
-            debug_assert!(ProfileHealth::Healthy.can_become(ProfileHealth::Quarantined));
-            profile.health = ProfileHealth::Quarantined;
-            profile.quarantine = Some(Quarantine {
-                cause,
-                message: message.to_owned(),
-                until: now + self.config.intensity.window,
-            });
-            self.metrics.quarantined();
-            tracing::warn!(
-                profile_id,
-                cause = cause.as_str(),
-                %message,
-                "profile quarantined after {} failures within {:?}",
-                self.config.intensity.max_failures,
-                self.config.intensity.window
-            );
-            recycle = profile.idle.iter().cloned().collect();
-        }
-        for id in recycle {
-            state.recycle(&id);
-        }
+        state.record_failure(profile_id, cause, message, self.config.intensity, Instant::now());
     }
 }
 

@@ -2,10 +2,12 @@
 //! forgets learned profiles nobody leases, recycles old idle slots.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
+use crate::book::PoolState;
 use crate::config::*;
 use crate::inner::*;
 use crate::slot::IdleProcess;
@@ -13,40 +15,51 @@ use crate::ticket::*;
 use crate::warm::*;
 use cursor_runner_domain::state::{ProfileHealth, SlotState};
 
-impl PoolInner {
-    /// Starts what profiles need to keep their idle minimum, forgets learned profiles
-    /// nobody leased from for a while, and says when to look again.
-    pub(crate) fn replenish_once(self: &Arc<Self>) -> Instant {
-        let now = Instant::now();
-        let mut next = now + REPLENISH_TICK;
-        let mut state = self.lock();
-        if state.draining {
-            return next;
-        }
-        let forgotten: Vec<String> = state
+/// A slot the replenisher reserved in `warming` for a profile, to start in the background.
+pub(crate) struct Warmup {
+    pub(crate) slot_id: String,
+    pub(crate) profile_id: String,
+    pub(crate) launch_as: LaunchAs,
+}
+
+impl PoolState {
+    /// Forgets the learned profiles nobody leased from for `profile_ttl` and that have
+    /// no slot but idle ones (stopped with them; their credential leaves memory). Returns
+    /// their ids.
+    pub(crate) fn forget_unused(&mut self, profile_ttl: Duration, now: Instant) -> Vec<String> {
+        let forgotten: Vec<String> = self
             .profiles
             .iter()
             .filter(|(id, p)| {
                 !p.configured
-                    && now.saturating_duration_since(p.last_lease) >= self.config.profile_ttl
-                    && !state
+                    && now.saturating_duration_since(p.last_lease) >= profile_ttl
+                    && !self
                         .slots
                         .values()
                         .any(|s| s.profile_id == **id && s.state != SlotState::Idle)
             })
             .map(|(id, _)| id.clone())
             .collect();
-        for id in forgotten {
-            let idle: Vec<String> = state.profiles[&id].idle.iter().cloned().collect();
+        for id in &forgotten {
+            let idle: Vec<String> = self.profiles[id].idle.iter().cloned().collect();
             for slot_id in idle {
-                state.recycle(&slot_id);
+                self.recycle(&slot_id);
             }
-            state.profiles.remove(&id);
+            self.profiles.remove(id);
             tracing::info!(profile_id = %id, "forgot an unused profile and its credential");
         }
-        let ids: Vec<String> = state.profiles.keys().cloned().collect();
+        forgotten
+    }
+
+    /// Reserves the slots that bring each healthy profile past its backoff up to its idle
+    /// minimum (idle and warming count), within capacity. Also returns when the earliest
+    /// backoff still running ends.
+    pub(crate) fn plan_warmups(&mut self, config: &PoolConfig, now: Instant) -> (Vec<Warmup>, Option<Instant>) {
+        let mut starts = Vec::new();
+        let mut backoff_ends: Option<Instant> = None;
+        let ids: Vec<String> = self.profiles.keys().cloned().collect();
         for id in ids {
-            let Some(profile) = state.profiles.get_mut(&id) else {
+            let Some(profile) = self.profiles.get_mut(&id) else {
                 continue;
             };
             profile.expire_quarantine(now);
@@ -54,26 +67,53 @@ impl PoolInner {
                 continue;
             }
             if profile.next_start_at > now {
-                next = next.min(profile.next_start_at);
+                backoff_ends = Some(backoff_ends.map_or(profile.next_start_at, |t| t.min(profile.next_start_at)));
                 continue;
             }
             let wanted = profile.min_idle;
             let launch_as = profile.launch_as.clone();
-            let warm = state
+            let warm = self
                 .slots
                 .values()
                 .filter(|s| s.profile_id == id && matches!(s.state, SlotState::Idle | SlotState::Warming))
                 .count();
             for _ in warm..wanted {
-                if !state.has_capacity(&id, &self.config) {
+                if !self.has_capacity(&id, config) {
                     break;
                 }
-                let slot_id = state.reserve_slot(&id);
-                let ticket = self.ticket(slot_id, id.clone());
-                tokio::spawn(warm_up(Arc::downgrade(self), ticket, launch_as.clone()));
+                starts.push(Warmup {
+                    slot_id: self.reserve_slot(&id),
+                    profile_id: id.clone(),
+                    launch_as: launch_as.clone(),
+                });
             }
         }
-        next
+        (starts, backoff_ends)
+    }
+}
+
+impl PoolInner {
+    /// Starts what profiles need to keep their idle minimum, forgets learned profiles
+    /// nobody leased from for a while, and says when to look again.
+    pub(crate) fn replenish_once(self: &Arc<Self>) -> Instant {
+        let now = Instant::now();
+        let tick = now + REPLENISH_TICK;
+        let mut state = self.lock();
+        if state.draining {
+            return tick;
+        }
+        state.forget_unused(self.config.profile_ttl, now);
+        let (starts, backoff_ends) = state.plan_warmups(&self.config, now);
+        for Warmup {
+            slot_id,
+            profile_id,
+            launch_as,
+        } in starts
+        {
+            let ticket = self.ticket(slot_id, profile_id);
+            tokio::spawn(warm_up(Arc::downgrade(self), ticket, launch_as));
+        }
+        backoff_ends.map_or(tick, |ends| ends.min(tick))
     }
 }
 
@@ -91,9 +131,7 @@ pub(crate) async fn warm_up(pool: Weak<PoolInner>, mut ticket: SlotTicket, launc
             tracing::warn!(slot_id = %ticket.slot_id, error = %failure.error, "warming an agent failed");
             let mut state = pool.lock();
             if let Some(profile) = state.profiles.get_mut(&ticket.profile_id) {
-                profile.failed_starts += 1;
-                let delay = crate::intensity::backoff(profile.failed_starts, fastrand::f64());
-                profile.next_start_at = Instant::now() + delay;
+                profile.start_failed(Instant::now(), fastrand::f64());
             }
             pool.record_failure(
                 &mut state,
