@@ -364,3 +364,7 @@ impl PoolState {
         true
     }
 }
+
+#[cfg(test)]
+#[path = "book_tests.rs"]
+mod tests;

@@ -41,3 +41,6 @@ pub use slot::{FailedProcess, IDLE_PROBE_METHOD, StartFailure, StartTimings, exi
 pub use status::{PoolStatus, ProfileStatus, SlotStatus};
 pub use ticket::SlotTicket;
 pub use warm::WarmProcess;
+
+#[cfg(test)]
+mod test_support;

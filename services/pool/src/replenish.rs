@@ -189,3 +189,7 @@ pub(crate) async fn replenish(pool: Weak<PoolInner>, changed: Arc<Notify>) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "replenish_tests.rs"]
+mod tests;
