@@ -336,7 +336,7 @@ async fn another_tenants_interaction_can_be_neither_read_nor_answered(backend: B
         .into_inner();
     assert!(listed.interactions.is_empty());
     let row = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
-    assert_eq!(row.state, "pending", "nothing changed");
+    assert_eq!(row.state.as_str(), "pending", "nothing changed");
     service.shutdown().await;
 }
 

@@ -523,12 +523,18 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
         .unwrap();
     events.until_turn_settles().await;
     let delivered = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
-    assert_eq!(delivered.state, "delivered");
-    for state in ["pending", "answered", "cancelled", "expired"] {
+    assert_eq!(delivered.state.as_str(), "delivered");
+    use cursor_runner_executions::state::InteractionState;
+    for state in [
+        InteractionState::Pending,
+        InteractionState::Answered,
+        InteractionState::Cancelled,
+        InteractionState::Expired,
+    ] {
         let mut rewrite = delivered.clone();
-        rewrite.state = state.into();
+        rewrite.state = state;
         rewrite.reason = Some("late".into());
-        let from = cursor_runner_executions::state::InteractionState::Delivered;
+        let from = InteractionState::Delivered;
         assert!(
             cursor_runner_executions::interaction_row::transition(service.store.as_ref(), from, &rewrite)
                 .await
@@ -537,7 +543,7 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
         );
         // Even a writer that skips the state machine is refused by the store's
         // compare-and-set: the row is no longer in the state it expects.
-        for expected in ["pending", "answered"] {
+        for expected in [InteractionState::Pending, InteractionState::Answered] {
             assert!(!service.store.transition_interaction(expected, &rewrite).await.unwrap());
         }
     }
@@ -549,6 +555,7 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
 }
 
 async fn an_execution_row_is_written_only_by_a_writer_that_knows_its_state(backend: Backend) {
+    use cursor_runner_executions::state::ExecutionState;
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let execution = create_execution(&mut client, &service, "create-1").await;
@@ -565,13 +572,13 @@ async fn an_execution_row_is_written_only_by_a_writer_that_knows_its_state(backe
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(closed.state, "closed");
+    assert_eq!(closed.state.as_str(), "closed");
     let mut rewrite = closed.clone();
-    rewrite.state = "ready".into();
+    rewrite.state = ExecutionState::Ready;
     rewrite.failure_message = Some("late".into());
     // A writer that believes the execution still ready (or closing) is refused: the row is
     // compared on its state as well as its generation.
-    for expected in ["starting", "ready", "closing"] {
+    for expected in [ExecutionState::Starting, ExecutionState::Ready, ExecutionState::Closing] {
         assert!(
             !service.store.update_execution(expected, &rewrite).await.unwrap(),
             "{expected}"

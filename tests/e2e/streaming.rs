@@ -224,7 +224,7 @@ async fn persist_before_expose_every_streamed_event_and_interaction_is_already_c
                 .await
                 .unwrap()
                 .expect("interaction row");
-            assert_eq!(row.state, "pending");
+            assert_eq!(row.state.as_str(), "pending");
             break;
         }
     }

@@ -1,5 +1,6 @@
 //! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
 
+use cursor_runner_activity::InteractionKind;
 use cursor_runner_executions::attempts::{self, UsageTotal};
 use cursor_runner_executions::limits::ExecutionLimits;
 use cursor_runner_executions::prompt::PromptBlock;
@@ -99,15 +100,14 @@ fn to_value(v: Value) -> ProtoValue {
     ProtoValue { kind: Some(kind) }
 }
 
-fn execution_state(state: &str) -> pb::ExecutionState {
-    match ExecutionState::parse(state) {
-        Some(ExecutionState::Starting) => pb::ExecutionState::Starting,
-        Some(ExecutionState::Ready) => pb::ExecutionState::Ready,
-        Some(ExecutionState::Closing) => pb::ExecutionState::Closing,
-        Some(ExecutionState::Closed) => pb::ExecutionState::Closed,
-        Some(ExecutionState::Failed) => pb::ExecutionState::Failed,
-        Some(ExecutionState::Lost) => pb::ExecutionState::Lost,
-        None => pb::ExecutionState::Unspecified,
+fn execution_state(state: ExecutionState) -> pb::ExecutionState {
+    match state {
+        ExecutionState::Starting => pb::ExecutionState::Starting,
+        ExecutionState::Ready => pb::ExecutionState::Ready,
+        ExecutionState::Closing => pb::ExecutionState::Closing,
+        ExecutionState::Closed => pb::ExecutionState::Closed,
+        ExecutionState::Failed => pb::ExecutionState::Failed,
+        ExecutionState::Lost => pb::ExecutionState::Lost,
     }
 }
 
@@ -125,7 +125,7 @@ fn session_config(json: Option<&str>) -> Option<pb::SessionConfig> {
 pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
     pb::RecordedSession {
         session_config: session_config(r.session_config.as_deref()),
-        execution_state: execution_state(&r.state) as i32,
+        execution_state: execution_state(r.state) as i32,
         session_id: r.session_id.unwrap_or_default(),
         workspace: r.workspace,
         execution_id: r.id,
@@ -134,7 +134,7 @@ pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
 }
 
 pub fn execution(r: ExecutionRecord) -> pb::Execution {
-    let state = execution_state(&r.state);
+    let state = execution_state(r.state);
     let limits = limits_proto(&ExecutionLimits::of(&r));
     let exited = r.exit_code.is_some() || r.exit_signal.is_some();
     pb::Execution {
@@ -314,13 +314,12 @@ pub fn model_catalog(catalog: ModelCatalog) -> pb::ListModelsResponse {
 
 pub fn turn(r: TurnRecord) -> pb::Turn {
     let usage = attempts::turn_usage(&r);
-    let state = match TurnState::parse(&r.state) {
-        Some(TurnState::Running) => pb::TurnState::Running,
-        Some(TurnState::Completed) => pb::TurnState::Completed,
-        Some(TurnState::Failed) => pb::TurnState::Failed,
-        Some(TurnState::Cancelled) => pb::TurnState::Cancelled,
-        Some(TurnState::Interrupted) => pb::TurnState::Interrupted,
-        None => pb::TurnState::Unspecified,
+    let state = match r.state {
+        TurnState::Running => pb::TurnState::Running,
+        TurnState::Completed => pb::TurnState::Completed,
+        TurnState::Failed => pb::TurnState::Failed,
+        TurnState::Cancelled => pb::TurnState::Cancelled,
+        TurnState::Interrupted => pb::TurnState::Interrupted,
     };
     pb::Turn {
         turn_id: r.id,
@@ -345,14 +344,13 @@ pub fn turn(r: TurnRecord) -> pb::Turn {
     }
 }
 
-pub fn interaction_state(state: &str) -> pb::InteractionState {
-    match InteractionState::parse(state) {
-        Some(InteractionState::Pending) => pb::InteractionState::Pending,
-        Some(InteractionState::Answered) => pb::InteractionState::Answered,
-        Some(InteractionState::Delivered) => pb::InteractionState::Delivered,
-        Some(InteractionState::Cancelled) => pb::InteractionState::Cancelled,
-        Some(InteractionState::Expired) => pb::InteractionState::Expired,
-        None => pb::InteractionState::Unspecified,
+pub fn interaction_state(state: InteractionState) -> pb::InteractionState {
+    match state {
+        InteractionState::Pending => pb::InteractionState::Pending,
+        InteractionState::Answered => pb::InteractionState::Answered,
+        InteractionState::Delivered => pb::InteractionState::Delivered,
+        InteractionState::Cancelled => pb::InteractionState::Cancelled,
+        InteractionState::Expired => pb::InteractionState::Expired,
     }
 }
 
@@ -368,14 +366,13 @@ pub fn interaction_state_name(state: pb::InteractionState) -> Option<Interaction
 }
 
 pub fn interaction(r: InteractionRecord) -> pb::Interaction {
-    let kind = match r.kind.as_str() {
-        "question" => pb::InteractionKind::Question,
-        "plan" => pb::InteractionKind::Plan,
-        "permission" => pb::InteractionKind::Permission,
-        _ => pb::InteractionKind::Unspecified,
+    let kind = match r.kind {
+        InteractionKind::Question => pb::InteractionKind::Question,
+        InteractionKind::Plan => pb::InteractionKind::Plan,
+        InteractionKind::Permission => pb::InteractionKind::Permission,
     };
     pb::Interaction {
-        state: interaction_state(&r.state) as i32,
+        state: interaction_state(r.state) as i32,
         interaction_id: r.id,
         execution_id: r.execution_id,
         tenant_id: r.tenant_id,

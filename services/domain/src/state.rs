@@ -21,12 +21,32 @@ macro_rules! states {
             }
         }
 
+        /// How the store reads a row's state back.
+        impl TryFrom<String> for $name {
+            type Error = UnknownState;
+
+            fn try_from(text: String) -> Result<Self, UnknownState> {
+                Self::parse(&text).ok_or(UnknownState {
+                    machine: stringify!($name),
+                    text,
+                })
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
     };
+}
+
+/// A stored state that no state machine here has (a row written by a newer version).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a state of {machine}")]
+pub struct UnknownState {
+    pub machine: &'static str,
+    pub text: String,
 }
 
 states!(
@@ -40,6 +60,13 @@ states!(
         Lost => "lost",
     }
 );
+
+/// A new execution's row starts `starting`.
+impl Default for ExecutionState {
+    fn default() -> Self {
+        Self::Starting
+    }
+}
 
 impl ExecutionState {
     pub fn can_become(self, next: Self) -> bool {
@@ -75,6 +102,13 @@ states!(
     }
 );
 
+/// A new turn's row starts `running`.
+impl Default for TurnState {
+    fn default() -> Self {
+        Self::Running
+    }
+}
+
 impl TurnState {
     pub fn can_become(self, next: Self) -> bool {
         self == Self::Running && next != Self::Running
@@ -91,6 +125,13 @@ states!(
         Expired => "expired",
     }
 );
+
+/// A new interaction's row starts `pending`.
+impl Default for InteractionState {
+    fn default() -> Self {
+        Self::Pending
+    }
+}
 
 impl InteractionState {
     pub fn can_become(self, next: Self) -> bool {

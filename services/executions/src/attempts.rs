@@ -60,6 +60,7 @@ impl UsageTotal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cursor_runner_domain::state::TurnState;
 
     fn turn(usage: Option<(&str, Option<(f64, &str)>)>) -> TurnRecord {
         let report = usage.map(|(source, cost)| UsageReported {
@@ -81,7 +82,7 @@ mod tests {
             tenant_id: "a".into(),
             generation: 1,
             turn_number: 1,
-            state: "completed".into(),
+            state: TurnState::Completed,
             stop_reason: None,
             failure_reason: None,
             failure_message: None,

@@ -1,7 +1,7 @@
 //! The one way an interaction's row changes state: a compare-and-set on its state and
 //! generation (and its execution's), after the interaction state machine admits it.
 
-use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestEnded};
+use cursor_runner_activity::{ActivityPayload, RuntimeRequestEnded};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::state::InteractionState;
 use cursor_runner_store::{InteractionRecord, Store, Write};
@@ -10,8 +10,7 @@ use cursor_runner_store::{InteractionRecord, Store, Write};
 /// durable write of an interaction's state goes through [`transition`], so the state
 /// machine of `state.rs` is the one that runs, not only the one that is tested.
 pub fn check_transition(from: InteractionState, record: &InteractionRecord) -> Result<InteractionState, EngineError> {
-    let to = InteractionState::parse(&record.state)
-        .ok_or_else(|| EngineError::internal(format!("unknown interaction state `{}`", record.state)))?;
+    let to = record.state;
     if from.can_become(to) {
         Ok(to)
     } else {
@@ -30,7 +29,7 @@ pub async fn transition(
     record: &InteractionRecord,
 ) -> Result<bool, EngineError> {
     check_transition(from, record)?;
-    Ok(store.transition_interaction(from.as_str(), record).await?)
+    Ok(store.transition_interaction(from, record).await?)
 }
 
 /// `record` as a batch write from `from` (compare-and-set on state and generation), after
@@ -38,18 +37,9 @@ pub async fn transition(
 pub(crate) fn write(from: InteractionState, record: &InteractionRecord) -> Result<Write, EngineError> {
     check_transition(from, record)?;
     Ok(Write::Interaction {
-        expected_state: from.as_str().into(),
+        expected_state: from,
         record: record.clone(),
     })
-}
-
-/// The kind a stored interaction row names.
-pub(crate) fn kind_of(kind: &str) -> InteractionKind {
-    match kind {
-        "plan" => InteractionKind::Plan,
-        "permission" => InteractionKind::Permission,
-        _ => InteractionKind::Question,
-    }
 }
 
 /// The event that says an interaction ended (`cancelled`, or else `expired`), with the
@@ -57,7 +47,7 @@ pub(crate) fn kind_of(kind: &str) -> InteractionKind {
 pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityPayload {
     let ended = RuntimeRequestEnded {
         interaction_id: record.id.clone(),
-        kind: kind_of(&record.kind),
+        kind: record.kind,
         turn_id: record.turn_id.clone(),
         reason: record.reason.clone().unwrap_or_default(),
         replay_allowed: false,
@@ -66,7 +56,7 @@ pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityP
             .then(|| serde_json::from_str(&record.request).ok())
             .flatten(),
     };
-    if record.state == InteractionState::Cancelled.as_str() {
+    if record.state == InteractionState::Cancelled {
         ActivityPayload::RuntimeRequestCancelled(ended)
     } else {
         ActivityPayload::RuntimeRequestExpired(ended)
@@ -79,12 +69,13 @@ pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
         Reason::InteractionNotPending,
         format!("interaction `{}` is {}", record.id, record.state),
     )
-    .with("state", record.state.clone())
+    .with("state", record.state.as_str())
 }
 
 #[cfg(test)]
 mod transition_tests {
     use super::*;
+    use cursor_runner_activity::InteractionKind;
 
     fn record(state: InteractionState) -> InteractionRecord {
         InteractionRecord {
@@ -94,8 +85,8 @@ mod transition_tests {
             generation: 1,
             turn_id: "turn-1".into(),
             native_request_id: "0".into(),
-            kind: "question".into(),
-            state: state.as_str().into(),
+            kind: InteractionKind::Question,
+            state,
             etag: "etag".into(),
             request: "{}".into(),
             outcome: None,
@@ -117,8 +108,5 @@ mod transition_tests {
                 assert_eq!(checked.is_ok(), from.can_become(to), "{from} → {to}");
             }
         }
-        let mut unknown = record(InteractionState::Answered);
-        unknown.state = "resolved".into();
-        assert!(check_transition(InteractionState::Pending, &unknown).is_err());
     }
 }

@@ -187,12 +187,13 @@ impl TenantLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cursor_runner_domain::state::ExecutionState;
 
     fn record(turn_count: i64, active_ms: i64) -> ExecutionRecord {
         ExecutionRecord {
             id: "e".into(),
             tenant_id: "t".into(),
-            state: "ready".into(),
+            state: ExecutionState::Ready,
             generation: 1,
             workspace: "/w".into(),
             session_id: None,

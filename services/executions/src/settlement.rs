@@ -7,7 +7,7 @@
 use cursor_runner_activity::{ActivityPayload, Redactor};
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::settlement::Loss;
-use cursor_runner_domain::state::{ExecutionState, InteractionState};
+use cursor_runner_domain::state::ExecutionState;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, TurnRecord, Write};
 
 use crate::turn_row::{self, TurnSettlement};
@@ -45,13 +45,11 @@ pub(crate) fn settle(
     let mut writes = Vec::new();
     let mut events = Vec::new();
     for mut interaction in interactions {
-        let Some(from) = InteractionState::parse(&interaction.state) else {
-            continue;
-        };
+        let from = interaction.state;
         let Some(end) = loss.interaction_end(from) else {
             continue;
         };
-        interaction.state = end.state.as_str().into();
+        interaction.state = end.state;
         interaction.reason = Some(end.reason.into());
         interaction.delivery = Some(end.delivery.as_str().into());
         interaction.replay_allowed = false;
@@ -64,7 +62,7 @@ pub(crate) fn settle(
     }
     let mut row = execution.clone();
     let end = loss.execution_end();
-    row.state = end.state.as_str().into();
+    row.state = end.state;
     row.failure_reason = Some(end.reason);
     if let Some(message) = end.message {
         row.failure_message = Some(redactor.redact_text(&message).0);
@@ -102,6 +100,8 @@ pub(crate) fn settle(
 mod tests {
     use super::*;
     use crate::events::EventWriter;
+    use cursor_runner_activity::InteractionKind;
+    use cursor_runner_domain::state::{InteractionState, TurnState};
     use cursor_runner_store::{MemoryStore, Store};
     use std::sync::Arc;
 
@@ -112,7 +112,7 @@ mod tests {
         let mut execution = ExecutionRecord {
             id: "exec-1".into(),
             tenant_id: "t".into(),
-            state: "ready".into(),
+            state: ExecutionState::Ready,
             generation: 1,
             ..Default::default()
         };
@@ -123,15 +123,15 @@ mod tests {
             tenant_id: "t".into(),
             generation: 1,
             turn_number: 1,
-            state: "running".into(),
+            state: TurnState::Running,
             started_at_ms: NOW - 5_000,
             ..Default::default()
         };
         store.insert_turn(&turn).await.unwrap();
         execution.active_turn_id = Some(turn.id.clone());
-        assert!(store.update_execution("ready", &execution).await.unwrap());
+        assert!(store.update_execution(ExecutionState::Ready, &execution).await.unwrap());
         let mut interactions = Vec::new();
-        for (id, state) in [("i-1", "pending"), ("i-2", "answered")] {
+        for (id, state) in [("i-1", InteractionState::Pending), ("i-2", InteractionState::Answered)] {
             let interaction = InteractionRecord {
                 id: id.into(),
                 execution_id: execution.id.clone(),
@@ -139,18 +139,28 @@ mod tests {
                 generation: 1,
                 turn_id: turn.id.clone(),
                 native_request_id: id.into(),
-                kind: "question".into(),
-                state: "pending".into(),
+                kind: InteractionKind::Question,
+                state: InteractionState::Pending,
+                etag: String::new(),
                 request: "{}".into(),
-                ..Default::default()
+                outcome: None,
+                answer_request_id: None,
+                answer_fingerprint: None,
+                reason: None,
+                delivery: None,
+                replay_allowed: false,
+                created_at_ms: NOW,
+                updated_at_ms: NOW,
             };
             store.insert_interaction(&interaction).await.unwrap();
-            let now = InteractionRecord {
-                state: state.into(),
-                ..interaction
-            };
-            if state != "pending" {
-                assert!(store.transition_interaction("pending", &now).await.unwrap());
+            let now = InteractionRecord { state, ..interaction };
+            if state != InteractionState::Pending {
+                assert!(
+                    store
+                        .transition_interaction(InteractionState::Pending, &now)
+                        .await
+                        .unwrap()
+                );
             }
             interactions.push(now);
         }
@@ -166,14 +176,14 @@ mod tests {
             ..Default::default()
         };
         let interactions = store.list_interactions(&query).await.unwrap();
-        let live_turn = (turn.state == "running").then_some(LiveTurn {
+        let live_turn = (turn.state == TurnState::Running).then_some(LiveTurn {
             record: turn,
             closing: Vec::new(),
         });
         let settled = settle(
             &Loss::ServiceRestarted,
             &execution,
-            ExecutionState::parse(&execution.state).unwrap(),
+            execution.state,
             interactions,
             live_turn,
             &Redactor::default(),
@@ -204,13 +214,13 @@ mod tests {
         let mut ended = Vec::new();
         for id in ["i-1", "i-2"] {
             let i = store.get_interaction("t", id).await.unwrap().unwrap();
-            ended.push((i.state, i.delivery.unwrap(), i.reason.unwrap()));
+            ended.push((i.state.as_str(), i.delivery.unwrap(), i.reason.unwrap()));
         }
         assert_eq!(
             ended,
             [
-                ("expired".into(), "not_sent".into(), "service_restarted".into()),
-                ("expired".into(), "unknown".into(), "service_restarted".into()),
+                ("expired", "not_sent".into(), "service_restarted".into()),
+                ("expired", "unknown".into(), "service_restarted".into()),
             ]
         );
         let types: Vec<_> = store

@@ -40,7 +40,7 @@ pub(crate) fn settled(
         failure,
         message,
     } = settlement;
-    record.state = state.as_str().into();
+    record.state = state;
     record.stop_reason = stop_reason.clone();
     record.failure_reason = failure.map(|f| f.as_str().to_owned());
     record.failure_message = message.clone();

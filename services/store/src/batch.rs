@@ -2,6 +2,7 @@
 //! in one transaction or not at all.
 
 use crate::records::*;
+use cursor_runner_domain::state::{ExecutionState, InteractionState};
 
 /// Writes that land together with the events they produce, or not at all: each write
 /// compare-and-sets as its single-statement counterpart does, and the events append
@@ -25,14 +26,14 @@ pub enum Write {
     InsertInteraction(InteractionRecord),
     /// As [`Store::update_execution`](crate::Store::update_execution).
     Execution {
-        expected_state: String,
+        expected_state: ExecutionState,
         record: ExecutionRecord,
     },
     /// As [`Store::settle_turn`](crate::Store::settle_turn).
     SettleTurn(TurnRecord),
     /// As [`Store::transition_interaction`](crate::Store::transition_interaction).
     Interaction {
-        expected_state: String,
+        expected_state: InteractionState,
         record: InteractionRecord,
     },
 }

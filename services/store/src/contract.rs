@@ -4,6 +4,7 @@
 use crate::batch::Batch;
 use crate::records::*;
 use crate::transient;
+use cursor_runner_domain::state::{ExecutionState, InteractionState};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -142,7 +143,7 @@ pub trait Store: Send + Sync + 'static {
     /// Compare-and-sets the mutable columns: only while the row is at the execution's
     /// generation and in `expected_state`. `Ok(false)`: it was not (fenced, or another
     /// writer moved it on); nothing was written.
-    async fn update_execution(&self, expected_state: &str, execution: &ExecutionRecord) -> StoreResult<bool>;
+    async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool>;
     /// Compare-and-set of the one fence: a new lease (another process for the
     /// execution) moves the generation from `expected` to `expected + 1`; every write
     /// still carrying `expected` is refused from then on. False if it had moved already.
@@ -184,7 +185,11 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()>;
     /// Compare-and-set: writes `next` only if the row is still in `expected_state` and its
     /// execution is still at the interaction's generation (the one fence).
-    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool>;
+    async fn transition_interaction(
+        &self,
+        expected_state: InteractionState,
+        next: &InteractionRecord,
+    ) -> StoreResult<bool>;
     async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>>;
     async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>>;
 

@@ -1,5 +1,10 @@
-//! Rows as the store reads and writes them. States are the domain's spellings; the
-//! domain crate owns what they mean and which transitions are legal.
+//! Rows as the store reads and writes them, with the domain's types where the domain has
+//! one (states, interaction kinds): a row whose state no machine here knows fails to read
+//! rather than travelling on as a string. The domain crate owns what the states mean and
+//! which transitions are legal.
+
+use cursor_runner_activity::InteractionKind;
+use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey {
@@ -12,7 +17,8 @@ pub struct IdempotencyKey {
 pub struct ExecutionRecord {
     pub id: String,
     pub tenant_id: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: ExecutionState,
     pub generation: i64,
     pub workspace: String,
     pub session_id: Option<String>,
@@ -50,7 +56,8 @@ pub struct TurnRecord {
     pub tenant_id: String,
     pub generation: i64,
     pub turn_number: i64,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: TurnState,
     pub stop_reason: Option<String>,
     pub failure_reason: Option<String>,
     pub failure_message: Option<String>,
@@ -63,7 +70,7 @@ pub struct TurnRecord {
     pub usage: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct InteractionRecord {
     pub id: String,
     pub execution_id: String,
@@ -72,8 +79,10 @@ pub struct InteractionRecord {
     pub turn_id: String,
     /// The agent's JSON-RPC id, JSON-encoded (`0`, `"abc"`).
     pub native_request_id: String,
-    pub kind: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub kind: InteractionKind,
+    #[sqlx(try_from = "String")]
+    pub state: InteractionState,
     pub etag: String,
     /// JSON of the persisted request.
     pub request: String,
@@ -108,7 +117,7 @@ pub struct EventRecord {
 pub struct InteractionQuery {
     pub tenant_id: String,
     pub execution_id: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<InteractionState>,
     pub after_id: Option<String>,
     pub limit: i64,
 }

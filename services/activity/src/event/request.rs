@@ -11,6 +11,38 @@ pub enum InteractionKind {
     Permission,
 }
 
+impl InteractionKind {
+    pub const ALL: [Self; 3] = [Self::Question, Self::Plan, Self::Permission];
+
+    /// Its spelling in events and rows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Question => "question",
+            Self::Plan => "plan",
+            Self::Permission => "permission",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for InteractionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the store reads a row's kind back.
+impl TryFrom<String> for InteractionKind {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        Self::parse(&text).ok_or_else(|| format!("`{text}` is not an interaction kind"))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeRequestCreated {
@@ -58,4 +90,18 @@ pub struct RuntimeRequestEnded {
     /// The full request, so the control plane can ask the human durably.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InteractionKind;
+
+    #[test]
+    fn a_kind_is_spelled_the_same_in_rows_and_events() {
+        for kind in InteractionKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+            assert_eq!(InteractionKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(InteractionKind::parse("poll"), None);
+    }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::failpoint::failpoint;
-use crate::interaction_row::{self, kind_of, not_pending};
+use crate::interaction_row::{self, not_pending};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::{
     ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
@@ -146,8 +146,8 @@ impl Actor {
             generation: self.record.generation,
             turn_id: turn.id.clone(),
             native_request_id,
-            kind: kind_name(persisted.kind()).into(),
-            state: InteractionState::Pending.as_str().into(),
+            kind: persisted.kind(),
+            state: InteractionState::Pending,
             request: durable,
             outcome: None,
             answer_request_id: None,
@@ -269,7 +269,7 @@ impl Actor {
     ) -> Result<InteractionRecord, EngineError> {
         let arrived = Instant::now();
         let mut answered = pending.record.clone();
-        answered.state = InteractionState::Answered.as_str().into();
+        answered.state = InteractionState::Answered;
         answered.outcome = Some(outcome.to_string());
         answered.answer_request_id = answer.as_ref().map(|(id, _)| (*id).to_owned());
         answered.answer_fingerprint = answer.map(|(_, fingerprint)| fingerprint);
@@ -281,7 +281,7 @@ impl Actor {
                 .get_interaction(&answered.tenant_id, &answered.id)
                 .await?
                 .unwrap_or(answered);
-            if current.state == InteractionState::Pending.as_str() {
+            if current.state == InteractionState::Pending {
                 // Still pending, so the compare-and-set failed on the execution's
                 // generation: another lease owns it now. Nothing reaches this agent.
                 self.events.refused_by_fence("answer");
@@ -300,17 +300,17 @@ impl Actor {
         let mut settled = answered.clone();
         settled.updated_at_ms = now_ms();
         if written.is_err() {
-            settled.state = InteractionState::Expired.as_str().into();
+            settled.state = InteractionState::Expired;
             settled.delivery = Some("unknown".into());
             settled.reason = Some("provider_process_lost".into());
             self.end(InteractionState::Answered, &settled).await?;
             return Err(not_pending(&settled));
         }
-        settled.state = InteractionState::Delivered.as_str().into();
+        settled.state = InteractionState::Delivered;
         settled.delivery = Some("pipe_written".into());
         let resolved = ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
             interaction_id: settled.id.clone(),
-            kind: kind_of(&settled.kind),
+            kind: settled.kind,
             turn_id: settled.turn_id.clone(),
             outcome,
             delivery: "pipe_written".into(),
@@ -362,7 +362,7 @@ impl Actor {
         reason: &str,
         delivery: &str,
     ) -> Result<(), EngineError> {
-        record.state = state.as_str().into();
+        record.state = state;
         record.reason = Some(reason.into());
         record.delivery = Some(delivery.into());
         record.replay_allowed = false;
@@ -408,9 +408,9 @@ impl Actor {
 
     /// How long an interaction that just ended had been pending.
     pub(super) fn observe_wait(&self, record: &InteractionRecord) {
-        if let (Some(metrics), Some(state)) = (self.events.metrics(), InteractionState::parse(&record.state)) {
+        if let (Some(metrics), state) = (self.events.metrics(), record.state) {
             let waited = Duration::from_millis((now_ms() - record.created_at_ms).max(0) as u64);
-            metrics.interaction_waited(kind_of(&record.kind), state.as_str(), waited);
+            metrics.interaction_waited(record.kind, state.as_str(), waited);
         }
     }
 }
@@ -424,14 +424,6 @@ fn with_child(durable: String, child: Option<&ChildRef>) -> String {
             Value::Object(map).to_string()
         }
         _ => durable,
-    }
-}
-
-fn kind_name(kind: InteractionKind) -> &'static str {
-    match kind {
-        InteractionKind::Question => "question",
-        InteractionKind::Plan => "plan",
-        InteractionKind::Permission => "permission",
     }
 }
 

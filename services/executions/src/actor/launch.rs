@@ -137,7 +137,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 store,
                 config,
                 pool,
-                stored_state: ExecutionState::parse(&record.state).unwrap_or(ExecutionState::Starting),
+                stored_state: record.state,
                 record: record.clone(),
                 events,
                 process,
@@ -174,7 +174,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
             if let Err(error) = actor.configure(&session_request).await {
                 return Err(actor.fail_launch(error, recovery).await);
             }
-            actor.record.state = ExecutionState::Ready.as_str().into();
+            actor.record.state = ExecutionState::Ready;
             actor.save_record().await?;
             let record = actor.record.clone();
             let violations = actor.watch_workspace();
@@ -205,14 +205,12 @@ pub(crate) async fn fail_execution(
     exit: Option<ExitProof>,
     recovery: bool,
 ) {
-    let from = ExecutionState::parse(&record.state).unwrap_or(ExecutionState::Starting);
+    let from = record.state;
     record.state = if recovery {
         ExecutionState::Lost
     } else {
         ExecutionState::Failed
-    }
-    .as_str()
-    .into();
+    };
     record.failure_reason = Some(error.reason.as_str().into());
     record.failure_message = Some(error.message.clone());
     if let Some(exit) = exit {

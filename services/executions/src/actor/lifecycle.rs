@@ -143,7 +143,7 @@ impl Actor {
     }
 
     pub(super) async fn close(&mut self) -> Result<ExecutionRecord, EngineError> {
-        self.record.state = ExecutionState::Closing.as_str().into();
+        self.record.state = ExecutionState::Closing;
         self.save_record().await?;
         if self.turn.is_some() {
             let notify = schema::CancelNotification::new(self.session_id.clone());
@@ -180,7 +180,7 @@ impl Actor {
             )
             .await?;
         }
-        self.record.state = ExecutionState::Closed.as_str().into();
+        self.record.state = ExecutionState::Closed;
         self.save_record().await?;
         Ok(self.record.clone())
     }

@@ -145,7 +145,7 @@ impl Actor {
                 Reason::ExecutionNotReady,
                 format!("execution `{}` is {}", self.record.id, self.record.state),
             )
-            .with("state", self.record.state.clone())
+            .with("state", self.record.state.as_str())
         };
         match command {
             Command::StartTurn { reply, .. } => drop(reply.send(Err(error()))),

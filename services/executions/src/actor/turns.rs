@@ -112,7 +112,7 @@ impl Actor {
             tenant_id: self.record.tenant_id.clone(),
             generation: self.record.generation,
             turn_number,
-            state: TurnState::Running.as_str().into(),
+            state: TurnState::Running,
             stop_reason: None,
             failure_reason: None,
             failure_message: None,

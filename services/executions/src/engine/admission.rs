@@ -213,7 +213,7 @@ impl Engine {
         let record = ExecutionRecord {
             id: uuid::Uuid::now_v7().to_string(),
             tenant_id: tenant_id.to_owned(),
-            state: ExecutionState::Starting.as_str().into(),
+            state: ExecutionState::Starting,
             // The first lease; each later lease (recovery) advances it.
             generation: 1,
             workspace,
@@ -279,7 +279,7 @@ impl Engine {
             EngineError::not_found(Reason::SessionNotFound, format!("no recorded session `{session_id}`"))
                 .with("session_id", session_id)
         })?;
-        if ExecutionState::parse(&recorded.state).is_some_and(|s| !s.is_terminal()) {
+        if !recorded.state.is_terminal() {
             return Err(EngineError::precondition(
                 Reason::SessionInUse,
                 format!("session `{session_id}` is open in execution `{}`", recorded.id),
@@ -405,9 +405,7 @@ impl Engine {
         launch_as: LaunchAs,
     ) -> Result<ExecutionRecord, EngineError> {
         let mut record = self.get_execution(tenant_id, execution_id).await?;
-        let (Some(ExecutionState::Lost), Some(session_id)) =
-            (ExecutionState::parse(&record.state), record.session_id.clone())
-        else {
+        let (ExecutionState::Lost, Some(session_id)) = (record.state, record.session_id.clone()) else {
             return Err(EngineError::precondition(
                 Reason::ExecutionNotRecoverable,
                 format!(
@@ -415,7 +413,7 @@ impl Engine {
                     record.id, record.state
                 ),
             )
-            .with("state", record.state.clone()));
+            .with("state", record.state.as_str()));
         };
         self.config
             .workspace_policy
@@ -452,8 +450,8 @@ impl Engine {
             ));
         }
         record.generation += 1;
-        let recorded = ExecutionState::parse(&record.state).unwrap_or(ExecutionState::Lost);
-        record.state = ExecutionState::Starting.as_str().into();
+        let recorded = record.state;
+        record.state = ExecutionState::Starting;
         record.pid = None;
         record.exit_code = None;
         record.exit_signal = None;

@@ -14,7 +14,7 @@ use crate::model_catalog::ModelCatalog;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::prompt::Prompt;
 use cursor_runner_domain::session_config::ConfigRequest;
-use cursor_runner_domain::state::{ExecutionState, InteractionState};
+use cursor_runner_domain::state::InteractionState;
 
 use super::data::*;
 use super::idempotency::Outcome;
@@ -160,8 +160,7 @@ impl Engine {
         let result = self
             .idempotent(meta, "CloseExecution", move || async move {
                 let record = engine.get_execution(&tenant_id, &id).await?;
-                let state = ExecutionState::parse(&record.state);
-                if state.is_some_and(ExecutionState::is_terminal) {
+                if record.state.is_terminal() {
                     return Ok((json!({"executionId": record.id}), record));
                 }
                 let record = engine
@@ -257,14 +256,13 @@ impl Engine {
         page_size: i64,
         page_token: &str,
     ) -> Result<(Vec<InteractionRecord>, String), EngineError> {
-        if let Some(state) = state.as_deref()
-            && InteractionState::parse(state).is_none()
-        {
-            return Err(EngineError::invalid(
-                Reason::InvalidArgument,
-                format!("unknown state `{state}`"),
-            ));
-        }
+        let state = match state.as_deref() {
+            None => None,
+            Some(text) => Some(
+                InteractionState::parse(text)
+                    .ok_or_else(|| EngineError::invalid(Reason::InvalidArgument, format!("unknown state `{text}`")))?,
+            ),
+        };
         let limit = page_limit(page_size)?;
         let page = self
             .store
@@ -291,7 +289,7 @@ impl Engine {
         // once the winner has finished. While it is `answered` the winner is still on its
         // way to the pipe, so the retry joins it below and returns what the winner returns.
         if record.answer_request_id.as_deref() == Some(meta.request_id.as_str())
-            && record.state != InteractionState::Answered.as_str()
+            && record.state != InteractionState::Answered
         {
             return if record.answer_fingerprint.as_deref() == Some(fingerprint.as_str()) {
                 Ok(record)

@@ -21,7 +21,7 @@ use crate::retention::{self};
 use crate::settlement::{self, LiveTurn};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::settlement::Loss;
-use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_domain::state::{InteractionState, TurnState};
 use cursor_runner_pool::{Pool, PoolStatus, ProfileStatus};
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
@@ -260,7 +260,7 @@ impl Engine {
                 Reason::ExecutionNotReady,
                 format!("execution `{}` is {}", record.id, record.state),
             )
-            .with("state", record.state.clone())
+            .with("state", record.state.as_str())
         };
         let (commands, redactor) = handle.ok_or_else(not_ready)?;
         let (reply, rx) = oneshot::channel();
@@ -300,9 +300,7 @@ impl Engine {
     /// one batch per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]).
     pub(super) async fn recover_after_restart(&self) -> Result<(), EngineError> {
         for execution in self.store.list_live_executions().await? {
-            let Some(recorded) = ExecutionState::parse(&execution.state) else {
-                continue;
-            };
+            let recorded = execution.state;
             let mut interactions = Vec::new();
             for state in [InteractionState::Pending, InteractionState::Answered] {
                 interactions.extend(
@@ -310,7 +308,7 @@ impl Engine {
                         .list_interactions(&InteractionQuery {
                             tenant_id: execution.tenant_id.clone(),
                             execution_id: Some(execution.id.clone()),
-                            state: Some(state.as_str().into()),
+                            state: Some(state),
                             after_id: None,
                             limit: i64::MAX,
                         })
@@ -324,7 +322,7 @@ impl Engine {
                     .store
                     .get_turn(&execution.tenant_id, turn_id)
                     .await?
-                    .filter(|turn| turn.state == TurnState::Running.as_str())
+                    .filter(|turn| turn.state == TurnState::Running)
                     .map(|record| LiveTurn {
                         record,
                         closing: Vec::new(),

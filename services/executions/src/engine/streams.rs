@@ -235,6 +235,7 @@ fn events_pruned(after_sequence: i64, oldest: i64) -> EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cursor_runner_domain::state::ExecutionState;
     use cursor_runner_store::{EventRecord, ExecutionRecord, MemoryStore};
 
     const EXECUTION: &str = "exec-1";
@@ -256,7 +257,7 @@ mod tests {
         let execution = ExecutionRecord {
             id: EXECUTION.into(),
             tenant_id: "t".into(),
-            state: "ready".into(),
+            state: ExecutionState::Ready,
             generation: 1,
             ..Default::default()
         };

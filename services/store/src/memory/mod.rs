@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
+use cursor_runner_domain::state::{ExecutionState, InteractionState};
 use tables::Tables;
 
 /// Clones share the same rows (and observer), like the patiences of one SQL store.
@@ -83,7 +84,7 @@ impl Store for MemoryStore {
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()> {
         self.try_run("insert_execution", |t| t.insert_execution(execution))
     }
-    async fn update_execution(&self, expected_state: &str, execution: &ExecutionRecord) -> StoreResult<bool> {
+    async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool> {
         self.run("update_execution", |t| t.update_execution(expected_state, execution))
     }
     async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
@@ -141,7 +142,11 @@ impl Store for MemoryStore {
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()> {
         self.try_run("insert_interaction", |t| t.insert_interaction(interaction))
     }
-    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool> {
+    async fn transition_interaction(
+        &self,
+        expected_state: InteractionState,
+        next: &InteractionRecord,
+    ) -> StoreResult<bool> {
         self.run("transition_interaction", |t| {
             t.transition_interaction(expected_state, next)
         })

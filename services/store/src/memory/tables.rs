@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::batch::{Batch, Write};
 use crate::contract::*;
 use crate::records::*;
-
-/// Execution states a previous incarnation may have left live (`list_live_executions`).
-const LIVE_STATES: [&str; 3] = ["starting", "ready", "closing"];
+use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 #[derive(Clone, Default)]
 pub(super) struct Tables {
@@ -114,14 +112,14 @@ impl Tables {
 
     /// Writes the columns `UPDATE executions SET …` writes; the others (tenant, workspace,
     /// policy, limits, acked sequence, creation time, generation) keep their values.
-    pub(super) fn update_execution(&mut self, expected_state: &str, e: &ExecutionRecord) -> bool {
+    pub(super) fn update_execution(&mut self, expected_state: ExecutionState, e: &ExecutionRecord) -> bool {
         let Some(row) = self.executions.get_mut(&e.id) else {
             return false;
         };
         if row.generation != e.generation || row.state != expected_state {
             return false;
         }
-        row.state = e.state.clone();
+        row.state = e.state;
         row.session_id = e.session_id.clone();
         row.active_turn_id = e.active_turn_id.clone();
         row.turn_count = e.turn_count;
@@ -164,7 +162,7 @@ impl Tables {
     pub(super) fn list_live_executions(&self) -> Vec<ExecutionRecord> {
         self.executions
             .values()
-            .filter(|e| LIVE_STATES.contains(&e.state.as_str()))
+            .filter(|e| !e.state.is_terminal())
             .cloned()
             .collect()
     }
@@ -223,10 +221,10 @@ impl Tables {
         let Some(row) = self.turns.get_mut(&t.id) else {
             return false;
         };
-        if row.generation != t.generation || row.state != "running" || current != Some(t.generation) {
+        if row.generation != t.generation || row.state != TurnState::Running || current != Some(t.generation) {
             return false;
         }
-        row.state = t.state.clone();
+        row.state = t.state;
         row.stop_reason = t.stop_reason.clone();
         row.failure_reason = t.failure_reason.clone();
         row.failure_message = t.failure_message.clone();
@@ -276,7 +274,7 @@ impl Tables {
         Ok(())
     }
 
-    pub(super) fn transition_interaction(&mut self, expected_state: &str, i: &InteractionRecord) -> bool {
+    pub(super) fn transition_interaction(&mut self, expected_state: InteractionState, i: &InteractionRecord) -> bool {
         let Some(row) = self.interactions.get_mut(&i.id) else {
             return false;
         };
@@ -284,7 +282,7 @@ impl Tables {
         if row.generation != i.generation || row.state != expected_state || execution_generation != Some(i.generation) {
             return false;
         }
-        row.state = i.state.clone();
+        row.state = i.state;
         row.outcome = i.outcome.clone();
         row.answer_request_id = i.answer_request_id.clone();
         row.answer_fingerprint = i.answer_fingerprint.clone();
@@ -299,16 +297,15 @@ impl Tables {
         self.interactions.get(id).filter(|i| i.tenant_id == tenant_id).cloned()
     }
 
-    /// An empty execution id or state filters nothing, as in SQL (`$2 = '' OR …`).
+    /// An empty execution id or no state filters nothing, as in SQL (`$2 = '' OR …`).
     pub(super) fn list_interactions(&self, q: &InteractionQuery) -> Vec<InteractionRecord> {
         let execution = q.execution_id.as_deref().unwrap_or("");
-        let state = q.state.as_deref().unwrap_or("");
         self.interactions
             .values()
             .filter(|i| {
                 i.tenant_id == q.tenant_id
                     && (execution.is_empty() || i.execution_id == execution)
-                    && (state.is_empty() || i.state == state)
+                    && q.state.is_none_or(|state| i.state == state)
                     && i.id.as_str() > q.after_id.as_deref().unwrap_or("")
             })
             .take(take(q.limit))
@@ -423,9 +420,9 @@ impl Tables {
                 inserted = next.insert_interaction(interaction);
                 inserted.is_ok()
             }
-            Write::Execution { expected_state, record } => next.update_execution(expected_state, record),
+            Write::Execution { expected_state, record } => next.update_execution(*expected_state, record),
             Write::SettleTurn(turn) => next.settle_turn(turn),
-            Write::Interaction { expected_state, record } => next.transition_interaction(expected_state, record),
+            Write::Interaction { expected_state, record } => next.transition_interaction(*expected_state, record),
         });
         match inserted {
             Err(StoreError::Fenced) => return Ok(false),

@@ -57,7 +57,7 @@ impl SqlStore {
             None => true,
             Some(Write::Execution { record, .. }) => {
                 self.execution_state(&record.id, record.generation).await?
-                    == Some((record.state.clone(), record.updated_at_ms))
+                    == Some((record.state.as_str().to_owned(), record.updated_at_ms))
             }
             Some(Write::InsertTurn(turn)) => self.turn_state(&turn.id, turn.generation).await?.is_some(),
             Some(Write::InsertInteraction(interaction)) => self
@@ -69,7 +69,7 @@ impl SqlStore {
             }
             Some(Write::Interaction { record, .. }) => {
                 self.interaction_state(&record.id, record.generation).await?
-                    == Some((record.state.clone(), record.updated_at_ms))
+                    == Some((record.state.as_str().to_owned(), record.updated_at_ms))
             }
         })
     }

@@ -4,6 +4,7 @@
 use super::connection::{SqlStore, already_there_after_retry, on_pool};
 use crate::contract::*;
 use crate::records::*;
+use cursor_runner_domain::state::ExecutionState;
 
 const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms";
 
@@ -18,7 +19,7 @@ macro_rules! update_execution_on {
              credential_name = $13, active_ms = $14 \
              WHERE id = $15 AND generation = $16 AND state = $17",
         )
-        .bind(&e.state)
+        .bind(e.state.as_str())
         .bind(&e.session_id)
         .bind(&e.active_turn_id)
         .bind(e.turn_count)
@@ -34,7 +35,7 @@ macro_rules! update_execution_on {
         .bind(e.active_ms)
         .bind(&e.id)
         .bind(e.generation)
-        .bind($expected_state)
+        .bind($expected_state.as_str())
         .execute($executor)
         .await?
         .rows_affected()
@@ -51,7 +52,7 @@ impl SqlStore {
         )
         .bind(&e.id)
         .bind(&e.tenant_id)
-        .bind(&e.state)
+        .bind(e.state.as_str())
         .bind(e.generation)
         .bind(&e.workspace)
         .bind(&e.session_id)
@@ -81,14 +82,17 @@ impl SqlStore {
         already_there_after_retry(outcome, retried)
     }
 
-    pub(super) async fn update_execution(&self, expected_state: &str, e: &ExecutionRecord) -> StoreResult<bool> {
+    pub(super) async fn update_execution(
+        &self,
+        expected_state: ExecutionState,
+        e: &ExecutionRecord,
+    ) -> StoreResult<bool> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| update_execution_on!(pool, expected_state, e));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `e`.
-            _ if retried => {
-                Ok(self.execution_state(&e.id, e.generation).await? == Some((e.state.clone(), e.updated_at_ms)))
-            }
+            _ if retried => Ok(self.execution_state(&e.id, e.generation).await?
+                == Some((e.state.as_str().to_owned(), e.updated_at_ms))),
             _ => Ok(false),
         }
     }

@@ -3,6 +3,7 @@
 use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use crate::contract::*;
 use crate::records::*;
+use cursor_runner_domain::state::InteractionState;
 
 /// The interaction compare-and-set (on its state and generation, and its execution's)
 /// run on `$executor`, a pool or an open transaction; evaluates to the rows affected.
@@ -15,7 +16,7 @@ macro_rules! transition_interaction_on {
              WHERE id = $9 AND generation = $10 AND state = $11 \
              AND EXISTS (SELECT 1 FROM executions e WHERE e.id = interactions.execution_id AND e.generation = $10)",
         )
-        .bind(&i.state)
+        .bind(i.state.as_str())
         .bind(&i.outcome)
         .bind(&i.answer_request_id)
         .bind(&i.answer_fingerprint)
@@ -25,7 +26,7 @@ macro_rules! transition_interaction_on {
         .bind(i.updated_at_ms)
         .bind(&i.id)
         .bind(i.generation)
-        .bind($expected_state)
+        .bind($expected_state.as_str())
         .execute($executor)
         .await?
         .rows_affected()
@@ -49,8 +50,8 @@ macro_rules! insert_interaction_on {
     .bind(i.generation)
     .bind(&i.turn_id)
     .bind(&i.native_request_id)
-    .bind(&i.kind)
-    .bind(&i.state)
+    .bind(i.kind.as_str())
+    .bind(i.state.as_str())
     .bind(&i.etag)
     .bind(&i.request)
     .bind(&i.outcome)
@@ -76,16 +77,15 @@ impl SqlStore {
 
     pub(super) async fn transition_interaction(
         &self,
-        expected_state: &str,
+        expected_state: InteractionState,
         i: &InteractionRecord,
     ) -> StoreResult<bool> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| transition_interaction_on!(pool, expected_state, i));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `next`.
-            _ if retried => {
-                Ok(self.interaction_state(&i.id, i.generation).await? == Some((i.state.clone(), i.updated_at_ms)))
-            }
+            _ if retried => Ok(self.interaction_state(&i.id, i.generation).await?
+                == Some((i.state.as_str().to_owned(), i.updated_at_ms))),
             _ => Ok(false),
         }
     }
@@ -107,7 +107,7 @@ impl SqlStore {
         )
         .bind(&q.tenant_id)
         .bind(q.execution_id.as_deref().unwrap_or(""))
-        .bind(q.state.as_deref().unwrap_or(""))
+        .bind(q.state.map_or("", |state| state.as_str()))
         .bind(q.after_id.as_deref().unwrap_or(""))
         .bind(q.limit)
         .fetch_all(pool)

@@ -22,6 +22,7 @@ use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
 use connection::Pool;
+use cursor_runner_domain::state::{ExecutionState, InteractionState};
 
 #[async_trait]
 impl Store for SqlStore {
@@ -66,7 +67,7 @@ impl Store for SqlStore {
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()> {
         SqlStore::insert_execution(self, execution).await
     }
-    async fn update_execution(&self, expected_state: &str, execution: &ExecutionRecord) -> StoreResult<bool> {
+    async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool> {
         SqlStore::update_execution(self, expected_state, execution).await
     }
     async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
@@ -120,7 +121,11 @@ impl Store for SqlStore {
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()> {
         SqlStore::insert_interaction(self, interaction).await
     }
-    async fn transition_interaction(&self, expected_state: &str, next: &InteractionRecord) -> StoreResult<bool> {
+    async fn transition_interaction(
+        &self,
+        expected_state: InteractionState,
+        next: &InteractionRecord,
+    ) -> StoreResult<bool> {
         SqlStore::transition_interaction(self, expected_state, next).await
     }
     async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {

@@ -18,7 +18,7 @@ macro_rules! settle_turn_on {
              WHERE id = $7 AND generation = $8 AND state = 'running' \
              AND EXISTS (SELECT 1 FROM executions e WHERE e.id = turns.execution_id AND e.generation = $8)",
         )
-        .bind(&t.state)
+        .bind(t.state.as_str())
         .bind(&t.stop_reason)
         .bind(&t.failure_reason)
         .bind(&t.failure_message)
@@ -48,7 +48,7 @@ macro_rules! insert_turn_on {
     .bind(&t.tenant_id)
     .bind(t.generation)
     .bind(t.turn_number)
-    .bind(&t.state)
+    .bind(t.state.as_str())
     .bind(&t.stop_reason)
     .bind(&t.failure_reason)
     .bind(&t.failure_message)

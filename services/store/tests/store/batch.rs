@@ -20,7 +20,7 @@ on_every_backend!(
 async fn live_execution(store: &dyn Store) -> (ExecutionRecord, TurnRecord, InteractionRecord) {
     let (mut e, t) = execution_with_turn(store, "exec-1").await;
     e.active_turn_id = Some(t.id.clone());
-    assert!(store.update_execution("ready", &e).await.unwrap());
+    assert!(store.update_execution(ExecutionState::Ready, &e).await.unwrap());
     let i = interaction(&t, "question-1", "0");
     store.insert_interaction(&i).await.unwrap();
     (e, t, i)
@@ -31,24 +31,24 @@ fn settlement(e: &ExecutionRecord, t: &TurnRecord, i: &InteractionRecord) -> Bat
     Batch {
         writes: vec![
             Write::Interaction {
-                expected_state: "pending".into(),
+                expected_state: InteractionState::Pending,
                 record: InteractionRecord {
-                    state: "expired".into(),
+                    state: InteractionState::Expired,
                     reason: Some("provider_process_lost".into()),
                     updated_at_ms: T0 + 1,
                     ..i.clone()
                 },
             },
             Write::SettleTurn(TurnRecord {
-                state: "failed".into(),
+                state: TurnState::Failed,
                 failure_reason: Some("agent_exited".into()),
                 ended_at_ms: Some(T0 + 1),
                 ..t.clone()
             }),
             Write::Execution {
-                expected_state: "ready".into(),
+                expected_state: ExecutionState::Ready,
                 record: ExecutionRecord {
-                    state: "lost".into(),
+                    state: ExecutionState::Lost,
                     active_turn_id: None,
                     updated_at_ms: T0 + 1,
                     ..e.clone()
@@ -64,11 +64,23 @@ async fn rows_as_they_are(
     e: &ExecutionRecord,
     t: &TurnRecord,
     i: &InteractionRecord,
-) -> [String; 3] {
+) -> [&'static str; 3] {
     [
-        store.get_execution(TENANT, &e.id).await.unwrap().unwrap().state,
-        store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state,
-        store.get_interaction(TENANT, &i.id).await.unwrap().unwrap().state,
+        store
+            .get_execution(TENANT, &e.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .as_str(),
+        store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state.as_str(),
+        store
+            .get_interaction(TENANT, &i.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .as_str(),
     ]
 }
 
@@ -95,7 +107,7 @@ async fn a_batch_with_one_stale_write_writes_nothing(store: Arc<dyn Store>) {
     let Write::Execution { expected_state, .. } = &mut batch.writes[2] else {
         unreachable!()
     };
-    *expected_state = "closing".into();
+    *expected_state = ExecutionState::Closing;
     assert!(!store.commit(&batch).await.unwrap());
     assert_eq!(
         rows_as_they_are(&*store, &e, &t, &i).await,
@@ -139,7 +151,7 @@ fn start_turn(e: &ExecutionRecord, head: i64) -> Batch {
         writes: vec![
             Write::InsertTurn(turn(e, "turn-2", 2)),
             Write::Execution {
-                expected_state: "ready".into(),
+                expected_state: ExecutionState::Ready,
                 record: ExecutionRecord {
                     active_turn_id: Some("turn-2".into()),
                     turn_count: 2,

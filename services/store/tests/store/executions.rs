@@ -71,7 +71,7 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
     store.insert_execution(&e).await.unwrap();
     store.set_acked_sequence(TENANT, "exec-1", 7).await.unwrap();
     let next = ExecutionRecord {
-        state: "closed".into(),
+        state: ExecutionState::Closed,
         session_id: Some("s-1".into()),
         active_turn_id: Some("turn-9".into()),
         turn_count: 2,
@@ -97,7 +97,7 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
         max_active_ms: Some(1),
         ..e.clone()
     };
-    assert!(store.update_execution("ready", &next).await.unwrap());
+    assert!(store.update_execution(ExecutionState::Ready, &next).await.unwrap());
     let expected = ExecutionRecord {
         tenant_id: e.tenant_id.clone(),
         workspace: e.workspace.clone(),
@@ -118,10 +118,10 @@ async fn update_execution_refuses_a_stale_generation(store: Arc<dyn Store>) {
     store.insert_execution(&e).await.unwrap();
     assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
     let stale = ExecutionRecord {
-        state: "lost".into(),
+        state: ExecutionState::Lost,
         ..e.clone()
     };
-    assert!(!store.update_execution("ready", &stale).await.unwrap());
+    assert!(!store.update_execution(ExecutionState::Ready, &stale).await.unwrap());
     let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
     assert_eq!((now.state.as_str(), now.generation), ("ready", 2));
 }
@@ -130,15 +130,20 @@ async fn update_execution_refuses_a_wrong_expected_state(store: Arc<dyn Store>) 
     let e = execution("exec-1");
     store.insert_execution(&e).await.unwrap();
     let closing = ExecutionRecord {
-        state: "closing".into(),
+        state: ExecutionState::Closing,
         ..e.clone()
     };
-    assert!(!store.update_execution("starting", &closing).await.unwrap());
-    assert!(store.update_execution("ready", &closing).await.unwrap());
+    assert!(
+        !store
+            .update_execution(ExecutionState::Starting, &closing)
+            .await
+            .unwrap()
+    );
+    assert!(store.update_execution(ExecutionState::Ready, &closing).await.unwrap());
     // The same compare-and-set again: the row has moved on.
-    assert!(!store.update_execution("ready", &closing).await.unwrap());
+    assert!(!store.update_execution(ExecutionState::Ready, &closing).await.unwrap());
     let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
-    assert_eq!(now.state, "closing");
+    assert_eq!(now.state.as_str(), "closing");
 }
 
 async fn advance_generation_is_compare_and_set(store: Arc<dyn Store>) {
@@ -166,7 +171,7 @@ async fn live_executions_are_those_starting_ready_or_closing(store: Arc<dyn Stor
         ("exec-6", "ready"),
     ] {
         let e = ExecutionRecord {
-            state: state.into(),
+            state: ExecutionState::parse(state).unwrap(),
             // Live executions of every tenant.
             tenant_id: if id == "exec-6" { OTHER_TENANT } else { TENANT }.into(),
             ..execution(id)

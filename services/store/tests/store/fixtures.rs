@@ -1,6 +1,8 @@
 //! Rows as a test writes them: valid and minimal, one field away from what a behaviour
 //! needs.
 
+pub use cursor_runner_activity::InteractionKind;
+pub use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_store::*;
 
 pub const TENANT: &str = "tenant-a";
@@ -13,7 +15,7 @@ pub fn execution(id: &str) -> ExecutionRecord {
     ExecutionRecord {
         id: id.to_owned(),
         tenant_id: TENANT.to_owned(),
-        state: "ready".to_owned(),
+        state: ExecutionState::Ready,
         generation: 1,
         workspace: "/work/space".to_owned(),
         created_at_ms: T0,
@@ -32,7 +34,7 @@ pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
         tenant_id: execution.tenant_id.clone(),
         generation: execution.generation,
         turn_number: number,
-        state: "running".to_owned(),
+        state: TurnState::Running,
         started_at_ms: T0,
         credential_name: Some("CURSOR_API_KEY".to_owned()),
         session_config: Some(r#"{"model":"m"}"#.to_owned()),
@@ -49,13 +51,18 @@ pub fn interaction(turn: &TurnRecord, id: &str, native: &str) -> InteractionReco
         generation: turn.generation,
         turn_id: turn.id.clone(),
         native_request_id: native.to_owned(),
-        kind: "question".to_owned(),
-        state: "pending".to_owned(),
+        kind: InteractionKind::Question,
+        state: InteractionState::Pending,
         etag: "e1".to_owned(),
         request: r#"{"questions":[]}"#.to_owned(),
+        outcome: None,
+        answer_request_id: None,
+        answer_fingerprint: None,
+        reason: None,
+        delivery: None,
+        replay_allowed: false,
         created_at_ms: T0,
         updated_at_ms: T0,
-        ..Default::default()
     }
 }
 

@@ -19,19 +19,20 @@ async fn interactions_list_by_id_with_their_filters(store: Arc<dyn Store>) {
     let (_, t1) = execution_with_turn(&*store, "exec-1").await;
     let (_, t2) = execution_with_turn(&*store, "exec-2").await;
     let answered = InteractionRecord {
-        state: "answered".into(),
+        state: InteractionState::Answered,
         ..interaction(&t1, "int-3", "2")
     };
     for i in [interaction(&t1, "int-2", "1"), answered, interaction(&t2, "int-1", "1")] {
         store.insert_interaction(&i).await.unwrap();
     }
-    let list = |execution_id: Option<&str>, state: Option<&str>, after_id: Option<&str>, limit| InteractionQuery {
-        tenant_id: TENANT.into(),
-        execution_id: execution_id.map(Into::into),
-        state: state.map(Into::into),
-        after_id: after_id.map(Into::into),
-        limit,
-    };
+    let list =
+        |execution_id: Option<&str>, state: Option<InteractionState>, after_id: Option<&str>, limit| InteractionQuery {
+            tenant_id: TENANT.into(),
+            execution_id: execution_id.map(Into::into),
+            state,
+            after_id: after_id.map(Into::into),
+            limit,
+        };
     let found = |q: InteractionQuery| {
         let store = store.clone();
         async move {
@@ -42,10 +43,16 @@ async fn interactions_list_by_id_with_their_filters(store: Arc<dyn Store>) {
     assert_eq!(found(list(None, None, None, 10)).await, ["int-1", "int-2", "int-3"]);
     assert_eq!(found(list(None, None, Some("int-1"), 1)).await, ["int-2"]);
     assert_eq!(found(list(Some("exec-1"), None, None, 10)).await, ["int-2", "int-3"]);
-    assert_eq!(found(list(None, Some("pending"), None, 10)).await, ["int-1", "int-2"]);
-    assert_eq!(found(list(Some("exec-1"), Some("pending"), None, 10)).await, ["int-2"]);
-    // An empty filter filters nothing.
-    assert_eq!(found(list(Some(""), Some(""), None, 10)).await.len(), 3);
+    assert_eq!(
+        found(list(None, Some(InteractionState::Pending), None, 10)).await,
+        ["int-1", "int-2"]
+    );
+    assert_eq!(
+        found(list(Some("exec-1"), Some(InteractionState::Pending), None, 10)).await,
+        ["int-2"]
+    );
+    // An empty execution filter filters nothing.
+    assert_eq!(found(list(Some(""), None, None, 10)).await.len(), 3);
     let foreign = InteractionQuery {
         tenant_id: OTHER_TENANT.into(),
         ..list(None, None, None, 10)
@@ -96,7 +103,7 @@ async fn an_interaction_needs_its_execution_and_turn(store: Arc<dyn Store>) {
 /// `i` moved to `state` at `T0 + at`.
 fn moved(i: &InteractionRecord, state: &str, at: i64) -> InteractionRecord {
     InteractionRecord {
-        state: state.into(),
+        state: InteractionState::parse(state).unwrap(),
         outcome: Some(r#"{"outcome":"selected"}"#.into()),
         answer_request_id: Some("req-1".into()),
         answer_fingerprint: Some("fp".into()),
@@ -112,14 +119,32 @@ async fn transition_interaction_is_compare_and_set_on_state(store: Arc<dyn Store
     let pending = interaction(&t, "int-1", "1");
     store.insert_interaction(&pending).await.unwrap();
     let answered = moved(&pending, "answered", 1);
-    assert!(!store.transition_interaction("answered", &answered).await.unwrap());
-    assert!(store.transition_interaction("pending", &answered).await.unwrap());
     assert!(
-        !store.transition_interaction("pending", &answered).await.unwrap(),
+        !store
+            .transition_interaction(InteractionState::Answered, &answered)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .transition_interaction(InteractionState::Pending, &answered)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .transition_interaction(InteractionState::Pending, &answered)
+            .await
+            .unwrap(),
         "moved on"
     );
     let delivered = moved(&answered, "delivered", 2);
-    assert!(store.transition_interaction("answered", &delivered).await.unwrap());
+    assert!(
+        store
+            .transition_interaction(InteractionState::Answered, &delivered)
+            .await
+            .unwrap()
+    );
     assert_eq!(store.get_interaction(TENANT, "int-1").await.unwrap(), Some(delivered));
 }
 
@@ -129,14 +154,19 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
     store.insert_interaction(&pending).await.unwrap();
     assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
     let expired = moved(&pending, "expired", 1);
-    assert!(!store.transition_interaction("pending", &expired).await.unwrap());
+    assert!(
+        !store
+            .transition_interaction(InteractionState::Pending, &expired)
+            .await
+            .unwrap()
+    );
     let claimed_by_the_new_lease = InteractionRecord {
         generation: 2,
         ..expired
     };
     assert!(
         !store
-            .transition_interaction("pending", &claimed_by_the_new_lease)
+            .transition_interaction(InteractionState::Pending, &claimed_by_the_new_lease)
             .await
             .unwrap(),
         "the row is the old lease's"

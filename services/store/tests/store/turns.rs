@@ -61,7 +61,7 @@ async fn a_turn_of_an_unknown_execution_is_refused(store: Arc<dyn Store>) {
 /// `t` settled `completed` at `T0 + 10` with usage.
 fn completed(t: &TurnRecord) -> TurnRecord {
     TurnRecord {
-        state: "completed".into(),
+        state: TurnState::Completed,
         stop_reason: Some("end_turn".into()),
         ended_at_ms: Some(T0 + 10),
         usage: Some(r#"{"inputTokens":1}"#.into()),
@@ -73,7 +73,7 @@ async fn settle_turn_settles_a_running_turn_once(store: Arc<dyn Store>) {
     let (_, t) = execution_with_turn(&*store, "exec-1").await;
     assert!(store.settle_turn(&completed(&t)).await.unwrap());
     let failed = TurnRecord {
-        state: "failed".into(),
+        state: TurnState::Failed,
         failure_reason: Some("agent_exited".into()),
         ..t.clone()
     };
@@ -88,14 +88,20 @@ async fn settle_turn_refuses_another_generation(store: Arc<dyn Store>) {
         ..completed(&t)
     };
     assert!(!store.settle_turn(&other).await.unwrap());
-    assert_eq!(store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state, "running");
+    assert_eq!(
+        store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state.as_str(),
+        "running"
+    );
 }
 
 async fn a_superseded_lease_can_neither_settle_nor_start_a_turn(store: Arc<dyn Store>) {
     let (e, t) = execution_with_turn(&*store, "exec-1").await;
     assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
     assert!(!store.settle_turn(&completed(&t)).await.unwrap());
-    assert_eq!(store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state, "running");
+    assert_eq!(
+        store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state.as_str(),
+        "running"
+    );
     assert!(matches!(
         store.insert_turn(&turn(&e, "turn-late", 2)).await,
         Err(StoreError::Fenced)
