@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
@@ -491,19 +491,45 @@ impl Agent {
                     thread::sleep(Duration::from_secs(3600));
                 }
             }
-            Step::Flood { count, text } => {
+            Step::Flood {
+                count,
+                text,
+                interval_us,
+                stamp,
+            } => {
                 let sid = self.session_id.clone();
-                let line = json!({
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {"sessionId": sid, "update": {
-                        "sessionUpdate": "agent_message_chunk",
-                        "content": {"type": "text", "text": text},
-                    }},
-                })
-                .to_string();
-                for _ in 0..count {
-                    self.write_bytes(line.as_bytes(), true);
+                let line_of = |text: &str| {
+                    json!({
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": {"sessionId": sid, "update": {
+                            "sessionUpdate": "agent_message_chunk",
+                            "content": {"type": "text", "text": text},
+                        }},
+                    })
+                    .to_string()
+                };
+                let plain = line_of(&text);
+                let started = Instant::now();
+                for n in 0..count {
+                    if let Some(interval) = interval_us {
+                        let due = started + Duration::from_micros(interval.saturating_mul(n));
+                        while Instant::now() < due {
+                            self.pump(Some(due));
+                        }
+                        if self.turn_mut().cancelled {
+                            break;
+                        }
+                    }
+                    if stamp {
+                        let sent = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_nanos();
+                        self.write_bytes(line_of(&format!("{text}[sent:{sent}]")).as_bytes(), true);
+                    } else {
+                        self.write_bytes(plain.as_bytes(), true);
+                    }
                 }
             }
             Step::SpawnSleeper {

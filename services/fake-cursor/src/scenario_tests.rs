@@ -70,6 +70,7 @@ fn parses_all_step_kinds() {
             {"kill_self": "term"},
             {"hang": true, "comment": "forever"},
             {"flood": {"count": 3, "text": "y"}},
+            {"flood": {"count": 3, "interval_us": 1000, "stamp": true}},
             {"spawn_sleeper": {"setsid": true, "ignore_sigterm": true}},
             {"env_report": true}
         ]]
@@ -77,7 +78,7 @@ fn parses_all_step_kinds() {
     .to_string();
     let s = Scenario::parse(&text).unwrap();
     assert_eq!(s.session_id, DEFAULT_SESSION_ID);
-    assert_eq!(s.turns[0].len(), 21);
+    assert_eq!(s.turns[0].len(), 22);
     assert_eq!(
         s.turns[0][2],
         Step::Update {
@@ -86,6 +87,15 @@ fn parses_all_step_kinds() {
         }
     );
     assert_eq!(s.turns[0][16], Step::KillSelf(Signal::SIGTERM));
+    assert_eq!(
+        s.turns[0][19],
+        Step::Flood {
+            count: 3,
+            text: "x".into(),
+            interval_us: Some(1000),
+            stamp: true
+        }
+    );
 }
 
 #[test]
@@ -109,6 +119,8 @@ fn rejects_bad_steps() {
         json!({"kill_self": "SIGNOPE"}),
         json!({"prompt_error": {"message": "no code"}}),
         json!({"crash": false}),
+        json!({"flood": {"count": 1, "interval_us": -1}}),
+        json!({"flood": {"count": 1, "stamp": "yes"}}),
     ] {
         let text = json!({"turns": [[bad.clone()]]}).to_string();
         assert!(Scenario::parse(&text).is_err(), "accepted {bad}");

@@ -59,9 +59,14 @@ pub enum Step {
     /// Closes stdin (the client's writes then fail) and keeps running, stdout open.
     CloseStdin,
     Hang,
+    /// `count` chunks of `text`: back to back, or one every `interval_us` (paced from the
+    /// step's start, so a late chunk does not shift the ones after it); with `stamp`, each
+    /// chunk's text ends with `[sent:<ns since the Unix epoch>]`, taken just before the write.
     Flood {
         count: u64,
         text: String,
+        interval_us: Option<u64>,
+        stamp: bool,
     },
     SpawnSleeper {
         setsid: bool,
@@ -277,8 +282,8 @@ pub(crate) fn parse_step(v: &Value) -> Result<Step> {
             allow_keys(obj, key, &[])?;
             let inner = val
                 .as_object()
-                .ok_or_else(|| anyhow!("flood must be an object {{count, text}}"))?;
-            allow_keys(inner, "", &["count", "text"])?;
+                .ok_or_else(|| anyhow!("flood must be an object {{count, text?, interval_us?, stamp?}}"))?;
+            allow_keys(inner, "", &["count", "text", "interval_us", "stamp"])?;
             let count = as_u64(
                 inner.get("count").ok_or_else(|| anyhow!("flood.count is required"))?,
                 "flood.count",
@@ -288,7 +293,16 @@ pub(crate) fn parse_step(v: &Value) -> Result<Step> {
                 Some(Value::String(s)) => s.clone(),
                 Some(_) => bail!("flood.text must be a string"),
             };
-            Step::Flood { count, text }
+            let interval_us = match inner.get("interval_us") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(as_u64(v, "flood.interval_us")?),
+            };
+            Step::Flood {
+                count,
+                text,
+                interval_us,
+                stamp: opt_bool(inner, "stamp")?.unwrap_or(false),
+            }
         }
         "spawn_sleeper" => {
             allow_keys(obj, key, &[])?;

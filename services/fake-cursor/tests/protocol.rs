@@ -390,6 +390,49 @@ fn question_cancel_and_long_turn_fixtures() {
 }
 
 #[test]
+fn a_paced_flood_spaces_its_stamped_chunks_and_a_cancel_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_scenario(
+        &dir,
+        json!({"turns": [
+            [{"flood": {"count": 5, "text": "y", "interval_us": 20_000, "stamp": true}}],
+            [{"flood": {"count": 100_000, "interval_us": 10_000}}],
+        ]}),
+    );
+    let mut fake = Fake::spawn(&path, &[]);
+    let sid = fake.handshake();
+    let prompted = Instant::now();
+    fake.prompt(1, &sid);
+    let mut stamps = Vec::new();
+    for _ in 0..5 {
+        let text = fake.recv()["params"]["update"]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let stamp = text
+            .strip_prefix("y[sent:")
+            .and_then(|t| t.strip_suffix(']'))
+            .expect(&text);
+        stamps.push(stamp.parse::<u128>().unwrap());
+    }
+    // Chunk k is due 20k ms after the flood starts, which is after the prompt arrived.
+    assert!(prompted.elapsed() >= Duration::from_millis(80));
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    assert_eq!(fake.recv()["result"]["stopReason"], "end_turn");
+
+    fake.prompt(2, &sid);
+    assert_eq!(fake.recv()["params"]["update"]["content"]["text"], "x");
+    fake.send(json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":sid}}));
+    loop {
+        let message = fake.recv();
+        if message["id"] == 2 {
+            assert_eq!(message["result"]["stopReason"], "cancelled");
+            break;
+        }
+    }
+}
+
+#[test]
 fn flood_and_slow_start_fixtures() {
     let mut fake = Fake::spawn(&fixture("flood.json"), &[]);
     let sid = fake.handshake();
