@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 pub use cursor_runner_api::pb as proto;
 pub use cursor_runner_executions::mcp::McpAllowlist;
 
+pub mod client_anchors;
 pub mod lease_latency;
 pub mod mock_responses;
 pub mod npm;
@@ -33,7 +34,9 @@ pub mod answer_latency;
 pub mod pki;
 pub mod private_postgres;
 pub mod promtool;
+pub mod stream_latency;
 pub mod typescript;
+pub mod verify_throughput;
 pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings};
 
 /// The server every Postgres test uses unless `DATABASE_URL` names another.
@@ -251,6 +254,13 @@ fn build_workspace_binaries(dir: &Path) {
         "building the workspace binaries failed: cargo {}",
         args.join(" ")
     );
+}
+
+/// `target/perf`, beside the profile directories: the benches' results and the anchors'
+/// scratch installs.
+pub fn perf_dir() -> PathBuf {
+    let (dir, _) = test_target_dir();
+    dir.parent().unwrap_or(&dir).join("perf")
 }
 
 pub fn workspace_root() -> PathBuf {

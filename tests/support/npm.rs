@@ -10,6 +10,18 @@ use sha2::{Digest, Sha256};
 /// `prepare` (which runs under the lock, e.g. to lay down the package files). `Err` carries
 /// npm's own words when it failed.
 pub fn ci_once(dir: &Path, ready: impl Fn(&Path) -> bool, prepare: impl FnOnce()) -> Result<(), String> {
+    install_once(dir, &["ci"], ready, prepare)
+}
+
+/// [`ci_once`] with another npm command in place of `ci` (e.g. `install --no-save`, which
+/// installs a committed lockfile's versions too but, unlike `ci`, lets an optional
+/// dependency the registry never published be skipped).
+pub fn install_once(
+    dir: &Path,
+    command: &[&str],
+    ready: impl Fn(&Path) -> bool,
+    prepare: impl FnOnce(),
+) -> Result<(), String> {
     if ready(dir) {
         return Ok(());
     }
@@ -24,7 +36,8 @@ pub fn ci_once(dir: &Path, ready: impl Fn(&Path) -> bool, prepare: impl FnOnce()
     }
     prepare();
     let output = Command::new("npm")
-        .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
+        .args(command)
+        .args(["--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
         .arg(dir)
         .output()
         .map_err(|e| format!("npm: {e}"))?;

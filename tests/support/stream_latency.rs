@@ -1,0 +1,195 @@
+//! The latency and memory measurements behind goals P1b and P4 (`benches/perf.rs` prints
+//! them): `cursor-runner serve` as its own process on PostgreSQL, `executions` executions
+//! each with its fake agent and a `StreamEvents` subscriber, together streaming a steady
+//! `updates_per_sec` (each agent paces its share and stamps every chunk with its send
+//! time). Latency is a chunk's stamp to its arrival at the subscriber, for chunks sent
+//! once every turn has started; the service's RSS is read from `/proc` before the first
+//! execution and while they stream.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use proto::stream_events_response::Frame;
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::lease_latency::Percentiles;
+use crate::throughput::{CHUNK_TEXT, flood_scenario};
+use crate::{
+    Backend, Client, ServiceDirs, ServiceProcess, ServiceSettings, Subscriber, TestDatabase, payload, proto, start_turn,
+};
+
+/// Executions served by one gRPC connection of the bench.
+const EXECUTIONS_PER_CONNECTION: usize = 50;
+/// `CreateExecution`s in flight at once while the executions are set up.
+const CONCURRENT_CREATES: usize = 8;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LatencyReport {
+    pub executions: usize,
+    /// All executions together.
+    pub updates_per_sec: u64,
+    pub seconds: f64,
+    /// Chunks timed (those sent once every turn had started).
+    pub samples: usize,
+    pub latency: Percentiles,
+    pub max_ms: f64,
+    /// The service's RSS before the first execution.
+    pub rss_before_kib: u64,
+    /// With every execution created (agents up, sessions open, subscribers attached).
+    pub rss_idle_kib: u64,
+    /// The highest RSS seen while the executions streamed.
+    pub rss_peak_kib: u64,
+    /// (peak − before) / executions.
+    pub rss_per_execution_kib: f64,
+}
+
+/// Streams `updates_per_sec` for `seconds`, spread over `executions` executions.
+pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> LatencyReport {
+    let executions = executions.max(1);
+    let chunks = ((seconds * updates_per_sec as f64) / executions as f64).ceil().max(1.0) as u64;
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let scenario = flood_scenario(
+        scratch.path(),
+        json!({"count": chunks, "text": CHUNK_TEXT, "stamp": true,
+               "interval_us": executions as u64 * 1_000_000 / updates_per_sec.max(1)}),
+    );
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let capacity = (executions + 8).to_string();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: &crate::agent_init(),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().expect("a UTF-8 path"),
+        record: &dirs.record,
+        env: Vec::new(),
+        // Hundreds of agents would need as many provisioned host accounts; the service's
+        // memory and latency do not depend on the agents' uids.
+        args: vec![
+            "--agent-uid-separation".into(),
+            "false".into(),
+            "--pool-max-per-profile".into(),
+            capacity.clone(),
+            "--pool-max-processes".into(),
+            capacity,
+        ],
+    });
+    let pid = service.child.id();
+    let mut clients = Vec::new();
+    for _ in 0..executions.div_ceil(EXECUTIONS_PER_CONNECTION) {
+        clients.push(service.client().await);
+    }
+    let rss_before_kib = rss_kib(pid);
+
+    let admitted = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_CREATES));
+    let mut created = JoinSet::new();
+    for n in 0..executions {
+        let mut client = clients[n / EXECUTIONS_PER_CONNECTION].clone();
+        let workspace = dirs.workspace.clone();
+        let admitted = admitted.clone();
+        created.spawn(async move {
+            let _permit = admitted.acquire_owned().await.expect("semaphore");
+            let execution = crate::create_execution_in(&mut client, &workspace, &format!("create-{n}")).await;
+            let events = Subscriber::open(&mut client, &execution.execution_id, 0)
+                .await
+                .expect("StreamEvents");
+            (client, execution.execution_id, events)
+        });
+    }
+    let created = created.join_all().await;
+    let rss_idle_kib = rss_kib(pid);
+
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::channel(executions);
+    let mut streaming = JoinSet::new();
+    for (client, execution_id, events) in created {
+        streaming.spawn(stream_one(client, execution_id, events, started_tx.clone()));
+    }
+    drop(started_tx);
+    for _ in 0..executions {
+        if started_rx.recv().await.is_none() {
+            let failed = streaming.join_next().await.map(|joined| joined.err());
+            panic!("a turn did not start: {failed:?}");
+        }
+    }
+    let steady_from = unix_nanos(SystemTime::now());
+    let mut rss_peak_kib = rss_kib(pid);
+    let mut stamps = Vec::new();
+    loop {
+        tokio::select! {
+            joined = streaming.join_next() => match joined {
+                Some(arrivals) => stamps.extend(arrivals.expect("a subscriber")),
+                None => break,
+            },
+            () = tokio::time::sleep(Duration::from_millis(100)) => rss_peak_kib = rss_peak_kib.max(rss_kib(pid)),
+        }
+    }
+    service.stop();
+    database.drop_database().await;
+
+    let mut latencies: Vec<Duration> = stamps
+        .into_iter()
+        .filter(|(sent, _)| *sent >= steady_from)
+        .map(|(sent, arrived)| Duration::from_nanos(arrived.saturating_sub(sent) as u64))
+        .collect();
+    let max_ms = latencies.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    LatencyReport {
+        executions,
+        updates_per_sec,
+        seconds,
+        samples: latencies.len(),
+        latency: Percentiles::of(&mut latencies),
+        max_ms,
+        rss_before_kib,
+        rss_idle_kib,
+        rss_peak_kib,
+        rss_per_execution_kib: rss_peak_kib.saturating_sub(rss_before_kib) as f64 / executions as f64,
+    }
+}
+
+/// Starts the execution's turn, says so, and returns `(sent, arrived)` in nanoseconds since
+/// the Unix epoch for every stamped chunk until the turn settles.
+async fn stream_one(
+    mut client: Client,
+    execution_id: String,
+    mut events: Subscriber,
+    started: tokio::sync::mpsc::Sender<()>,
+) -> Vec<(u128, u128)> {
+    start_turn(&mut client, &execution_id, &format!("turn-{execution_id}"))
+        .await
+        .expect("StartTurn");
+    started.send(()).await.expect("the bench waits");
+    let mut stamps = Vec::new();
+    loop {
+        let Frame::Event(event) = events.next_frame().await else {
+            continue;
+        };
+        let arrived = unix_nanos(SystemTime::now());
+        if event.event_type == "item.delta" {
+            let text = payload(&event)["text"].as_str().unwrap_or_default().to_owned();
+            // Adjacent chunks may arrive coalesced into one delta: each keeps its stamp.
+            for stamp in text.split("[sent:").skip(1) {
+                let sent = stamp.split(']').next().and_then(|n| n.parse().ok()).expect("a stamp");
+                stamps.push((sent, arrived));
+            }
+        }
+        if crate::is_settlement(&event.event_type) {
+            return stamps;
+        }
+    }
+}
+
+fn unix_nanos(at: SystemTime) -> u128 {
+    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
+}
+
+/// `VmRSS` of `pid`, in KiB (0 once it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
