@@ -7,7 +7,7 @@
 //! `cargo bench -p cursor-runner-e2e --bench perf` runs it at full size. Without `--bench`
 //! (as `cargo test --benches` runs it) every size is tiny and the result goes to
 //! `target/perf/perf-smoke.json`. `PERF_ONLY=P1,P5` runs some goals only (P1, P1b, P2, P3,
-//! P4, P5; P4 also measures P1b, its reference). Sizes:
+//! P4, P5; P4 also measures P1b, its reference) and writes `perf-P1-P5.json`. Sizes:
 //!
 //! | variable | default | what |
 //! |---|---|---|
@@ -342,6 +342,8 @@ fn print_table(rows: &[Row]) {
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let sizes = Sizes::from_env(full);
+    // Brings `cursor-runner` and `fake-cursor` up to date with this build before anything is timed.
+    cursor_runner_e2e::agent_init();
     let only = std::env::var("PERF_ONLY").unwrap_or_default();
     let wanted = |goal: &str| only.is_empty() || only.split(',').any(|g| g.trim().eq_ignore_ascii_case(goal));
     let mut rows = Vec::new();
@@ -370,7 +372,16 @@ async fn main() {
     print_table(&rows);
     let dir = perf_dir();
     std::fs::create_dir_all(&dir).expect("target/perf");
-    let path = dir.join(if full { "perf.json" } else { "perf-smoke.json" });
+    // A smoke or partial run never overwrites a full run's figures.
+    let mut name = if full {
+        "perf".to_owned()
+    } else {
+        "perf-smoke".to_owned()
+    };
+    if !only.is_empty() {
+        name = format!("{name}-{}", only.replace([',', ' '], "-"));
+    }
+    let path = dir.join(format!("{name}.json"));
     let report = json!({"full_run": full, "cores": cores, "sizes": sizes, "rows": rows, "figures": figures});
     std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write the result");
     println!("written to {}", path.display());
