@@ -366,8 +366,13 @@ async fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!();
     println!(
-        "performance goals (shared/spec/performance.md), {} run, {cores} cores; anchors measured in this run",
-        if full { "full" } else { "smoke" }
+        "performance goals (shared/spec/performance.md), {} run, {cores} cores; anchors measured in this run{}",
+        if full { "full" } else { "smoke" },
+        if cfg!(debug_assertions) {
+            " (a debug build: the figures mean nothing)"
+        } else {
+            ""
+        }
     );
     print_table(&rows);
     let dir = perf_dir();
