@@ -40,6 +40,11 @@ impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::Database(db) if db.is_unique_violation() => Self::Duplicate,
+            // sqlx 0.9's `try_from` loses the conversion's own message ("unprintable
+            // error"), so say what is known: which column this version cannot read.
+            sqlx::Error::ColumnDecode { index, .. } => Self::Database(format!(
+                "column `{index}` holds a value this version does not know (written by a newer version?)"
+            )),
             _ if transient::is_transient(&e) => Self::Unavailable(e.to_string()),
             _ => Self::Database(e.to_string()),
         }

@@ -31,3 +31,4 @@ mod idempotency;
 mod interactions;
 mod schema;
 mod turns;
+mod unknown_state;
