@@ -28,12 +28,11 @@ pub fn approval_policy(value: i32) -> Result<ApprovalPolicy, tonic::Status> {
     }
 }
 
-fn approval_policy_proto(text: &str) -> pb::ApprovalPolicy {
-    match ApprovalPolicy::parse(text) {
-        Some(ApprovalPolicy::Ask) => pb::ApprovalPolicy::Ask,
-        Some(ApprovalPolicy::AllowSessionScope) => pb::ApprovalPolicy::AllowSessionScope,
-        Some(ApprovalPolicy::DenyAll) => pb::ApprovalPolicy::DenyAll,
-        None => pb::ApprovalPolicy::Unspecified,
+fn approval_policy_proto(policy: ApprovalPolicy) -> pb::ApprovalPolicy {
+    match policy {
+        ApprovalPolicy::Ask => pb::ApprovalPolicy::Ask,
+        ApprovalPolicy::AllowSessionScope => pb::ApprovalPolicy::AllowSessionScope,
+        ApprovalPolicy::DenyAll => pb::ApprovalPolicy::DenyAll,
     }
 }
 
@@ -156,7 +155,7 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
         acked_sequence: r.acked_sequence,
         create_time: Some(timestamp(r.created_at_ms)),
         update_time: Some(timestamp(r.updated_at_ms)),
-        approval_policy: approval_policy_proto(&r.approval_policy) as i32,
+        approval_policy: approval_policy_proto(r.approval_policy) as i32,
         interaction_wait_limit: Some(duration_proto(r.interaction_wait_limit_ms)),
         lease: r
             .lease

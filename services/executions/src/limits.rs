@@ -207,7 +207,7 @@ mod tests {
             acked_sequence: 0,
             created_at_ms: 0,
             updated_at_ms: 0,
-            approval_policy: "ask".into(),
+            approval_policy: Default::default(),
             interaction_wait_limit_ms: 0,
             lease: None,
             session_config: None,

@@ -4,6 +4,7 @@
 //! which transitions are legal.
 
 use cursor_runner_activity::InteractionKind;
+use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -33,7 +34,8 @@ pub struct ExecutionRecord {
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     /// `ask`, `allow_session_scope` or `deny_all`.
-    pub approval_policy: String,
+    #[sqlx(try_from = "String")]
+    pub approval_policy: ApprovalPolicy,
     pub interaction_wait_limit_ms: i64,
     /// How the agent process was leased (JSON, the domain's `LeaseInfo`).
     pub lease: Option<String>,

@@ -42,6 +42,15 @@ impl ApprovalPolicy {
     }
 }
 
+/// How the store reads an execution's policy back.
+impl TryFrom<String> for ApprovalPolicy {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        Self::parse(&text).ok_or_else(|| format!("`{text}` is not an approval policy"))
+    }
+}
+
 /// Options one permission request may carry; more is ambiguous and refused.
 pub const MAX_PERMISSION_OPTIONS: usize = 32;
 

@@ -16,7 +16,6 @@ use crate::execution_row;
 use crate::handshake::{self, SessionStart};
 use crate::lease::LeaseInfo;
 use cursor_runner_domain::error::{EngineError, Reason};
-use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::prompt::PromptCapabilities;
 use cursor_runner_domain::session_config::ConfigRequest;
@@ -158,7 +157,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 mcp_servers: mcp_servers.iter().map(|s| s.name().to_owned()).collect(),
                 turn: None,
                 pending: HashMap::new(),
-                policy: ApprovalPolicy::parse(&record.approval_policy).unwrap_or_default(),
+                policy: record.approval_policy,
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
                 _workspace_watch: None,
                 queued_start: None,

@@ -228,7 +228,7 @@ impl Engine {
             acked_sequence: 0,
             created_at_ms: now,
             updated_at_ms: now,
-            approval_policy: policy.as_str().into(),
+            approval_policy: policy,
             interaction_wait_limit_ms: i64::try_from(wait_limit.as_millis()).unwrap_or(i64::MAX),
             lease: None,
             session_config: None,

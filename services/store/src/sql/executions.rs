@@ -66,7 +66,7 @@ impl SqlStore {
         .bind(e.acked_sequence)
         .bind(e.created_at_ms)
         .bind(e.updated_at_ms)
-        .bind(&e.approval_policy)
+        .bind(e.approval_policy.as_str())
         .bind(e.interaction_wait_limit_ms)
         .bind(&e.lease)
         .bind(&e.session_config)

@@ -20,7 +20,7 @@ pub fn execution(id: &str) -> ExecutionRecord {
         workspace: "/work/space".to_owned(),
         created_at_ms: T0,
         updated_at_ms: T0,
-        approval_policy: "ask".to_owned(),
+        approval_policy: Default::default(),
         interaction_wait_limit_ms: 1_800_000,
         ..Default::default()
     }
