@@ -1,7 +1,8 @@
-//! How everything live on an execution settles when its agent is gone: the one home of
-//! the rule. The actor applies it when its agent exits or it must stop the agent (a store
-//! outage, a protocol error); start-up recovery applies it to what a previous incarnation
-//! left live. Both commit the whole settlement as one batch.
+//! How turns end and how everything live on an execution settles when its agent is gone:
+//! the one home of each rule. [`prompt_end`] reads the agent's answer to `session/prompt`;
+//! [`Loss`] is applied by the actor when its agent exits or it must stop the agent (a store
+//! outage, a protocol error, a cancel that timed out) and by start-up recovery to what a
+//! previous incarnation left live. Both commit the whole settlement as one batch.
 
 use cursor_runner_activity::TurnFailureReason;
 
@@ -36,12 +37,71 @@ pub struct InteractionEnd {
     pub delivery: Delivery,
 }
 
-/// How the running turn ends.
+/// How a turn ends, as its row and its terminal event record it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnEnd {
     pub state: TurnState,
-    pub failure: TurnFailureReason,
-    pub message: String,
+    /// The agent's `stopReason`, verbatim, when it gave one.
+    pub stop_reason: Option<String>,
+    pub failure: Option<TurnFailureReason>,
+    pub message: Option<String>,
+}
+
+/// What the agent answered to a turn's `session/prompt`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptOutcome<'a> {
+    /// A result, with its `stopReason` if it had one.
+    Stopped(Option<&'a str>),
+    /// An error response; `auth_required` when its code is ACP's "authentication required".
+    Refused { auth_required: bool, message: String },
+}
+
+/// How a turn ends when its prompt returns. `interrupted_by`: the service's reason, when
+/// the service (not the caller) cancelled the turn.
+pub fn prompt_end(outcome: PromptOutcome<'_>, interrupted_by: Option<TurnFailureReason>) -> TurnEnd {
+    let end = |state, stop_reason: Option<&str>, failure, message: Option<String>| TurnEnd {
+        state,
+        stop_reason: stop_reason.map(str::to_owned),
+        failure,
+        message,
+    };
+    match outcome {
+        PromptOutcome::Stopped(Some("cancelled")) => match interrupted_by {
+            Some(reason) => end(
+                TurnState::Interrupted,
+                Some("cancelled"),
+                Some(reason),
+                Some(interruption_message(reason).to_owned()),
+            ),
+            None => end(TurnState::Cancelled, Some("cancelled"), None, None),
+        },
+        PromptOutcome::Stopped(Some(reason)) => end(TurnState::Completed, Some(reason), None, None),
+        PromptOutcome::Stopped(None) => end(
+            TurnState::Failed,
+            None,
+            Some(TurnFailureReason::ProtocolError),
+            Some("the prompt result has no stopReason".to_owned()),
+        ),
+        PromptOutcome::Refused { auth_required, message } => {
+            let failure = if auth_required {
+                TurnFailureReason::AuthRequired
+            } else {
+                TurnFailureReason::ProtocolError
+            };
+            end(TurnState::Failed, None, Some(failure), Some(message))
+        }
+    }
+}
+
+/// Why the service cancelled a turn, in words.
+pub fn interruption_message(reason: TurnFailureReason) -> &'static str {
+    match reason {
+        TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
+        TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
+        TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
+        TurnFailureReason::AgentIdle => "cancelled: the agent sent nothing for the idle timeout",
+        _ => "replaced by a new turn (replace_active)",
+    }
 }
 
 /// How the execution ends.
@@ -97,8 +157,9 @@ impl Loss {
         };
         TurnEnd {
             state,
-            failure,
-            message,
+            stop_reason: None,
+            failure: Some(failure),
+            message: Some(message),
         }
     }
 
@@ -201,8 +262,9 @@ mod tests {
             agent_exited().turn_end(),
             TurnEnd {
                 state: TurnState::Failed,
-                failure: TurnFailureReason::AgentExited,
-                message: "fatal: boom".into(),
+                stop_reason: None,
+                failure: Some(TurnFailureReason::AgentExited),
+                message: Some("fatal: boom".into()),
             }
         );
         assert_eq!(
@@ -218,8 +280,8 @@ mod tests {
     #[test]
     fn a_restart_fails_the_turn_as_provider_lost_and_says_why() {
         let turn = Loss::ServiceRestarted.turn_end();
-        assert_eq!(turn.failure, TurnFailureReason::ProviderLost);
-        assert!(turn.message.contains("restarted"));
+        assert_eq!(turn.failure, Some(TurnFailureReason::ProviderLost));
+        assert!(turn.message.unwrap().contains("restarted"));
         assert!(
             !Loss::ServiceRestarted.charges_turn_time(),
             "nobody saw how long it ran"
@@ -237,13 +299,93 @@ mod tests {
         let drained = cancel_timed_out(Some(TurnFailureReason::ServiceDraining)).turn_end();
         assert_eq!(
             (drained.state, drained.failure),
-            (TurnState::Interrupted, TurnFailureReason::ServiceDraining)
+            (TurnState::Interrupted, Some(TurnFailureReason::ServiceDraining))
         );
         let asked = cancel_timed_out(None).turn_end();
         assert_eq!(
             (asked.state, asked.failure),
-            (TurnState::Interrupted, TurnFailureReason::CancelTimeout)
+            (TurnState::Interrupted, Some(TurnFailureReason::CancelTimeout))
         );
         assert_eq!(cancel_timed_out(None).execution_end().reason, "cancel_timeout");
+    }
+
+    #[test]
+    fn a_prompts_answer_ends_its_turn_by_the_table() {
+        use TurnFailureReason::*;
+        let draining = Some(ServiceDraining);
+        let refused = |auth_required| PromptOutcome::Refused {
+            auth_required,
+            message: "nope".into(),
+        };
+        type Row<'a> = (
+            PromptOutcome<'a>,
+            Option<TurnFailureReason>,
+            TurnState,
+            Option<&'a str>,
+            Option<TurnFailureReason>,
+        );
+        let table: [Row; 7] = [
+            (
+                PromptOutcome::Stopped(Some("end_turn")),
+                None,
+                TurnState::Completed,
+                Some("end_turn"),
+                None,
+            ),
+            (
+                PromptOutcome::Stopped(Some("max_tokens")),
+                draining,
+                TurnState::Completed,
+                Some("max_tokens"),
+                None,
+            ),
+            (
+                PromptOutcome::Stopped(Some("cancelled")),
+                None,
+                TurnState::Cancelled,
+                Some("cancelled"),
+                None,
+            ),
+            (
+                PromptOutcome::Stopped(Some("cancelled")),
+                draining,
+                TurnState::Interrupted,
+                Some("cancelled"),
+                draining,
+            ),
+            (
+                PromptOutcome::Stopped(None),
+                None,
+                TurnState::Failed,
+                None,
+                Some(ProtocolError),
+            ),
+            (refused(true), None, TurnState::Failed, None, Some(AuthRequired)),
+            (refused(false), draining, TurnState::Failed, None, Some(ProtocolError)),
+        ];
+        for (outcome, interrupted_by, state, stop_reason, failure) in table {
+            let described = format!("{outcome:?} with {interrupted_by:?}");
+            let end = prompt_end(outcome, interrupted_by);
+            assert_eq!(
+                (end.state, end.stop_reason.as_deref(), end.failure),
+                (state, stop_reason, failure),
+                "{described}"
+            );
+            assert!(TurnState::Running.can_become(end.state), "{described}");
+            assert_eq!(
+                end.message.is_some(),
+                end.failure.is_some(),
+                "a failure says why: {described}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_turn_the_service_interrupted_says_why_in_words() {
+        let end = prompt_end(
+            PromptOutcome::Stopped(Some("cancelled")),
+            Some(TurnFailureReason::DeadlineExceeded),
+        );
+        assert_eq!(end.message.as_deref(), Some("cancelled at the turn's deadline"));
     }
 }

@@ -10,7 +10,7 @@ use cursor_runner_domain::settlement::Loss;
 use cursor_runner_domain::state::ExecutionState;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, TurnRecord, Write};
 
-use crate::turn_row::{self, TurnSettlement};
+use crate::turn_row;
 use crate::{execution_row, interaction_row};
 
 /// The turn that was running, with what its normalizer emitted as it closed.
@@ -71,14 +71,9 @@ pub(crate) fn settle(
     row.updated_at_ms = now_ms;
     let mut settled_turn = None;
     if let Some(LiveTurn { record, closing }) = turn {
-        let end = loss.turn_end();
-        let settlement = TurnSettlement {
-            state: end.state,
-            stop_reason: None,
-            failure: Some(end.failure),
-            message: Some(redactor.redact_text(&end.message).0),
-        };
-        let (record, terminal) = turn_row::settled(record, settlement, &closing, now_ms);
+        let mut end = loss.turn_end();
+        end.message = end.message.map(|m| redactor.redact_text(&m).0);
+        let (record, terminal) = turn_row::settled(record, end, &closing, now_ms);
         if loss.charges_turn_time() {
             row.active_ms += turn_row::ran_ms(&record);
         }

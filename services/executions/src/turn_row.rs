@@ -1,7 +1,8 @@
 //! The one way a turn's row settles: its terminal state, cause and usage, and the
 //! terminal event that says so.
 
-use cursor_runner_activity::{ActivityPayload, TurnEnding, TurnFailureReason, TurnSettled};
+use cursor_runner_activity::{ActivityPayload, TurnEnding, TurnSettled};
+use cursor_runner_domain::settlement::TurnEnd;
 use cursor_runner_domain::state::TurnState;
 use cursor_runner_store::TurnRecord;
 
@@ -17,29 +18,20 @@ pub(crate) fn normalizer_ending(state: TurnState) -> TurnEnding {
     }
 }
 
-/// How a turn ends, as its row and its events record it.
-pub(crate) struct TurnSettlement {
-    pub(crate) state: TurnState,
-    pub(crate) stop_reason: Option<String>,
-    pub(crate) failure: Option<TurnFailureReason>,
-    /// Already redacted: the agent's words may be in it (a prompt error, a stderr tail).
-    pub(crate) message: Option<String>,
-}
-
-/// `record` settled as `settlement` says at `ended_at_ms`, and its terminal event. The
-/// usage is what the normalizer's `closing` payloads report.
+/// `record` settled as `end` says at `ended_at_ms`, and its terminal event (`end`'s message
+/// already redacted). The usage is what the normalizer's `closing` payloads report.
 pub(crate) fn settled(
     mut record: TurnRecord,
-    settlement: TurnSettlement,
+    end: TurnEnd,
     closing: &[ActivityPayload],
     ended_at_ms: i64,
 ) -> (TurnRecord, ActivityPayload) {
-    let TurnSettlement {
+    let TurnEnd {
         state,
         stop_reason,
         failure,
         message,
-    } = settlement;
+    } = end;
     record.state = state;
     record.stop_reason = stop_reason.clone();
     record.failure_reason = failure.map(|f| f.as_str().to_owned());

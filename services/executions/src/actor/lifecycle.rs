@@ -11,7 +11,7 @@ use crate::failpoint::failpoint;
 use crate::settlement::{self, LiveTurn};
 use crate::turn_row;
 use cursor_runner_domain::error::{EngineError, Reason};
-use cursor_runner_domain::settlement::Loss;
+use cursor_runner_domain::settlement::{Loss, TurnEnd};
 use cursor_runner_domain::state::{ExecutionState, TurnState};
 use cursor_runner_pool::exit_message;
 
@@ -172,12 +172,12 @@ impl Actor {
             self.record.exit_signal = exit.signal.map(i64::from);
         }
         if self.turn.is_some() {
-            self.settle_turn(
-                TurnState::Interrupted,
-                None,
-                None,
-                Some("the execution was closed".into()),
-            )
+            self.settle_turn(TurnEnd {
+                state: TurnState::Interrupted,
+                stop_reason: None,
+                failure: None,
+                message: Some("the execution was closed".into()),
+            })
             .await?;
         }
         self.record.state = ExecutionState::Closed;

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::limits::ExecutionLimits;
-use crate::turn_row::{self, TurnSettlement};
+use crate::turn_row;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::prompt::Prompt;
-use cursor_runner_domain::settlement::Loss;
+use cursor_runner_domain::settlement::{Loss, PromptOutcome, TurnEnd, interruption_message, prompt_end};
 use cursor_runner_domain::state::TurnState;
 
 use super::data::*;
@@ -221,40 +221,17 @@ impl Actor {
         if self.turn.as_ref().and_then(|t| t.prompt_request_id) != Some(request_id) {
             return Ok(Ending::Continue);
         }
-        let settlement = match result {
-            Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
-                Some("cancelled") if let Some(reason) = self.turn.as_ref().and_then(|t| t.phase.interrupted_by()) => (
-                    TurnState::Interrupted,
-                    Some("cancelled".to_owned()),
-                    Some(reason),
-                    Some(interruption_message(reason).to_owned()),
-                ),
-                Some("cancelled") => (TurnState::Cancelled, Some("cancelled".to_owned()), None, None),
-                Some(reason) => (TurnState::Completed, Some(reason.to_owned()), None, None),
-                None => (
-                    TurnState::Failed,
-                    None,
-                    Some(TurnFailureReason::ProtocolError),
-                    Some("the prompt result has no stopReason".to_owned()),
-                ),
+        let outcome = match &result {
+            Ok(value) => PromptOutcome::Stopped(value.get("stopReason").and_then(Value::as_str)),
+            Err(AcpError::Rpc(e)) => PromptOutcome::Refused {
+                auth_required: e.code == cursor_runner_acp::AUTH_REQUIRED,
+                message: e.to_string(),
             },
-            Err(AcpError::Rpc(e)) if e.code == cursor_runner_acp::AUTH_REQUIRED => (
-                TurnState::Failed,
-                None,
-                Some(TurnFailureReason::AuthRequired),
-                Some(e.to_string()),
-            ),
-            Err(AcpError::Rpc(e)) => (
-                TurnState::Failed,
-                None,
-                Some(TurnFailureReason::ProtocolError),
-                Some(e.to_string()),
-            ),
             // The connection is gone: the process-loss path settles the turn with the exit status.
             Err(_) => return Ok(Ending::Continue),
         };
-        let (state, stop_reason, failure, message) = settlement;
-        self.settle_turn(state, stop_reason, failure, message).await?;
+        let interrupted_by = self.turn.as_ref().and_then(|t| t.phase.interrupted_by());
+        self.settle_turn(prompt_end(outcome, interrupted_by)).await?;
         if let Some((prompt, reply)) = self.queued_start.take() {
             let started = self.start_turn(prompt).await;
             let _ = reply.send(started);
@@ -262,13 +239,8 @@ impl Actor {
         Ok(Ending::Continue)
     }
 
-    pub(super) async fn settle_turn(
-        &mut self,
-        state: TurnState,
-        stop_reason: Option<String>,
-        failure: Option<TurnFailureReason>,
-        message: Option<String>,
-    ) -> Result<(), EngineError> {
+    pub(super) async fn settle_turn(&mut self, mut end: TurnEnd) -> Result<(), EngineError> {
+        let state = end.state;
         let reason = if state == TurnState::Cancelled {
             "turn_cancelled"
         } else {
@@ -280,14 +252,9 @@ impl Actor {
         };
         let turn_id = turn.record.id.clone();
         let mut payloads = turn.normalizer.finish(turn_row::normalizer_ending(state));
-        let settlement = TurnSettlement {
-            state,
-            stop_reason,
-            failure,
-            // The agent's words may be in it (a prompt error, a stderr tail).
-            message: message.map(|m| self.events.redactor().redact_text(&m).0),
-        };
-        let (record, terminal) = turn_row::settled(turn.record, settlement, &payloads, now_ms());
+        // The agent's words may be in it (a prompt error, a stderr tail).
+        end.message = end.message.map(|m| self.events.redactor().redact_text(&m).0);
+        let (record, terminal) = turn_row::settled(turn.record, end, &payloads, now_ms());
         let ran = turn_row::ran_ms(&record);
         let mut next = self.record.clone();
         next.active_ms += ran;
@@ -322,16 +289,5 @@ impl Actor {
         // reacting to the event already reads the final state.
         self.settle_loss(Loss::CancelTimedOut { cause, message }).await?;
         Ok(Ending::Stop)
-    }
-}
-
-/// Why the service cancelled a turn, in words.
-fn interruption_message(reason: TurnFailureReason) -> &'static str {
-    match reason {
-        TurnFailureReason::ServiceDraining => "cancelled at the service's drain deadline",
-        TurnFailureReason::DeadlineExceeded => "cancelled at the turn's deadline",
-        TurnFailureReason::BudgetExhausted => "cancelled: the execution's active time is spent",
-        TurnFailureReason::AgentIdle => "cancelled: the agent sent nothing for the idle timeout",
-        _ => "replaced by a new turn (replace_active)",
     }
 }
