@@ -76,10 +76,19 @@ fn profiles_file(dir: &Path, binary: &Path, base_url: &str) -> PathBuf {
     let mut unauthenticated = profile.clone();
     unauthenticated.as_object_mut().unwrap().remove("authenticate");
     unauthenticated["argv"] = json!([binary.display().to_string()]);
+    // Names codex's `codex-api-key` method without setting CODEX_API_KEY: codex refuses
+    // that `authenticate` with its own -32603, after `initialize` has answered.
+    let mut wrong_method = profile.clone();
+    wrong_method["authenticate"] = json!({"method_id": "codex-api-key"});
     let path = dir.join("profiles.json");
     std::fs::write(
         &path,
-        json!({"profiles": {"codex": profile, "codex_unauthenticated": unauthenticated}}).to_string(),
+        json!({"profiles": {
+            "codex": profile,
+            "codex_unauthenticated": unauthenticated,
+            "codex_wrong_method": wrong_method,
+        }})
+        .to_string(),
     )
     .unwrap();
     path
@@ -469,6 +478,86 @@ async fn codex_without_a_named_authentication_method_is_auth_required_with_its_o
     assert_eq!(
         get_execution(&mut client, &execution.execution_id).await.state,
         proto::ExecutionState::Ready as i32
+    );
+    codex.service.shutdown().await;
+}
+
+/// The one execution a refused CreateExecution left behind, as ListExecutions shows it.
+async fn the_failed_execution(client: &mut Client) -> proto::Execution {
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .expect("ListExecutions")
+        .into_inner()
+        .executions;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].state, proto::ExecutionState::Failed as i32);
+    listed[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_refusing_the_profiles_authenticate_with_its_own_error_is_auth_required_with_its_words_and_methods() {
+    let Some(codex) = with_codex().await else {
+        return;
+    };
+    let mut client = codex.service.client().await;
+    let refused = client
+        .create_execution(under(&codex, "codex_wrong_method", "wrong-method-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code(), reason(&refused).as_str()),
+        (Code::FailedPrecondition, "AUTH_REQUIRED"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(
+        error_metadata(&refused, "auth_methods").as_deref(),
+        Some("chatgpt,codex-api-key,openai-api-key")
+    );
+    assert!(
+        refused.message().contains("CODEX_API_KEY is not set"),
+        "the agent's own words: {}",
+        refused.message()
+    );
+    let answer = all_wire(codex.capture.path())
+        .into_iter()
+        .find(|(dir, m)| dir == "agent" && m["error"]["data"] == "CODEX_API_KEY is not set")
+        .map(|(_, m)| m["error"]["code"].clone())
+        .expect("codex's refusal of authenticate");
+    observed(
+        CODEX,
+        "authentication refused",
+        &format!(
+            "authenticate codex-api-key without CODEX_API_KEY → {answer} \"CODEX_API_KEY is not set\" → AUTH_REQUIRED with the agent's words and methods"
+        ),
+    );
+    codex.service.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_start_failing_at_authenticate_keeps_its_initialize_report_on_the_failed_execution() {
+    let Some(codex) = with_codex().await else {
+        return;
+    };
+    let mut client = codex.service.client().await;
+    client
+        .create_execution(under(&codex, "codex_wrong_method", "wrong-method-1"))
+        .await
+        .unwrap_err();
+    let failed = the_failed_execution(&mut client).await;
+    let lease = failed.lease.expect("the failed start's lease");
+    assert_eq!(lease.agent_profile, "codex_wrong_method");
+    let agent = lease.agent.expect("the agent's initialize report");
+    assert_eq!((agent.name.as_str(), agent.version.as_str()), ("codex-acp", "0.16.0"));
+    let capabilities: Value = serde_json::from_str(&agent.capabilities_json).unwrap();
+    assert_eq!(capabilities["loadSession"], true);
+    let methods: Vec<&str> = agent.auth_methods.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(methods, ["chatgpt", "codex-api-key", "openai-api-key"]);
+    assert!(
+        agent.unavailable.iter().any(|u| u.capability == "cursor_extensions"),
+        "{:?}",
+        agent.unavailable
     );
     codex.service.shutdown().await;
 }

@@ -80,13 +80,31 @@ pub async fn authenticate(
         )
         .with("auth_methods", offered.join(",")));
     }
-    timed(
-        limit,
-        connection.request(methods::AUTHENTICATE, json!({"methodId": method_id})),
+    let call = connection.request(methods::AUTHENTICATE, json!({"methodId": method_id}));
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(_)) => Ok(()),
+        // Any error answer is a refusal, whatever its code: codex-acp answers -32603
+        // ("CODEX_API_KEY is not set") or -32602, not -32000.
+        Ok(Err(AcpError::Rpc(e))) => Err(with_auth_methods(refused_authenticate(method_id, &e), initialized)),
+        answered => typed(limit, answered).map(drop),
+    }
+}
+
+/// The agent's refusal of `authenticate {method_id}`, in its own words (`message`, and
+/// `data` when it says more there).
+fn refused_authenticate(method_id: &str, e: &cursor_runner_acp::RpcError) -> EngineError {
+    let words = match &e.data {
+        Some(Value::String(data)) => format!("{}: {data}", e.message),
+        Some(data) if !data.is_null() => format!("{}: {data}", e.message),
+        _ => e.message.clone(),
+    };
+    EngineError::precondition(
+        Reason::AuthRequired,
+        format!(
+            "the agent refused `authenticate` with `{method_id}` ({}: {words})",
+            e.code
+        ),
     )
-    .await
-    .map(drop)
-    .map_err(|e| with_auth_methods(e, initialized))
 }
 
 /// An `AUTH_REQUIRED` refusal carries the agent's own method ids, so an operator can
@@ -107,7 +125,15 @@ pub fn with_auth_methods(error: EngineError, initialized: &Value) -> EngineError
 
 /// One handshake call under `limit`, its failure typed.
 pub async fn timed(limit: Duration, call: impl Future<Output = Result<Value, AcpError>>) -> Result<Value, EngineError> {
-    match tokio::time::timeout(limit, call).await {
+    typed(limit, tokio::time::timeout(limit, call).await)
+}
+
+/// A handshake call's outcome under `limit`, its failure typed.
+fn typed(
+    limit: Duration,
+    answered: Result<Result<Value, AcpError>, tokio::time::error::Elapsed>,
+) -> Result<Value, EngineError> {
+    match answered {
         Err(_) => Err(EngineError::new(
             ErrorKind::Unavailable,
             Reason::AgentUnresponsive,

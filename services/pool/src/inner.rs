@@ -62,6 +62,7 @@ impl ColdStart {
             return Err(StartFailure {
                 error: EngineError::internal("the pool is gone"),
                 process: None,
+                initialized: None,
             });
         };
         let started = crate::slot::start_process(&pool.launch, &mut ticket, launch_as).await;

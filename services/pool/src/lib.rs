@@ -37,7 +37,7 @@ pub use inner::ColdStart;
 pub use intensity::{BACKOFF_BASE, BACKOFF_MAX, RestartIntensity};
 pub use observer::PoolObserver;
 pub use profile::FINGERPRINT_DISPLAY_CHARS;
-pub use slot::{FailedProcess, IDLE_PROBE_METHOD, StartFailure, StartTimings, exit_message};
+pub use slot::{FailedHandshake, FailedProcess, IDLE_PROBE_METHOD, StartFailure, StartTimings, exit_message};
 pub use status::{PoolStatus, ProfileStatus, SlotStatus};
 pub use ticket::SlotTicket;
 pub use warm::WarmProcess;

@@ -55,6 +55,19 @@ pub struct FailedProcess {
 pub struct StartFailure {
     pub error: EngineError,
     pub process: Option<FailedProcess>,
+    /// When the start failed after `initialize` (at `authenticate`): what the agent said
+    /// about itself, which the failed execution still records.
+    pub initialized: Option<FailedHandshake>,
+}
+
+/// A start that failed after `initialize` answered.
+#[derive(Debug, Clone)]
+pub struct FailedHandshake {
+    pub slot_id: String,
+    /// The operator's agent profile it ran under (`None`: `--agent-command`).
+    pub agent_profile: Option<String>,
+    /// What `initialize` answered.
+    pub initialized: serde_json::Value,
 }
 
 /// Launches the agent in its private home with at most one bound credential (and,
@@ -80,6 +93,7 @@ pub(crate) async fn start_process(
                 "every provisioned agent user is in use (cursor-runner setup-agent-users --count N)",
             ),
             process: None,
+            initialized: None,
         });
     }
     let (command, extra_env) = match &agent {
@@ -113,6 +127,7 @@ pub(crate) async fn start_process(
             _ => EngineError::new(ErrorKind::Unavailable, Reason::AgentLaunchFailed, e.to_string()),
         },
         process: None,
+        initialized: None,
     })?;
     let spawn = began.elapsed();
     // From the first byte: `initialize` is the evidence that matters most for a new build,
@@ -126,8 +141,10 @@ pub(crate) async fn start_process(
     let tap = ticket.capture.clone().map(|c| c as Arc<dyn WireTap>);
     let (connection, inbound) = AcpConnection::spawn_tapped(stdin, stdout, tap);
     let limit = config.handshake_timeout;
+    let mut reported = None;
     let handshake = async {
         let initialized = handshake::initialize(&connection, limit).await?;
+        reported = Some(initialized.clone());
         let named = handshake::named_method(&initialized, authenticate.as_deref(), credential_variable.as_deref());
         if let Some(method_id) = &named {
             handshake::authenticate(&connection, &initialized, method_id, limit).await?;
@@ -156,6 +173,11 @@ pub(crate) async fn start_process(
                 process: Some(FailedProcess {
                     pid: process.pid(),
                     exit,
+                }),
+                initialized: reported.map(|initialized| FailedHandshake {
+                    slot_id: ticket.slot_id.clone(),
+                    agent_profile: ticket.agent.as_ref().map(|a| a.name.clone()),
+                    initialized,
                 }),
             })
         }

@@ -515,6 +515,9 @@ impl Engine {
             Reservation::Cold(cold) => match cold.start().await {
                 Ok(warm) => (warm, false),
                 Err(failure) => {
+                    if let Some(failed) = &failure.initialized {
+                        record.lease = Some(LeaseInfo::of_failed_handshake(failed).to_json());
+                    }
                     let mut exit = None;
                     if let Some(process) = failure.process {
                         let _ = events
