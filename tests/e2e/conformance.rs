@@ -203,14 +203,46 @@ async fn closing_an_execution_of_the_sdk_example_agent_leaves_no_process() {
         .find(|e| e.event_type == "process.exited")
         .map(|e| serde_json::from_str::<Value>(&e.payload).unwrap())
         .expect("the exit proof");
+    // The ladder signals right after closing stdin, so the proof alone cannot tell
+    // whether EOF would have ended it: the same agent, with stdin at EOF from the start,
+    // exits by itself (node's event loop empties once stdin ends; nothing in
+    // `dist/examples/agent.js` keeps it alive).
+    let command = acp_peers::sdk_example_agent().unwrap();
+    let argv: Vec<&str> = command.split(' ').collect();
+    let mut alone = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let began = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = alone.try_wait().unwrap() {
+            break Some(status);
+        }
+        if began.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = alone.kill();
+            let _ = alone.wait();
+            break None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "the SDK example agent exits cleanly at stdin EOF"
+    );
     observed(
         SDK,
         "stdin EOF",
         &match exited["signal"].as_i64() {
             None => format!("exits by itself (exit code {}), no process left", exited["exitCode"]),
-            Some(signal) => {
-                format!("ended by the stop ladder right after stdin closed (signal {signal}), no process left")
-            }
+            Some(signal) => format!(
+                "exits by itself at EOF (code 0); through the service the ladder's signal {signal} right after stdin closes comes first, no process left"
+            ),
         },
     );
     service.shutdown().await;
