@@ -314,6 +314,9 @@ async fn codex_asks_before_its_shell_call_and_gets_exactly_one_answer_under_its_
     let before = events.events_until("runtime_request.created").await;
     let created = payload(before.last().unwrap());
     assert_eq!(created["kind"], "permission");
+    // codex asks before it reports the tool call (the fake agent reports it first):
+    // fixtures/transcripts/codex_permission_before_tool_call.ndjson.
+    assert_eq!(created["toolCallKnown"], false, "{created}");
     let options = created["request"]["options"].as_array().unwrap();
     let kinds: Vec<&str> = options.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert_eq!(

@@ -7,6 +7,11 @@
 //! - the whole params `{"sessionId": …, "update": …}` of one `session/update`, routed by
 //!   its session (a child's, a foreign one, or none when `sessionId` is left out);
 //! - `{"extension": {"method": …, "params": …}}` for a Cursor extension request;
+//! - `{"permission": <params of session/request_permission>}`: the normalizer makes no
+//!   event of it (the execution's actor records the interaction), so the replay writes
+//!   `{"permissionRequested": {"toolCallId": …, "toolCallKnown": …}}` — whether the tool
+//!   call it is about was already reported, which the interaction carries as
+//!   `tool_call_known` — in its place among the events;
 //! - as the first line only, `{"normalizer": {"rootSession": …, "betweenTurns": true}}`:
 //!   the root session (children are tracked only with one, as when the client opts in
 //!   with `_meta.subagents`), and whether the normalizer serves the session between
@@ -69,6 +74,16 @@ fn replay(name: &str, text: &str) -> Value {
     };
     let mut events = Vec::new();
     for (line, value) in lines {
+        if let Some(permission) = value.get("permission") {
+            let tool_call_id = permission["toolCall"]["toolCallId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}.ndjson line {line}: a permission without toolCall.toolCallId"));
+            events.push(serde_json::json!({"permissionRequested": {
+                "toolCallId": tool_call_id,
+                "toolCallKnown": normalizer.knows_tool_call(tool_call_id),
+            }}));
+            continue;
+        }
         let produced = if let Some(extension) = value.get("extension") {
             let method = extension["method"]
                 .as_str()
@@ -81,15 +96,19 @@ fn replay(name: &str, text: &str) -> Value {
         } else {
             normalizer.on_update(&value)
         };
-        events.extend(produced);
+        events.extend(
+            produced
+                .iter()
+                .map(|event| serde_json::to_value(event).expect("events serialize")),
+        );
     }
-    events.extend(normalizer.finish(ending));
-    Value::Array(
-        events
+    events.extend(
+        normalizer
+            .finish(ending)
             .iter()
-            .map(|event| serde_json::to_value(event).expect("events serialize"))
-            .collect(),
-    )
+            .map(|event| serde_json::to_value(event).expect("events serialize")),
+    );
+    Value::Array(events)
 }
 
 fn first_difference(actual: &Value, expected: &Value) -> String {
