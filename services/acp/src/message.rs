@@ -276,6 +276,28 @@ mod tests {
         }
     }
 
+    /// codex-acp 0.16.0's own answers, captured by hand (it emits them only in reply to
+    /// frames the service never sends: a line that is not JSON, and a notification of a
+    /// method it does not know, which it answers though JSON-RPC forbids it): an error
+    /// with no `id` member at all (JSON-RPC wants `"id": null`). Neither a request nor
+    /// an answer to one of ours, each is an invalid frame — the actor's
+    /// `protocol_invalid_frame` notice — never a response matched to a waiting call.
+    #[test]
+    fn codex_acps_error_replies_without_an_id_member_are_invalid_frames() {
+        for line in [
+            r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error","data":{"line":"{not json"}}}"#,
+            r#"{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found","data":"nope/notify"}}"#,
+        ] {
+            assert_eq!(
+                classify(line.as_bytes()),
+                Classified::Invalid {
+                    reason: "neither method nor id".into()
+                },
+                "{line}"
+            );
+        }
+    }
+
     #[test]
     fn garbage_is_invalid_not_a_panic() {
         assert!(matches!(classify(b"\xff\xfe{"), Classified::Invalid { .. }));
