@@ -10,10 +10,13 @@ use serde_json::Value;
 on_both_backends!(every_replayable_transcript_streams_exactly_its_expected_events_through_the_service);
 
 /// Transcripts the service cannot reproduce: a between-turns normalizer, a turn the
-/// client ends, and a normalizer without the subagent opt-in (the service always opts in,
-/// so there `subagent_spawned` is a child, not an unclassified update).
+/// client ends, a normalizer without the subagent opt-in (the service always opts in,
+/// so there `subagent_spawned` is a child, not an unclassified update), and a permission
+/// the client must answer (its `permissionRequested` line is the replay harness's own
+/// record; `conformance_codex` drives the real agent through the same turn).
 const NOT_REPLAYABLE: &[&str] = &[
     "children_between_turns",
+    "codex_permission_before_tool_call",
     "tools_open_when_cancelled",
     "unknown_update_kinds",
 ];
