@@ -42,6 +42,7 @@ mod limits;
 mod mcp;
 mod metrics;
 mod orphans;
+mod peer_fixtures;
 mod peer_matrix;
 mod pool;
 mod process;

@@ -248,10 +248,10 @@ impl Agent {
                             "promptCapabilities": {"image": !self.sc.no_image_prompts, "audio": false, "embeddedContext": false},
                             "sessionCapabilities": {"list": {}},
                         },
-                        "authMethods": match &self.sc.requires_authenticate {
+                        "authMethods": self.sc.auth_methods.clone().unwrap_or_else(|| match &self.sc.requires_authenticate {
                             Some(method) => json!([{"id": method, "name": method, "description": "an API key in the environment"}]),
                             None => json!([{"id": "cursor_login", "name": "Cursor Login"}]),
-                        },
+                        }),
                     }),
                 );
             }
@@ -336,6 +336,7 @@ impl Agent {
                 }
                 self.prompts.push_back(id);
             }
+            "session/set_mode" if self.sc.no_modes => self.respond(id, json!({})),
             "session/set_mode" => {
                 let mode = params.get("modeId").cloned().unwrap_or_else(|| json!("agent"));
                 match self.config.set("mode", &mode) {
@@ -634,6 +635,9 @@ impl Agent {
         });
         if self.parameterized && !self.sc.config_options_unsupported {
             result["configOptions"] = self.config.config_options();
+        }
+        if self.sc.no_modes {
+            result.as_object_mut().map(|r| r.remove("modes"));
         }
         result
     }

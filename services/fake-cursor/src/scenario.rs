@@ -43,6 +43,12 @@ pub struct Scenario {
     /// A standard ACP agent that needs `authenticate`: advertise only this method in
     /// `authMethods` and answer `session/new` `-32000` until `authenticate` with it.
     pub requires_authenticate: Option<String>,
+    /// `authMethods` exactly as given, in place of the generated list (a peer's own, e.g.
+    /// codex-acp's `env_var` methods with their `vars`).
+    pub auth_methods: Option<Value>,
+    /// Like the ACP SDK's example agent: no `modes` in `session/new` (and no mode config
+    /// option), yet `session/set_mode` answered `{}` whatever the mode.
+    pub no_modes: bool,
     /// The agent's own mode ids, the first current at start (default Cursor's
     /// `agent`, `plan`, `ask`).
     pub modes: Option<Vec<String>>,
@@ -97,6 +103,10 @@ struct RawScenario {
     unauthenticated: bool,
     #[serde(default)]
     requires_authenticate: Option<String>,
+    #[serde(default)]
+    auth_methods: Option<Value>,
+    #[serde(default)]
+    no_modes: bool,
     #[serde(default)]
     modes: Option<Vec<String>>,
     #[serde(default)]
@@ -160,6 +170,8 @@ impl Scenario {
             list_models_unsupported: raw.list_models_unsupported,
             unauthenticated: raw.unauthenticated,
             requires_authenticate: raw.requires_authenticate,
+            auth_methods: raw.auth_methods,
+            no_modes: raw.no_modes,
             modes: raw.modes,
             permission_only_in_mode: raw.permission_only_in_mode,
             no_image_prompts: raw.no_image_prompts,

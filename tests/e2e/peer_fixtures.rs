@@ -1,0 +1,125 @@
+//! Peer differences the conformance suite found in the handshake, replayed by the fake
+//! agent from scenario fixtures that copy each peer's own answers — so they stay covered
+//! where the npm registry (and with it the real peers) is out of reach. The normalizer's
+//! share of a peer's behaviour is in `fixtures/transcripts/codex_*.ndjson`.
+
+use std::path::{Path, PathBuf};
+
+use cursor_runner_e2e::*;
+use serde_json::json;
+use tonic::Code;
+
+on_both_backends!(
+    a_credential_bound_under_a_codex_like_env_var_methods_variable_names_that_method_for_authenticate,
+    a_mode_an_agent_like_the_sdk_example_never_advertised_is_refused_and_never_sent,
+);
+
+const BOUND: &str = "sk-bound-like-codex-31d9";
+
+/// A profile of the fake agent playing codex-acp's handshake (`codex_env_var_auth.json`),
+/// naming no `authenticate` method, with OPENAI_API_KEY as a credential variable.
+fn codex_like_profiles(dir: &Path) -> PathBuf {
+    let path = dir.join("profiles.json");
+    // What the agent read, in a file an agent under a uid of its own can append to.
+    let received = dir.join("received.ndjson");
+    agent_users::traversable(dir);
+    agent_users::appendable_by_agents(&received);
+    let mut argv = fake_agent_argv("codex_env_var_auth.json");
+    argv.extend(["--record".to_owned(), received.display().to_string()]);
+    let profile = json!({
+        "argv": argv,
+        "credential_variables": ["OPENAI_API_KEY"],
+        "ask_mode": "agent",
+    });
+    std::fs::write(&path, json!({"profiles": {"codex_like": profile}}).to_string()).unwrap();
+    path
+}
+
+/// Peer difference 2: codex-acp wants `authenticate` even with OPENAI_API_KEY set. A
+/// credential bound under the variable one of its `env_var` methods reads names that
+/// method, so `authenticate` is called before `session/new` and the session opens.
+async fn a_credential_bound_under_a_codex_like_env_var_methods_variable_names_that_method_for_authenticate(
+    backend: Backend,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        agent_profiles: Some(codex_like_profiles(dir.path())),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "demo.json", options).await;
+    let mut client = service.client().await;
+    let request = proto::CreateExecutionRequest {
+        request_id: "bound-1".into(),
+        workspace: service.workspace.display().to_string(),
+        agent_profile: "codex_like".into(),
+        control_session_id: "run-1".into(),
+        credential: Some(proto::CredentialBinding {
+            provider: "codex_like".into(),
+            session_id: "run-1".into(),
+            credential_name: "OPENAI_API_KEY".into(),
+            secret: BOUND.into(),
+            expire_time: None,
+        }),
+        ..Default::default()
+    };
+    let execution = client
+        .create_execution(request)
+        .await
+        .expect("the session opens")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(execution.state, proto::ExecutionState::Ready as i32);
+    let received: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("received.ndjson"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let methods: Vec<&str> = received.iter().filter_map(|m| m["method"].as_str()).collect();
+    let at = |method: &str| methods.iter().position(|m| *m == method);
+    assert!(
+        at("authenticate").is_some() && at("authenticate") < at("session/new"),
+        "{methods:?}"
+    );
+    let called: Vec<&serde_json::Value> = received
+        .iter()
+        .filter(|m| m["method"] == "authenticate")
+        .map(|m| &m["params"])
+        .collect();
+    assert_eq!(called, [&json!({"methodId": "openai-api-key"})]);
+    service.shutdown().await;
+}
+
+/// Peer difference 3: the SDK's example agent offers no modes yet answers any
+/// `session/set_mode` with `{}`. A mode it never offered is refused before anything is
+/// sent, never recorded as set-but-unverified.
+async fn a_mode_an_agent_like_the_sdk_example_never_advertised_is_refused_and_never_sent(backend: Backend) {
+    let service = TestService::start(backend, "sdk_example_no_modes.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    assert_refused(
+        client
+            .set_mode(proto::SetModeRequest {
+                request_id: "mode-1".into(),
+                execution_id: execution.execution_id.clone(),
+                mode: "ask".into(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        "MODEL_UNAVAILABLE",
+    );
+    assert!(
+        !service
+            .agent_received()
+            .iter()
+            .any(|m| m["method"] == "session/set_mode"),
+        "a mode the agent never offered is not sent"
+    );
+    let recorded = get_execution(&mut client, &execution.execution_id).await;
+    assert_ne!(
+        recorded.session_config.map(|c| c.mode).unwrap_or_default(),
+        "ask",
+        "the refused mode is not recorded"
+    );
+    service.shutdown().await;
+}
