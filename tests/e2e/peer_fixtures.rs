@@ -12,6 +12,7 @@ use tonic::Code;
 on_both_backends!(
     a_credential_bound_under_a_codex_like_env_var_methods_variable_names_that_method_for_authenticate,
     a_mode_an_agent_like_the_sdk_example_never_advertised_is_refused_and_never_sent,
+    a_codex_like_agent_refusing_the_profiles_authenticate_with_an_error_of_its_own_is_auth_required,
 );
 
 const BOUND: &str = "sk-bound-like-codex-31d9";
@@ -31,7 +32,15 @@ fn codex_like_profiles(dir: &Path) -> PathBuf {
         "credential_variables": ["OPENAI_API_KEY"],
         "ask_mode": "agent",
     });
-    std::fs::write(&path, json!({"profiles": {"codex_like": profile}}).to_string()).unwrap();
+    // Names an offered method the agent then refuses (the fake answers -32602; codex-acp
+    // answers -32603 "CODEX_API_KEY is not set"): not the -32000 of the spec.
+    let mut refused = profile.clone();
+    refused["authenticate"] = json!({"method_id": "codex-api-key"});
+    std::fs::write(
+        &path,
+        json!({"profiles": {"codex_like": profile, "codex_like_refused": refused}}).to_string(),
+    )
+    .unwrap();
     path
 }
 
@@ -120,6 +129,46 @@ async fn a_mode_an_agent_like_the_sdk_example_never_advertised_is_refused_and_ne
         recorded.session_config.map(|c| c.mode).unwrap_or_default(),
         "ask",
         "the refused mode is not recorded"
+    );
+    service.shutdown().await;
+}
+
+/// Peer difference 7: codex-acp refuses `authenticate` with an error of its own (-32603),
+/// not -32000. Any refusal of the profile's `authenticate` is AUTH_REQUIRED, in the
+/// agent's words and with its methods — not PROTOCOL_ERROR.
+async fn a_codex_like_agent_refusing_the_profiles_authenticate_with_an_error_of_its_own_is_auth_required(
+    backend: Backend,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        agent_profiles: Some(codex_like_profiles(dir.path())),
+        ..Options::default()
+    };
+    let service = TestService::start_with(backend, "demo.json", options).await;
+    let mut client = service.client().await;
+    let refused = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "refused-1".into(),
+            workspace: service.workspace.display().to_string(),
+            agent_profile: "codex_like_refused".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code(), reason(&refused).as_str()),
+        (Code::FailedPrecondition, "AUTH_REQUIRED"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(
+        error_metadata(&refused, "auth_methods").as_deref(),
+        Some("chatgpt,codex-api-key,openai-api-key")
+    );
+    assert!(
+        refused.message().contains("unknown authentication method"),
+        "the agent's words: {}",
+        refused.message()
     );
     service.shutdown().await;
 }
