@@ -227,23 +227,13 @@ impl Actor {
     /// `next` (the execution row as it is to become) as a batch write from the stored
     /// state, stamped and redacted; with the state it moves the row to.
     pub(super) fn execution_write(&self, next: &mut ExecutionRecord) -> Result<(Write, ExecutionState), EngineError> {
-        self.stamp(next);
+        stamp(next, self.events.redactor());
         execution_row::write(self.stored_state, next)
-    }
-
-    /// Stamps the update time and keeps secrets out of the failure message.
-    fn stamp(&self, record: &mut ExecutionRecord) {
-        record.updated_at_ms = now_ms();
-        if let Some(message) = &mut record.failure_message {
-            *message = self.events.redactor().redact_text(message).0;
-        }
     }
 
     /// Writes the execution row, fenced by its generation.
     pub(super) async fn save_record(&mut self) -> Result<(), EngineError> {
-        let mut record = std::mem::take(&mut self.record);
-        self.stamp(&mut record);
-        self.record = record;
+        stamp(&mut self.record, self.events.redactor());
         if !execution_row::save(self.store.as_ref(), self.stored_state, &self.record).await? {
             self.events.refused_by_fence("execution");
             return Err(StoreError::Fenced.into());
@@ -287,5 +277,13 @@ impl Actor {
         self.cancel_turn_with(&turn_id, draining.as_str(), Some(draining))
             .await?;
         Ok(Ending::Continue)
+    }
+}
+
+/// Stamps a row's update time and keeps secrets out of its failure message.
+fn stamp(record: &mut ExecutionRecord, redactor: &Redactor) {
+    record.updated_at_ms = now_ms();
+    if let Some(message) = &mut record.failure_message {
+        *message = redactor.redact_text(message).0;
     }
 }
