@@ -415,3 +415,55 @@ async fn a_crash_while_a_lost_agent_is_settled_leaves_no_turn_running() {
     second.stop();
     database.drop_database().await;
 }
+
+/// The agent dies after the answer is recorded and before it is written to the pipe: the
+/// call returns what happened — the interaction `expired` with `delivery: unknown` — which
+/// is exactly what a retry under the same request id returns; never a "not pending" refusal
+/// for an answer that was recorded (and a retry that then says otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_agent_dies_before_the_pipe_write_returns_what_its_retry_returns() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let held = service_with_env(
+        &database.url,
+        &dirs,
+        vec![
+            (
+                "CURSOR_RUNNER_FAILPOINT".to_owned(),
+                "answer_recorded_before_pipe_write".to_owned(),
+            ),
+            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "1500".to_owned()),
+        ],
+    );
+    let mut client = held.client().await;
+    let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let (mut first_client, request) = (client.clone(), answer_request(&created));
+    let first = tokio::spawn(async move { first_client.answer_interaction(request).await });
+    held.wait_for_stderr("failpoint reached: answer_recorded_before_pipe_write");
+    let pid = execution.pid.expect("the agent's pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let first = first
+        .await
+        .unwrap()
+        .expect("the recorded answer's call reports what happened to it")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(first.state, proto::InteractionState::Expired as i32);
+    assert_eq!(first.delivery, "unknown", "nobody can tell whether the agent read it");
+    let retry = client
+        .answer_interaction(answer_request(&created))
+        .await
+        .expect("the retry")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(retry, first, "one request id, one outcome");
+    held.stop();
+    database.drop_database().await;
+}
