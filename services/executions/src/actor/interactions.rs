@@ -304,9 +304,7 @@ impl Actor {
             settled.delivery = Some("unknown".into());
             settled.reason = Some("provider_process_lost".into());
             self.end(InteractionState::Answered, &settled).await?;
-            // What happened to this answer, as a retry under its request id reads it back:
-            // recorded, and perhaps read by the agent before it died.
-            return Ok(settled);
+            return Err(not_pending(&settled));
         }
         settled.state = InteractionState::Delivered;
         settled.delivery = Some("pipe_written".into());
