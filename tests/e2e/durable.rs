@@ -491,9 +491,18 @@ async fn an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_ne
         }],
     });
     assert_refused(
-        send(&mut client, "a1", &question, answer).await,
+        send(&mut client, "a1", &question, answer.clone()).await,
         Code::FailedPrecondition,
         "INTERACTION_NOT_PENDING",
+    );
+    let retry = send(&mut client, "a1", &question, answer)
+        .await
+        .expect_err("the retry is refused too");
+    assert_eq!(reason(&retry), "INTERACTION_NOT_PENDING", "{retry:?}");
+    assert_eq!(
+        error_metadata(&retry, "delivery").as_deref(),
+        Some("unknown"),
+        "{retry:?}"
     );
     let expired = payload(&events.events_until("runtime_request.expired").await.pop().unwrap());
     assert_eq!(expired["delivery"], "unknown", "recorded, but the write failed");

@@ -65,11 +65,16 @@ pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityP
 
 /// The refusal of an answer to an interaction that is no longer pending.
 pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
-    EngineError::precondition(
+    let refusal = EngineError::precondition(
         Reason::InteractionNotPending,
         format!("interaction `{}` is {}", record.id, record.state),
     )
-    .with("state", record.state.as_str())
+    .with("state", record.state.as_str());
+    // Whether an answer reached the agent is part of why it can no longer be answered.
+    match record.delivery.as_deref() {
+        Some(delivery) => refusal.with("delivery", delivery),
+        None => refusal,
+    }
 }
 
 #[cfg(test)]

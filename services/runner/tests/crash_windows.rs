@@ -109,16 +109,15 @@ async fn crash_in_window(failpoint: &str, agent_got_the_answer: bool) {
     assert_eq!(expired["reason"], "service_restarted");
     let settled = replay.until_turn_settles().await;
     assert_eq!(payload(settled.last().unwrap())["failureReason"], "provider_lost");
-    // A retry of the same answer reads back what happened; a new answer is refused.
+    // A retry of the same answer is refused with what happened to it (an answer returns OK
+    // only once it is delivered); a new answer is refused too.
     let retry = client
         .answer_interaction(answer_request(&created))
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        retry.interaction.unwrap().state,
-        proto::InteractionState::Expired as i32
-    );
+        .expect_err("an answer that was never delivered");
+    assert_eq!(reason(&retry), "INTERACTION_NOT_PENDING", "{retry:?}");
+    assert_eq!(error_metadata(&retry, "state").as_deref(), Some("expired"));
+    assert_eq!(error_metadata(&retry, "delivery").as_deref(), Some("unknown"));
     let mut another = answer_request(&created);
     another.request_id = "answer-2".into();
     assert_refused(
@@ -413,5 +412,61 @@ async fn a_crash_while_a_lost_agent_is_settled_leaves_no_turn_running() {
     let terminal = stored.iter().filter(|e| is_settlement(&e.event_type)).count();
     assert_eq!(terminal, 1, "the turn settled exactly once in the stream");
     second.stop();
+    database.drop_database().await;
+}
+
+/// The agent dies after the answer is recorded and before it is written to the pipe. An
+/// answer returns OK only once it is on the agent's pipe (`delivered`), so the call is
+/// refused `INTERACTION_NOT_PENDING` naming the state (`expired`) and the delivery
+/// (`unknown`) — and a retry under the same request id gets that same refusal, never an OK
+/// that a client would read as "delivered".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_agent_dies_before_the_pipe_write_is_refused_as_its_retry_is() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let held = service_with_env(
+        &database.url,
+        &dirs,
+        vec![
+            (
+                "CURSOR_RUNNER_FAILPOINT".to_owned(),
+                "answer_recorded_before_pipe_write".to_owned(),
+            ),
+            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "1500".to_owned()),
+        ],
+    );
+    let mut client = held.client().await;
+    let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    let (mut first_client, request) = (client.clone(), answer_request(&created));
+    let first = tokio::spawn(async move { first_client.answer_interaction(request).await });
+    held.wait_for_stderr("failpoint reached: answer_recorded_before_pipe_write");
+    let pid = execution.pid.expect("the agent's pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let first = first.await.unwrap().expect_err("an answer that never reached the pipe");
+    let retry = client
+        .answer_interaction(answer_request(&created))
+        .await
+        .expect_err("the retry of an answer that never reached the pipe");
+    for status in [&first, &retry] {
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+        assert_eq!(reason(status), "INTERACTION_NOT_PENDING", "{status:?}");
+        assert_eq!(
+            error_metadata(status, "state").as_deref(),
+            Some("expired"),
+            "{status:?}"
+        );
+        assert_eq!(
+            error_metadata(status, "delivery").as_deref(),
+            Some("unknown"),
+            "nobody can tell whether the agent read it: {status:?}"
+        );
+    }
+    assert_eq!(first.message(), retry.message(), "one request id, one outcome");
+    held.stop();
     database.drop_database().await;
 }

@@ -285,14 +285,15 @@ impl Engine {
     ) -> Result<InteractionRecord, EngineError> {
         let record = self.get_interaction(&meta.tenant_id, &command.interaction_id).await?;
         let fingerprint = command.answer.fingerprint();
-        // A retry of the answer that won: the stored result, whatever happened since —
-        // once the winner has finished. While it is `answered` the winner is still on its
-        // way to the pipe, so the retry joins it below and returns what the winner returns.
+        // A retry of the answer that won gets what the winner got, once the winner has
+        // finished: OK only if the answer reached the pipe, else the refusal naming the state
+        // it ended in. While it is `answered` the winner is still on its way to the pipe, so
+        // the retry joins it below and returns what the winner returns.
         if record.answer_request_id.as_deref() == Some(meta.request_id.as_str())
             && record.state != InteractionState::Answered
         {
             return if record.answer_fingerprint.as_deref() == Some(fingerprint.as_str()) {
-                Ok(record)
+                answer_outcome(record)
             } else {
                 Err(EngineError::new(
                     ErrorKind::Aborted,
@@ -330,9 +331,18 @@ impl Engine {
             Outcome::Ran(record) => Ok(record),
             Outcome::Stored(result) => {
                 let id = result["interactionId"].as_str().unwrap_or_default();
-                self.get_interaction(&caller, id).await
+                answer_outcome(self.get_interaction(&caller, id).await?)
             }
         }
+    }
+}
+
+/// What an answer's call returns, read from where its interaction ended: an answer is
+/// acknowledged only once it is on the agent's pipe.
+fn answer_outcome(record: InteractionRecord) -> Result<InteractionRecord, EngineError> {
+    match record.state {
+        InteractionState::Delivered => Ok(record),
+        _ => Err(not_pending(&record)),
     }
 }
 
