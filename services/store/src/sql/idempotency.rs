@@ -5,12 +5,34 @@ use super::connection::{SqlStore, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
+/// Attempts to claim a key that keeps vanishing between the insert that finds it and the
+/// read of its state, before the claim reports it busy.
+const CLAIM_ATTEMPTS: usize = 3;
+
 impl SqlStore {
     pub(super) async fn claim_idempotency(
         &self,
         key: &IdempotencyKey,
         request_digest: &str,
     ) -> StoreResult<IdempotencyClaim> {
+        // The key can vanish between the insert that found it and the read (released after
+        // a transient failure, or pruned by retention): it is free then, so claim it again.
+        for _ in 0..CLAIM_ATTEMPTS {
+            match self.try_claim_idempotency(key, request_digest).await? {
+                Some(claim) => return Ok(claim),
+                None => continue,
+            }
+        }
+        // Claimed and freed by others on every attempt: busy, as if in flight.
+        Ok(IdempotencyClaim::InFlight)
+    }
+
+    /// One attempt: `None` when the key existed at the insert and was gone at the read.
+    async fn try_claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<Option<IdempotencyClaim>> {
         let inserted = on_pool!(self, |pool| {
             sqlx::query(
                 "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms) \
@@ -26,7 +48,7 @@ impl SqlStore {
             .rows_affected()
         });
         if inserted == 1 {
-            return Ok(IdempotencyClaim::Claimed);
+            return Ok(Some(IdempotencyClaim::Claimed));
         }
         let row: Option<(String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT request_digest, state, response FROM idempotency_keys \
@@ -37,15 +59,13 @@ impl SqlStore {
         .bind(&key.request_id)
         .fetch_optional(pool)
         .await?);
-        Ok(match row {
-            // Released between our insert and our read: the caller may simply retry.
-            None => IdempotencyClaim::InFlight,
-            Some((digest, _, _)) if digest != request_digest => IdempotencyClaim::DigestMismatch,
-            Some((_, state, Some(response))) if state == "done" => {
+        Ok(row.map(|row| match row {
+            (digest, _, _) if digest != request_digest => IdempotencyClaim::DigestMismatch,
+            (_, state, Some(response)) if state == "done" => {
                 IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
             }
-            Some(_) => IdempotencyClaim::InFlight,
-        })
+            _ => IdempotencyClaim::InFlight,
+        }))
     }
 
     pub(super) async fn complete_idempotency(

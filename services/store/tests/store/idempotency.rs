@@ -14,7 +14,11 @@ on_every_backend!(
     release_frees_an_in_flight_key_but_never_a_completed_one,
     abandoned_claims_complete_with_the_given_outcome,
     prune_deletes_old_completed_keys_never_one_in_flight,
+    a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight,
 );
+
+/// Keys completed and then pruned while a retry claims them, one after another.
+const PRUNE_RACES: usize = 300;
 
 fn key(request_id: &str) -> IdempotencyKey {
     IdempotencyKey {
@@ -113,4 +117,26 @@ async fn prune_deletes_old_completed_keys_never_one_in_flight(store: Arc<dyn Sto
     assert_eq!(store.prune_idempotency(later, 2).await.unwrap(), 0);
     assert_eq!(claim(&*store, "running", "d").await, IdempotencyClaim::InFlight);
     assert_eq!(claim(&*store, "r1", "d").await, IdempotencyClaim::Claimed);
+}
+
+/// A retry that arrives as the retention sweep deletes its completed key either finds the
+/// stored outcome or claims the key anew: nobody holds it, so "in flight" would make a
+/// client back off from a call that nothing is running.
+async fn a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight(store: Arc<dyn Store>) {
+    for n in 0..PRUNE_RACES {
+        let request = format!("r{n}");
+        claim(&*store, &request, "d").await;
+        store
+            .complete_idempotency(&key(&request), &json!({"n": n}))
+            .await
+            .unwrap();
+        let retried = key(&request);
+        let (claimed, pruned) = tokio::join!(
+            store.claim_idempotency(&retried, "d"),
+            store.prune_idempotency(i64::MAX, 1_000),
+        );
+        pruned.unwrap();
+        let claimed = claimed.unwrap();
+        assert_ne!(claimed, IdempotencyClaim::InFlight, "race {n}");
+    }
 }
