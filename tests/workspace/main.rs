@@ -3,6 +3,7 @@
 
 mod domain;
 mod file_size;
+mod machine;
 mod module_graph;
 
 use std::path::{Path, PathBuf};

@@ -15,6 +15,7 @@ mod handshake;
 pub mod interaction_row;
 pub mod lease;
 pub mod limits;
+mod machine;
 pub mod metrics;
 mod model_catalog;
 mod policy;

@@ -17,9 +17,10 @@ use tokio::time::Instant;
 
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
+use crate::machine::interaction::Interaction;
 use crate::model_catalog::ModelCatalog;
 use cursor_runner_domain::error::EngineError;
-use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest};
+use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer};
 use cursor_runner_domain::prompt::{Prompt, PromptCapabilities};
 use cursor_runner_domain::session_config::ConfigRequest;
 use cursor_runner_domain::state::ExecutionState;
@@ -96,12 +97,10 @@ pub(super) struct ActiveTurn {
     pub(super) span: tracing::Span,
 }
 
-pub(super) struct PendingInteraction {
-    pub(super) record: InteractionRecord,
-    pub(super) request: AgentRequest,
-    pub(super) persisted: PersistedRequest,
-    /// When a question or plan is handed off durably if still unanswered.
-    pub(super) handoff_at: Instant,
+/// An interaction the actor holds: its machine, and the agent's request until it is answered.
+pub(super) struct LiveInteraction {
+    pub(super) interaction: Interaction,
+    pub(super) request: Option<AgentRequest>,
 }
 
 pub(super) struct Actor {
@@ -135,7 +134,7 @@ pub(super) struct Actor {
     pub(super) mcp_servers: Vec<String>,
     pub(super) turn: Option<ActiveTurn>,
     pub(super) session_normalizer: TurnNormalizer,
-    pub(super) pending: HashMap<String, PendingInteraction>,
+    pub(super) pending: HashMap<String, LiveInteraction>,
     pub(super) policy: ApprovalPolicy,
     pub(super) wait_limit: Duration,
     /// Keeps the workspace watched while the actor lives.

@@ -1,21 +1,21 @@
 //! Durable interactions: persisted before they are exposed, answered once, delivered down the pipe, or ended with their turn.
 
-use std::time::Duration;
-
 use cursor_runner_acp::{AgentMessage, AgentRequest, MalformedParams, RpcError};
 use cursor_runner_activity::*;
-use cursor_runner_store::{InteractionRecord, StoreError, Write, now_ms};
+use cursor_runner_store::{InteractionRecord, StoreError, now_ms};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::failpoint::failpoint;
-use crate::interaction_row::{self, not_pending};
-use cursor_runner_domain::error::{EngineError, Reason};
+use crate::interaction_row::not_pending;
+use crate::machine::Now;
+use crate::machine::interaction::{Committed, Effect, EndReason, Input, Interaction, Observation};
+use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::interaction::{
-    ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest,
-    RequestRefused, cancelled_result,
+    InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest, RequestRefused,
+    cancelled_result,
 };
 use cursor_runner_domain::state::InteractionState;
 
@@ -137,7 +137,7 @@ impl Actor {
         let native_request_id = serde_json::to_string(&request.id).unwrap_or_default();
         let native_request_id = self.events.redactor().redact_text(&native_request_id).0;
         let id = uuid::Uuid::now_v7().to_string();
-        let now = now_ms();
+        let now = self.now();
         let record = InteractionRecord {
             etag: etag(&id, self.record.generation, &turn.id),
             id,
@@ -155,8 +155,8 @@ impl Actor {
             reason: None,
             delivery: None,
             replay_allowed: false,
-            created_at_ms: now,
-            updated_at_ms: now,
+            created_at_ms: now.ms,
+            updated_at_ms: now.ms,
         };
         let created = ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
             interaction_id: record.id.clone(),
@@ -167,71 +167,24 @@ impl Actor {
             tool_call_known,
             child_id: child.map(|c| c.child_id),
         });
-        // Persist before expose: the row and its event commit together, and only then
-        // does the head move.
-        failpoint("interaction_before_persist").await;
-        let committed = self
-            .events
-            .commit(
-                vec![Write::InsertInteraction(record.clone())],
-                vec![(Some(turn.id.clone()), created)],
-            )
-            .await;
-        match committed.and_then(|landed| if landed { Ok(()) } else { Err(StoreError::Fenced) }) {
-            Ok(()) => {}
-            // The agent reused a request id of this process: never answer two requests
-            // through one identity.
-            Err(StoreError::Duplicate) => {
-                respond(request, Ok(cancelled_result())).await;
-                return self
-                    .notice(
-                        "duplicate_request_id",
-                        format!(
-                            "`{method}` reused request id {} of this process; answered `cancelled`",
-                            record.native_request_id
-                        ),
-                    )
-                    .await;
-            }
-            Err(e) => {
-                respond(request, Ok(cancelled_result())).await;
-                if matches!(e, StoreError::Fenced) {
-                    self.events.refused_by_fence("interaction");
-                }
-                return Err(e.into());
-            }
-        }
-        let denial = match (&persisted, self.policy) {
-            (PersistedRequest::Permission(p), ApprovalPolicy::DenyAll) => Some(p.policy_denial()),
-            _ => None,
+        let handoff_at = now.instant + self.wait_limit;
+        let (interaction, effects) = Interaction::open(record, persisted, created, self.policy, handoff_at);
+        let span = open_span(interaction.record());
+        let live = LiveInteraction {
+            interaction,
+            request: Some(request),
         };
-        let pending = PendingInteraction {
-            record,
-            request,
-            persisted,
-            handoff_at: Instant::now() + self.wait_limit,
-        };
-        match denial {
-            // The policy answers at once, without a human; the tool must not run.
-            Some(outcome) => {
-                let span = deliver_span(&pending, "policy");
-                self.deliver(pending, outcome, None, "policy").instrument(span).await?;
-            }
-            None => {
-                self.pending.insert(pending.record.id.clone(), pending);
-            }
-        }
-        Ok(())
+        self.drive(live, effects).instrument(span).await.map(drop)
     }
 
     pub(super) async fn answer(
         &mut self,
         record: InteractionRecord,
-        etag: &str,
-        request_id: &str,
+        etag: String,
+        request_id: String,
         answer: InteractionAnswer,
     ) -> Result<InteractionRecord, EngineError> {
-        let Some(pending) = self.pending.get(&record.id) else {
+        let Some(live) = self.pending.remove(&record.id) else {
             let current = self
                 .store
                 .get_interaction(&record.tenant_id, &record.id)
@@ -239,99 +192,107 @@ impl Actor {
                 .unwrap_or(record);
             return Err(not_pending(&current));
         };
-        if etag != pending.record.etag {
-            self.events.refused_stale_etag();
-            return Err(EngineError::precondition(
-                Reason::StaleEtag,
-                "the etag is not the interaction's current one",
-            ));
-        }
-        let outcome = pending.persisted.outcome_for(&answer)?;
-        let pending = self
-            .pending
-            .remove(&record.id)
-            .ok_or_else(|| EngineError::internal("pending entry vanished"))?;
-        let span = deliver_span(&pending, "human");
-        self.deliver(pending, outcome, Some((request_id, answer.fingerprint())), "human")
+        let span = deliver_span(live.interaction.record(), "human");
+        let mut live = live;
+        let effects = live.interaction.handle(
+            Input::Answer {
+                etag,
+                request_id,
+                answer,
+            },
+            self.now(),
+        );
+        self.drive(live, effects)
             .instrument(span)
-            .await
+            .await?
+            .unwrap_or_else(|| Err(EngineError::internal("an answer ended without a reply")))
     }
 
-    /// Records the answer, writes it to the agent, and records `delivered` only once
-    /// the write is flushed. If the write fails the process is gone: the interaction
-    /// expires with `delivery: unknown`, never claimed delivered.
-    pub(super) async fn deliver(
+    /// Runs an interaction's effects strictly in order, feeding the outcome of each commit
+    /// and pipe write back to it, until it waits on nobody; keeps it while it is pending.
+    /// Returns the caller's reply, if the machine gave one.
+    async fn drive(
         &mut self,
-        pending: PendingInteraction,
-        outcome: Value,
-        answer: Option<(&str, String)>,
-        answered_by: &str,
-    ) -> Result<InteractionRecord, EngineError> {
-        let arrived = Instant::now();
-        let mut answered = pending.record.clone();
-        answered.state = InteractionState::Answered;
-        answered.outcome = Some(outcome.to_string());
-        answered.answer_request_id = answer.as_ref().map(|(id, _)| (*id).to_owned());
-        answered.answer_fingerprint = answer.map(|(_, fingerprint)| fingerprint);
-        answered.reason = (answered_by == "policy").then(|| format!("approval_policy_{}", self.policy.as_str()));
-        answered.updated_at_ms = now_ms();
-        if !interaction_row::transition(self.store.as_ref(), InteractionState::Pending, &answered).await? {
-            let current = self
-                .store
-                .get_interaction(&answered.tenant_id, &answered.id)
-                .await?
-                .unwrap_or(answered);
-            if current.state == InteractionState::Pending {
-                // Still pending, so the compare-and-set failed on the execution's
-                // generation: another lease owns it now. Nothing reaches this agent.
-                self.events.refused_by_fence("answer");
-                return Err(StoreError::Fenced.into());
+        mut live: LiveInteraction,
+        effects: Vec<Effect>,
+    ) -> Result<Option<Result<InteractionRecord, EngineError>>, EngineError> {
+        let mut queue = std::collections::VecDeque::from(effects);
+        let mut reply = None;
+        while let Some(effect) = queue.pop_front() {
+            let outcome = match effect {
+                Effect::Commit { writes, events } => {
+                    let committed = match self.events.commit(writes, events).await {
+                        Ok(true) => Committed::Landed,
+                        Ok(false) => {
+                            let record = live.interaction.record();
+                            let current = self.store.get_interaction(&record.tenant_id, &record.id).await;
+                            Committed::Moved {
+                                current: current.ok().flatten(),
+                            }
+                        }
+                        Err(StoreError::Duplicate) => Committed::Duplicate,
+                        Err(e) => Committed::Failed(e.into()),
+                    };
+                    Some(Input::Committed(committed))
+                }
+                Effect::Respond(result) => {
+                    let written = match live.request.take() {
+                        Some(request) => request.respond(Ok(result)).await.is_ok(),
+                        None => false,
+                    };
+                    Some(Input::Written(written))
+                }
+                Effect::Reply(result) => {
+                    reply = Some(result);
+                    None
+                }
+                Effect::Notice { category, summary } => {
+                    self.notice(category, summary).await?;
+                    None
+                }
+                Effect::Observe(observation) => {
+                    self.observe(observation);
+                    None
+                }
+                Effect::Failpoint(name) => {
+                    failpoint(name).await;
+                    None
+                }
+                Effect::Stop(e) => return Err(e),
+            };
+            if let Some(input) = outcome {
+                queue.extend(live.interaction.handle(input, self.now()));
             }
-            return Err(not_pending(&current));
         }
-        failpoint("answer_recorded_before_pipe_write").await;
-        let written = pending.request.respond(Ok(outcome.clone())).await;
-        if let (Ok(_), Some(metrics)) = (&written, self.events.metrics()) {
-            metrics.answer_delivered_after(arrived.elapsed());
+        // A machine whose effects ran out waits on nobody: it is pending or it is over.
+        debug_assert!(live.interaction.is_pending() || live.interaction.is_ended());
+        if live.interaction.is_pending() {
+            self.pending.insert(live.interaction.record().id.clone(), live);
         }
-        if written.is_ok() {
-            failpoint("answer_written_before_delivered").await;
+        Ok(reply)
+    }
+
+    pub(super) fn observe(&mut self, observation: Observation) {
+        match observation {
+            Observation::Fenced(what) => self.events.refused_by_fence(what),
+            Observation::StaleEtag => self.events.refused_stale_etag(),
+            Observation::DeliveredAfter(took) => {
+                if let Some(metrics) = self.events.metrics() {
+                    metrics.answer_delivered_after(took);
+                }
+            }
+            Observation::Waited { kind, state, waited } => {
+                if let Some(metrics) = self.events.metrics() {
+                    metrics.interaction_waited(kind, state.as_str(), waited);
+                }
+            }
         }
-        let mut settled = answered.clone();
-        settled.updated_at_ms = now_ms();
-        if written.is_err() {
-            settled.state = InteractionState::Expired;
-            settled.delivery = Some("unknown".into());
-            settled.reason = Some("provider_process_lost".into());
-            self.end(InteractionState::Answered, &settled).await?;
-            return Err(not_pending(&settled));
-        }
-        settled.state = InteractionState::Delivered;
-        settled.delivery = Some("pipe_written".into());
-        let resolved = ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
-            interaction_id: settled.id.clone(),
-            kind: settled.kind,
-            turn_id: settled.turn_id.clone(),
-            outcome,
-            delivery: "pipe_written".into(),
-            answered_by: answered_by.into(),
-        });
-        // `delivered` and its event in one commit.
-        let write = interaction_row::write(InteractionState::Answered, &settled)?;
-        if self
-            .events
-            .commit(vec![write], vec![(Some(settled.turn_id.clone()), resolved)])
-            .await?
-        {
-            self.observe_wait(&settled);
-        }
-        Ok(settled)
     }
 
     /// Answers every pending interaction `cancelled` on the wire and records it by its
     /// kind's rule: a permission `cancelled`; a question or plan `expired` (not
     /// replayable, full request kept for a durable hand-off).
-    pub(super) async fn settle_pending(&mut self, reason: &str) -> Result<(), EngineError> {
+    pub(super) async fn settle_pending(&mut self, reason: EndReason) -> Result<(), EngineError> {
         // In the order they were asked (ids are time-ordered UUIDv7).
         let mut ids: Vec<String> = self.pending.keys().cloned().collect();
         ids.sort_unstable();
@@ -341,48 +302,20 @@ impl Actor {
         Ok(())
     }
 
-    pub(super) async fn settle_one(&mut self, id: &str, reason: &str) -> Result<(), EngineError> {
-        let Some(p) = self.pending.remove(id) else {
+    async fn settle_one(&mut self, id: &str, reason: EndReason) -> Result<(), EngineError> {
+        let Some(mut live) = self.pending.remove(id) else {
             return Ok(());
         };
-        let written = p.request.respond(Ok(cancelled_result())).await;
-        let mut record = p.record;
-        record.outcome = Some(cancelled_result().to_string());
-        let delivery = if written.is_ok() { "pipe_written" } else { "not_sent" };
-        self.end_pending(record, p.persisted.state_when_turn_ends(), reason, delivery)
-            .await
+        let effects = live.interaction.handle(Input::End(reason), self.now());
+        self.drive(live, effects).await.map(drop)
     }
 
-    /// Records a pending interaction's end (compare-and-set from `pending`; never
-    /// replayable) and exposes it with the full request.
-    pub(super) async fn end_pending(
-        &mut self,
-        mut record: InteractionRecord,
-        state: InteractionState,
-        reason: &str,
-        delivery: &str,
-    ) -> Result<(), EngineError> {
-        record.state = state;
-        record.reason = Some(reason.into());
-        record.delivery = Some(delivery.into());
-        record.replay_allowed = false;
-        record.updated_at_ms = now_ms();
-        self.end(InteractionState::Pending, &record).await
-    }
-
-    /// Commits an interaction's end from `from` together with the event that says so (with
-    /// the full request, for a durable hand-off). Nothing happens if the row had moved on.
-    async fn end(&mut self, from: InteractionState, record: &InteractionRecord) -> Result<(), EngineError> {
-        let write = interaction_row::write(from, record)?;
-        let ended = interaction_row::ended(record, true);
-        if self
-            .events
-            .commit(vec![write], vec![(Some(record.turn_id.clone()), ended)])
-            .await?
-        {
-            self.observe_wait(record);
+    /// The time an input arrives at, for the machines.
+    pub(super) fn now(&self) -> Now {
+        Now {
+            instant: Instant::now(),
+            ms: now_ms(),
         }
-        Ok(())
     }
 
     /// Hands off every question or plan that has waited past the execution's limit:
@@ -394,8 +327,8 @@ impl Actor {
         let due: Vec<String> = self
             .pending
             .values()
-            .filter(|p| p.handoff_at <= now)
-            .map(|p| p.record.id.clone())
+            .filter(|live| live.interaction.handoff_at() <= now)
+            .map(|live| live.interaction.record().id.clone())
             .collect();
         for id in due {
             self.settle_one(&id, "durable_handoff").await?;
@@ -404,14 +337,6 @@ impl Actor {
             self.cancel_turn_with(&turn_id, "durable_handoff", None).await?;
         }
         Ok(Ending::Continue)
-    }
-
-    /// How long an interaction that just ended had been pending.
-    pub(super) fn observe_wait(&self, record: &InteractionRecord) {
-        if let (Some(metrics), state) = (self.events.metrics(), record.state) {
-            let waited = Duration::from_millis((now_ms() - record.created_at_ms).max(0) as u64);
-            metrics.interaction_waited(record.kind, state.as_str(), waited);
-        }
     }
 }
 
@@ -428,14 +353,25 @@ fn with_child(durable: String, child: Option<&ChildRef>) -> String {
 }
 
 /// The span of one answer's way to the agent.
-fn deliver_span(pending: &PendingInteraction, answered_by: &str) -> tracing::Span {
+fn deliver_span(record: &InteractionRecord, answered_by: &str) -> tracing::Span {
     tracing::info_span!(
         "interaction.deliver",
-        interaction_id = %pending.record.id,
-        kind = %pending.record.kind,
-        generation = pending.record.generation,
-        turn_id = %pending.record.turn_id,
+        interaction_id = %record.id,
+        kind = %record.kind,
+        generation = record.generation,
+        turn_id = %record.turn_id,
         answered_by,
+    )
+}
+
+/// The span of one request's way to being recorded (and, under a denying policy, answered).
+fn open_span(record: &InteractionRecord) -> tracing::Span {
+    tracing::info_span!(
+        "interaction.open",
+        interaction_id = %record.id,
+        kind = %record.kind,
+        generation = record.generation,
+        turn_id = %record.turn_id,
     )
 }
 

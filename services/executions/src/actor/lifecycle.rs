@@ -17,6 +17,7 @@ use cursor_runner_pool::exit_message;
 
 use super::data::*;
 use super::launch::fail_execution;
+use crate::machine::interaction::Observation;
 
 impl Actor {
     /// A launch that failed after the process was leased: stop it, record the exit
@@ -108,9 +109,13 @@ impl Actor {
     /// pending interactions expire (never re-sent), the running turn ends, the execution
     /// is `lost` — so a crash leaves all of it or none of it for recovery.
     pub(super) async fn settle_loss(&mut self, loss: Loss) -> Result<(), EngineError> {
-        let mut pending: Vec<PendingInteraction> = self.pending.drain().map(|(_, p)| p).collect();
-        pending.sort_unstable_by(|a, b| a.record.id.cmp(&b.record.id));
-        let interactions: Vec<_> = pending.into_iter().map(|p| p.record).collect();
+        // The agent's requests go with their handles: nobody can answer them any more.
+        let mut interactions: Vec<_> = self
+            .pending
+            .drain()
+            .map(|(_, live)| live.interaction.record().clone())
+            .collect();
+        interactions.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         let turn = self.turn.take().map(|mut turn| LiveTurn {
             closing: turn
                 .normalizer
@@ -128,8 +133,16 @@ impl Actor {
             now_ms(),
         )?;
         self.commit("execution", settled.writes, settled.events).await?;
+        let now = self.now();
         for interaction in &interactions {
-            self.observe_wait(interaction);
+            if let Some(end) = loss.interaction_end(interaction.state) {
+                let waited = std::time::Duration::from_millis((now.ms - interaction.created_at_ms).max(0) as u64);
+                self.observe(Observation::Waited {
+                    kind: interaction.kind,
+                    state: end.state,
+                    waited,
+                });
+            }
         }
         if let Some(turn) = settled.turn
             && let Some(metrics) = self.events.metrics()

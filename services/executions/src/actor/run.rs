@@ -28,8 +28,8 @@ impl Actor {
             handoffs: self
                 .pending
                 .values()
-                .filter(|p| p.persisted.kind() != InteractionKind::Permission)
-                .map(|p| p.handoff_at)
+                .filter(|live| live.interaction.kind() != InteractionKind::Permission)
+                .map(|live| live.interaction.handoff_at())
                 .collect(),
             waiting_on_human: !self.pending.is_empty(),
             drain: self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline),
@@ -180,7 +180,7 @@ impl Actor {
                 answer,
                 reply,
             } => {
-                let result = self.answer(*record, &etag, &request_id, answer).await;
+                let result = self.answer(*record, etag, request_id, answer).await;
                 let _ = reply.send(result);
             }
             Command::Close { reply } => {

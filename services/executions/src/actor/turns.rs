@@ -191,7 +191,7 @@ impl Actor {
     pub(super) async fn cancel_turn_with(
         &mut self,
         turn_id: &str,
-        reason: &str,
+        reason: &'static str,
         cause: Option<TurnFailureReason>,
     ) -> Result<TurnRecord, EngineError> {
         let Some(turn) = self.turn.as_mut().filter(|t| t.record.id == turn_id) else {
