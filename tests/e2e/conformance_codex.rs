@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use cursor_runner_e2e::mock_responses::{self, MockResponses};
 use cursor_runner_e2e::*;
 use serde_json::{Value, json};
-use tonic::Code;
 
 use crate::conformance::wire;
 use crate::peer_matrix::{CODEX, observed};
@@ -423,14 +422,8 @@ async fn codex_without_a_named_authentication_method_is_auth_required_with_its_o
         .create_execution(under(&codex, "codex_unauthenticated", "unauthenticated-1"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (refused.code(), reason(&refused).as_str()),
-        (Code::FailedPrecondition, "AUTH_REQUIRED"),
-        "{}",
-        refused.message()
-    );
-    let methods = error_metadata(&refused, "auth_methods").unwrap_or_default();
-    assert_eq!(methods, "chatgpt,codex-api-key,openai-api-key");
+    let methods = "chatgpt,codex-api-key,openai-api-key";
+    assert_auth_required(&refused, methods, None);
     let all = all_wire(codex.capture.path());
     let refusal = all
         .iter()
@@ -508,20 +501,10 @@ async fn codex_refusing_the_profiles_authenticate_with_its_own_error_is_auth_req
         .create_execution(under(&codex, "codex_wrong_method", "wrong-method-1"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (refused.code(), reason(&refused).as_str()),
-        (Code::FailedPrecondition, "AUTH_REQUIRED"),
-        "{}",
-        refused.message()
-    );
-    assert_eq!(
-        error_metadata(&refused, "auth_methods").as_deref(),
-        Some("chatgpt,codex-api-key,openai-api-key")
-    );
-    assert!(
-        refused.message().contains("CODEX_API_KEY is not set"),
-        "the agent's own words: {}",
-        refused.message()
+    assert_auth_required(
+        &refused,
+        "chatgpt,codex-api-key,openai-api-key",
+        Some("CODEX_API_KEY is not set"),
     );
     let answer = all_wire(codex.capture.path())
         .into_iter()

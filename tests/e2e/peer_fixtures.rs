@@ -13,6 +13,7 @@ on_both_backends!(
     a_credential_bound_under_a_codex_like_env_var_methods_variable_names_that_method_for_authenticate,
     a_mode_an_agent_like_the_sdk_example_never_advertised_is_refused_and_never_sent,
     a_codex_like_agent_refusing_the_profiles_authenticate_with_an_error_of_its_own_is_auth_required,
+    a_start_failing_under_a_profile_names_the_profiles_program_in_process_spawned,
 );
 
 const BOUND: &str = "sk-bound-like-codex-31d9";
@@ -26,6 +27,11 @@ fn codex_like_profiles(dir: &Path) -> PathBuf {
     agent_users::traversable(dir);
     agent_users::appendable_by_agents(&received);
     let mut argv = fake_agent_argv("codex_env_var_auth.json");
+    // Under a program name of its own, so events can tell the profile's launch from the
+    // service's default agent command.
+    let program = codex_like_program(dir);
+    std::os::unix::fs::symlink(&argv[0], &program).unwrap();
+    argv[0] = program.display().to_string();
     argv.extend(["--record".to_owned(), received.display().to_string()]);
     let profile = json!({
         "argv": argv,
@@ -44,6 +50,37 @@ fn codex_like_profiles(dir: &Path) -> PathBuf {
     path
 }
 
+/// A service playing `demo.json` by default, with the codex-like profiles of `dir`.
+async fn codex_like_service(backend: Backend, dir: &Path) -> TestService {
+    let options = Options {
+        agent_profiles: Some(codex_like_profiles(dir)),
+        ..Options::default()
+    };
+    TestService::start_with(backend, "demo.json", options).await
+}
+
+/// The program the codex-like profiles launch (a link to the fake agent).
+fn codex_like_program(dir: &Path) -> PathBuf {
+    dir.join("codex-like-acp")
+}
+
+/// `CreateExecution` under one of the codex-like profiles, with no credential.
+async fn create_under(
+    client: &mut Client,
+    service: &TestService,
+    profile: &str,
+) -> Result<proto::Execution, tonic::Status> {
+    client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: format!("{profile}-1"),
+            workspace: service.workspace.display().to_string(),
+            agent_profile: profile.into(),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().execution.unwrap())
+}
+
 /// Peer difference 2: codex-acp wants `authenticate` even with OPENAI_API_KEY set. A
 /// credential bound under the variable one of its `env_var` methods reads names that
 /// method, so `authenticate` is called before `session/new` and the session opens.
@@ -51,11 +88,7 @@ async fn a_credential_bound_under_a_codex_like_env_var_methods_variable_names_th
     backend: Backend,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let options = Options {
-        agent_profiles: Some(codex_like_profiles(dir.path())),
-        ..Options::default()
-    };
-    let service = TestService::start_with(backend, "demo.json", options).await;
+    let service = codex_like_service(backend, dir.path()).await;
     let mut client = service.client().await;
     let request = proto::CreateExecutionRequest {
         request_id: "bound-1".into(),
@@ -140,35 +173,43 @@ async fn a_codex_like_agent_refusing_the_profiles_authenticate_with_an_error_of_
     backend: Backend,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let options = Options {
-        agent_profiles: Some(codex_like_profiles(dir.path())),
-        ..Options::default()
-    };
-    let service = TestService::start_with(backend, "demo.json", options).await;
+    let service = codex_like_service(backend, dir.path()).await;
     let mut client = service.client().await;
-    let refused = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: "refused-1".into(),
-            workspace: service.workspace.display().to_string(),
-            agent_profile: "codex_like_refused".into(),
-            ..Default::default()
-        })
+    let refused = create_under(&mut client, &service, "codex_like_refused")
         .await
         .unwrap_err();
-    assert_eq!(
-        (refused.code(), reason(&refused).as_str()),
-        (Code::FailedPrecondition, "AUTH_REQUIRED"),
-        "{}",
-        refused.message()
+    assert_auth_required(
+        &refused,
+        "chatgpt,codex-api-key,openai-api-key",
+        Some("unknown authentication method"),
     );
+    service.shutdown().await;
+}
+
+/// A start that fails under a profile says which program it spawned: the profile's, not
+/// the service's default agent command.
+async fn a_start_failing_under_a_profile_names_the_profiles_program_in_process_spawned(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let service = codex_like_service(backend, dir.path()).await;
+    let mut client = service.client().await;
+    create_under(&mut client, &service, "codex_like_refused")
+        .await
+        .unwrap_err();
+    let failed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .executions
+        .into_iter()
+        .find(|e| e.state == proto::ExecutionState::Failed as i32)
+        .expect("the failed start is recorded");
+    let mut events = Subscriber::open(&mut client, &failed.execution_id, 0).await.unwrap();
+    let spawned = payload(events.events_until("process.spawned").await.last().unwrap());
     assert_eq!(
-        error_metadata(&refused, "auth_methods").as_deref(),
-        Some("chatgpt,codex-api-key,openai-api-key")
-    );
-    assert!(
-        refused.message().contains("unknown authentication method"),
-        "the agent's words: {}",
-        refused.message()
+        spawned["program"],
+        codex_like_program(dir.path()).display().to_string(),
+        "{spawned}"
     );
     service.shutdown().await;
 }

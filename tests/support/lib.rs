@@ -906,6 +906,27 @@ pub fn assert_refused(result: Result<impl std::fmt::Debug, tonic::Status>, code:
     assert_eq!(reason(&status), expected_reason, "{status:?}");
 }
 
+/// Asserts an agent's refusal to start without authentication: `AUTH_REQUIRED`, naming the
+/// agent's own methods (comma-separated, as `ErrorInfo.metadata["auth_methods"]` carries
+/// them) and, when given, in the agent's own words.
+#[track_caller]
+pub fn assert_auth_required(refused: &tonic::Status, methods: &str, words: Option<&str>) {
+    assert_eq!(
+        (refused.code(), reason(refused).as_str()),
+        (tonic::Code::FailedPrecondition, "AUTH_REQUIRED"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(error_metadata(refused, "auth_methods").as_deref(), Some(methods));
+    if let Some(words) = words {
+        assert!(
+            refused.message().contains(words),
+            "the agent's words: {}",
+            refused.message()
+        );
+    }
+}
+
 /// True while `pid` names a live (non-zombie) process.
 pub fn process_alive(pid: i64) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -48,6 +48,9 @@ pub(crate) struct StartedProcess {
 pub struct FailedProcess {
     pub pid: u32,
     pub exit: ExitProof,
+    /// What was launched: the program, and the distribution label events name it by.
+    pub program: String,
+    pub distribution: String,
 }
 
 /// Why a start failed, typed, with the process's exit proof when there was one.
@@ -173,6 +176,8 @@ pub(crate) async fn start_process(
                 process: Some(FailedProcess {
                     pid: process.pid(),
                     exit,
+                    program: spec.command.program.display().to_string(),
+                    distribution: spec.command.distribution_label(),
                 }),
                 initialized: reported.map(|initialized| FailedHandshake {
                     slot_id: ticket.slot_id.clone(),

@@ -526,8 +526,8 @@ impl Engine {
                                 vec![
                                     ActivityPayload::ProcessSpawned(cursor_runner_activity::ProcessSpawned {
                                         pid: process.pid,
-                                        distribution: self.config.agent_command.distribution_label(),
-                                        program: self.config.agent_command.program.display().to_string(),
+                                        distribution: process.distribution,
+                                        program: process.program,
                                     }),
                                     actor::exited(process.pid, process.exit, "agent"),
                                 ],
