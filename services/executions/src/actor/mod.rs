@@ -15,5 +15,5 @@ mod session;
 mod timers;
 mod turns;
 
-pub(crate) use data::{Command, ConfigChange, exited};
+pub(crate) use data::{Command, ConfigChange, Reply, exited};
 pub(crate) use launch::{Launch, fail_execution, launch};

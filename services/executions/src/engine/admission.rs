@@ -13,7 +13,6 @@ use cursor_runner_supervisor::BoundCredential;
 
 use crate::credential::{CredentialBinding, redactor_for};
 use cursor_runner_activity::Redactor;
-use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -78,14 +77,10 @@ impl Engine {
         }
         let engine = self.clone();
         let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
-        let result = self
-            .idempotent(meta, "CreateExecution", move || async move {
-                let record = engine.launch_execution(&tenant_id, admitted).await?;
-                Ok((json!({"executionId": record.id}), record))
-            })
-            .await?;
-        self.execution_from_result(&caller, result).await
+        self.idempotent_record(meta, "CreateExecution", move || async move {
+            engine.launch_execution(&tenant_id, admitted).await
+        })
+        .await
     }
 
     /// Checks a `CreateExecution` before anything is claimed or launched.
@@ -377,25 +372,16 @@ impl Engine {
             .map(|binding| binding.admit(control_session_id, now_ms(), agent.as_ref().map(|a| a.profile.as_ref())))
             .transpose()?;
         let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
         let engine = self.clone();
         let id = execution_id.to_owned();
-        let result = self
-            .idempotent(meta, "RecoverExecution", move || async move {
-                let record = engine
-                    .recover(
-                        &tenant_id,
-                        &id,
-                        LaunchAs {
-                            credential,
-                            agent: agent.map(Arc::new),
-                        },
-                    )
-                    .await?;
-                Ok((json!({"executionId": record.id}), record))
-            })
-            .await?;
-        self.execution_from_result(&caller, result).await
+        self.idempotent_record(meta, "RecoverExecution", move || async move {
+            let launch_as = LaunchAs {
+                credential,
+                agent: agent.map(Arc::new),
+            };
+            engine.recover(&tenant_id, &id, launch_as).await
+        })
+        .await
     }
 
     async fn recover(

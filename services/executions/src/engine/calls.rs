@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use cursor_runner_store::{ExecutionRecord, InteractionQuery, InteractionRecord, TurnRecord};
 
-use serde_json::json;
-
-use crate::actor::{Command, ConfigChange};
+use crate::actor::{Command, ConfigChange, Reply};
 use crate::attempts::UsageTotal;
 use crate::interaction_row::not_pending;
 use crate::model_catalog::ModelCatalog;
@@ -17,7 +15,7 @@ use cursor_runner_domain::session_config::ConfigRequest;
 use cursor_runner_domain::state::InteractionState;
 
 use super::data::*;
-use super::idempotency::Outcome;
+use super::idempotency::Recorded;
 
 /// Largest page a list call returns.
 pub const MAX_PAGE_SIZE: i64 = 500;
@@ -108,23 +106,12 @@ impl Engine {
         prompt: Prompt,
         replace_active: bool,
     ) -> Result<TurnRecord, EngineError> {
-        let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
-        let engine = self.clone();
-        let id = execution_id.to_owned();
-        let result = self
-            .idempotent(meta, "StartTurn", move || async move {
-                let turn = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::StartTurn {
-                        prompt,
-                        replace_active,
-                        reply,
-                    })
-                    .await?;
-                Ok((json!({"turnId": turn.id}), turn))
-            })
-            .await?;
-        self.turn_from_result(&caller, result).await
+        self.actor_call(meta, "StartTurn", execution_id, move |reply| Command::StartTurn {
+            prompt,
+            replace_active,
+            reply,
+        })
+        .await
     }
 
     pub async fn cancel_turn(
@@ -133,19 +120,12 @@ impl Engine {
         execution_id: &str,
         turn_id: &str,
     ) -> Result<TurnRecord, EngineError> {
-        let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
-        let engine = self.clone();
-        let (id, turn) = (execution_id.to_owned(), turn_id.to_owned());
-        let result = self
-            .idempotent(meta, "CancelTurn", move || async move {
-                let turn = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::CancelTurn { turn_id: turn, reply })
-                    .await?;
-                Ok((json!({"turnId": turn.id}), turn))
-            })
-            .await?;
-        self.turn_from_result(&caller, result).await
+        let turn_id = turn_id.to_owned();
+        self.actor_call(meta, "CancelTurn", execution_id, move |reply| Command::CancelTurn {
+            turn_id,
+            reply,
+        })
+        .await
     }
 
     pub async fn close_execution(
@@ -154,22 +134,36 @@ impl Engine {
         execution_id: &str,
     ) -> Result<ExecutionRecord, EngineError> {
         let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
         let engine = self.clone();
         let id = execution_id.to_owned();
-        let result = self
-            .idempotent(meta, "CloseExecution", move || async move {
-                let record = engine.get_execution(&tenant_id, &id).await?;
-                if record.state.is_terminal() {
-                    return Ok((json!({"executionId": record.id}), record));
-                }
-                let record = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::Close { reply })
-                    .await?;
-                Ok((json!({"executionId": record.id}), record))
-            })
-            .await?;
-        self.execution_from_result(&caller, result).await
+        self.idempotent_record(meta, "CloseExecution", move || async move {
+            let record = engine.get_execution(&tenant_id, &id).await?;
+            if record.state.is_terminal() {
+                return Ok(record);
+            }
+            engine
+                .ask_actor(&tenant_id, &id, |reply| Command::Close { reply })
+                .await
+        })
+        .await
+    }
+
+    /// A command on the execution's actor, run once per request id (see
+    /// [`Self::idempotent_record`]).
+    async fn actor_call<T: Recorded>(
+        self: &Arc<Self>,
+        meta: RequestMeta,
+        operation: &str,
+        execution_id: &str,
+        command: impl FnOnce(Reply<T>) -> Command + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let tenant_id = meta.tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        self.idempotent_record(meta, operation, move || async move {
+            engine.ask_actor(&tenant_id, &id, command).await
+        })
+        .await
     }
 
     /// `SetModel` / `SetMode`: between turns, each echo checked.
@@ -220,19 +214,11 @@ impl Engine {
         execution_id: &str,
         change: ConfigChange,
     ) -> Result<ExecutionRecord, EngineError> {
-        let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
-        let engine = self.clone();
-        let id = execution_id.to_owned();
-        let result = self
-            .idempotent(meta, operation, move || async move {
-                let record = engine
-                    .ask_actor(&tenant_id, &id, |reply| Command::Configure { change, reply })
-                    .await?;
-                Ok((json!({"executionId": record.id}), record))
-            })
-            .await?;
-        self.execution_from_result(&caller, result).await
+        self.actor_call(meta, operation, execution_id, move |reply| Command::Configure {
+            change,
+            reply,
+        })
+        .await
     }
 
     /// The agent's model catalog (`ListModels`).
@@ -303,37 +289,28 @@ impl Engine {
             };
         }
         let tenant_id = meta.tenant_id.clone();
-        let caller = tenant_id.clone();
         let engine = self.clone();
-        let result = self
-            .idempotent(meta.clone(), "AnswerInteraction", move || async move {
+        let answered = self
+            .idempotent_record(meta.clone(), "AnswerInteraction", move || async move {
                 let execution_id = record.execution_id.clone();
-                let request_id = meta.request_id.clone();
                 let answered = engine
                     .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
                         record: Box::new(record),
                         etag: command.etag,
-                        request_id,
+                        request_id: meta.request_id,
                         answer: command.answer,
                         reply,
                     })
                     .await;
                 match answered {
-                    Ok(record) => Ok((json!({"interactionId": record.id}), record)),
                     Err(e) if e.reason == Reason::ExecutionNotReady => Err(not_pending(
                         &engine.get_interaction(&tenant_id, &command.interaction_id).await?,
                     )),
-                    Err(e) => Err(e),
+                    other => other,
                 }
             })
             .await?;
-        match result {
-            Outcome::Ran(record) => Ok(record),
-            Outcome::Stored(result) => {
-                let id = result["interactionId"].as_str().unwrap_or_default();
-                answer_outcome(self.get_interaction(&caller, id).await?)
-            }
-        }
+        answer_outcome(answered)
     }
 }
 

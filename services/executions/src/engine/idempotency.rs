@@ -3,9 +3,9 @@
 
 use std::future::Future;
 
-use cursor_runner_store::{ExecutionRecord, IdempotencyClaim, IdempotencyKey, Patience, TurnRecord};
+use cursor_runner_store::{ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, TurnRecord};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
@@ -137,41 +137,88 @@ impl Engine {
         })
     }
 
-    /// The execution an idempotent call resulted in: as the call returned it, or, for a
-    /// retry, read back by the id it stored (tenant-scoped: stored results name
-    /// resources of the caller's own tenant).
-    pub(super) async fn execution_from_result(
+    /// [`Self::idempotent`] for work that results in a record: stored by its id; the call
+    /// that ran the work gets the record as the work returned it, a retry (or a call that
+    /// joined the first) gets it read back as it is now (tenant-scoped: stored results
+    /// name resources of the caller's own tenant).
+    pub(super) async fn idempotent_record<T, F, Fut>(
         &self,
+        meta: RequestMeta,
+        operation: &str,
+        run: F,
+    ) -> Result<T, EngineError>
+    where
+        T: Recorded,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        let tenant_id = meta.tenant_id.clone();
+        let outcome = self
+            .idempotent(meta, operation, move || async move {
+                run().await.map(|record| (record.stored(), record))
+            })
+            .await?;
+        match outcome {
+            Outcome::Ran(record) => Ok(record),
+            Outcome::Stored(stored) => T::read_back(self, &tenant_id, &stored).await,
+        }
+    }
+}
+
+/// A record an idempotent call results in: stored by its id, read back as it is now.
+pub(super) trait Recorded: Sized + Send + 'static {
+    /// The stored result, naming the record.
+    fn stored(&self) -> Value;
+
+    /// The record a stored result names, as it is now.
+    fn read_back(
+        engine: &Engine,
         tenant_id: &str,
-        outcome: Outcome<ExecutionRecord>,
-    ) -> Result<ExecutionRecord, EngineError> {
-        let result = match outcome {
-            Outcome::Ran(record) => return Ok(record),
-            Outcome::Stored(result) => result,
-        };
-        let id = result["executionId"]
-            .as_str()
-            .ok_or_else(|| EngineError::internal("malformed stored result"))?;
-        self.get_execution(tenant_id, id).await
+        stored: &Value,
+    ) -> impl Future<Output = Result<Self, EngineError>> + Send;
+}
+
+/// The id a stored result names under `field`.
+fn stored_id<'a>(stored: &'a Value, field: &str) -> Result<&'a str, EngineError> {
+    stored[field]
+        .as_str()
+        .ok_or_else(|| EngineError::internal("malformed stored result"))
+}
+
+impl Recorded for ExecutionRecord {
+    fn stored(&self) -> Value {
+        json!({"executionId": self.id})
     }
 
-    /// The turn an idempotent call resulted in (see [`Self::execution_from_result`]).
-    pub(super) async fn turn_from_result(
-        &self,
-        tenant_id: &str,
-        outcome: Outcome<TurnRecord>,
-    ) -> Result<TurnRecord, EngineError> {
-        let result = match outcome {
-            Outcome::Ran(record) => return Ok(record),
-            Outcome::Stored(result) => result,
-        };
-        let id = result["turnId"]
-            .as_str()
-            .ok_or_else(|| EngineError::internal("malformed stored result"))?;
-        self.store
+    async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
+        engine.get_execution(tenant_id, stored_id(stored, "executionId")?).await
+    }
+}
+
+impl Recorded for TurnRecord {
+    fn stored(&self) -> Value {
+        json!({"turnId": self.id})
+    }
+
+    async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
+        let id = stored_id(stored, "turnId")?;
+        engine
+            .store
             .get_turn(tenant_id, id)
             .await?
             .ok_or_else(|| EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found")))
+    }
+}
+
+impl Recorded for InteractionRecord {
+    fn stored(&self) -> Value {
+        json!({"interactionId": self.id})
+    }
+
+    async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
+        engine
+            .get_interaction(tenant_id, stored_id(stored, "interactionId")?)
+            .await
     }
 }
 
