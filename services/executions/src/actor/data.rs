@@ -4,8 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(super) use super::phase::TurnPhase;
-
 use cursor_runner_acp::{AcpConnection, AgentRequest, RpcError};
 use cursor_runner_activity::*;
 use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord};
@@ -18,6 +16,7 @@ use tokio::time::Instant;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::machine::interaction::Interaction;
+use crate::machine::turn::Turn;
 use crate::model_catalog::ModelCatalog;
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer};
@@ -85,10 +84,8 @@ impl Command {
 pub(super) struct ActiveTurn {
     pub(super) record: TurnRecord,
     pub(super) normalizer: TurnNormalizer,
-    /// Our JSON-RPC id of the turn's `session/prompt`.
-    pub(super) prompt_request_id: Option<i64>,
-    /// Serving its prompt, or cancelled and waiting to settle.
-    pub(super) phase: TurnPhase,
+    /// Serving its prompt, or cancelled and waiting to settle (`machine::turn`).
+    pub(super) lifecycle: Turn,
     /// The last sign of life on the turn: a message from the agent, or the end of a
     /// wait on a human. The idle watchdog counts from here.
     pub(super) last_activity: Instant,

@@ -12,6 +12,7 @@ use crate::failpoint::failpoint;
 use crate::interaction_row::not_pending;
 use crate::machine::Now;
 use crate::machine::interaction::{Committed, Effect, EndReason, Input, Interaction, Observation};
+use crate::machine::turn::CancelCause;
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::interaction::{
     InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest, RequestRefused,
@@ -79,7 +80,7 @@ impl Actor {
     ) -> Result<(), EngineError> {
         let method = request.method.clone();
         let (category, summary) = match (parsed, self.turn.as_ref()) {
-            (Ok(persisted), Some(turn)) if turn.phase.is_running() => {
+            (Ok(persisted), Some(turn)) if turn.lifecycle.phase().is_running() => {
                 return self.persist_interaction(request, persisted).await;
             }
             (Ok(_), _) => (
@@ -334,7 +335,7 @@ impl Actor {
             self.settle_one(&id, "durable_handoff").await?;
         }
         if let Some(turn_id) = self.running_turn_id() {
-            self.cancel_turn_with(&turn_id, "durable_handoff", None).await?;
+            self.cancel_turn_with(&turn_id, CancelCause::Handoff).await?;
         }
         Ok(Ending::Continue)
     }

@@ -18,6 +18,7 @@ use cursor_runner_pool::exit_message;
 use super::data::*;
 use super::launch::fail_execution;
 use crate::machine::interaction::Observation;
+use crate::machine::turn::CancelCause;
 
 impl Actor {
     /// A launch that failed after the process was leased: stop it, record the exit
@@ -286,9 +287,8 @@ impl Actor {
         let Some(turn_id) = self.running_turn_id() else {
             return Ok(Ending::Continue);
         };
-        let draining = TurnFailureReason::ServiceDraining;
-        self.cancel_turn_with(&turn_id, draining.as_str(), Some(draining))
-            .await?;
+        let draining = CancelCause::Interrupted(TurnFailureReason::ServiceDraining);
+        self.cancel_turn_with(&turn_id, draining).await?;
         Ok(Ending::Continue)
     }
 }

@@ -9,7 +9,6 @@ mod inbound;
 mod interactions;
 mod launch;
 mod lifecycle;
-mod phase;
 mod run;
 mod session;
 mod timers;

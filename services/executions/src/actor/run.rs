@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::ViolationAction;
+use crate::machine::turn::CancelCause;
 use crate::policy::policy_refusal;
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_pool::WarmProcess;
@@ -21,8 +22,8 @@ impl Actor {
     fn timers(&self) -> TimerState {
         TimerState {
             turn: self.turn.as_ref().map(|t| TurnTimers {
-                cancel_deadline: t.phase.grace_ends(),
-                bound: t.phase.bound().map(|(at, _)| at),
+                cancel_deadline: t.lifecycle.phase().grace_ends(),
+                bound: t.lifecycle.phase().bound().map(|(at, _)| at),
                 last_activity: t.last_activity,
             }),
             handoffs: self
@@ -256,7 +257,7 @@ impl Actor {
             .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
             .await?;
         if stop && let Some(turn_id) = self.running_turn_id() {
-            self.cancel_turn_with(&turn_id, "workspace_policy", None).await?;
+            self.cancel_turn_with(&turn_id, CancelCause::WorkspacePolicy).await?;
         }
         Ok(Ending::Continue)
     }

@@ -10,10 +10,11 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::limits::ExecutionLimits;
+use crate::machine::turn::{CancelCause, Turn, TurnEffect, pending_reason_at_settle};
 use crate::turn_row;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::prompt::Prompt;
-use cursor_runner_domain::settlement::{Loss, PromptOutcome, TurnEnd, interruption_message, prompt_end};
+use cursor_runner_domain::settlement::{PromptOutcome, TurnEnd};
 use cursor_runner_domain::state::TurnState;
 
 use super::data::*;
@@ -33,15 +34,12 @@ impl Actor {
     /// The running turn hit its deadline or the execution's active-time budget: it is
     /// cancelled through the normal path and settles `interrupted` with that reason.
     pub(super) async fn on_turn_bound(&mut self) -> Result<Ending, EngineError> {
-        let Some((turn_id, (_, reason))) = self
-            .turn
-            .as_ref()
-            .and_then(|t| Some((t.record.id.clone(), t.phase.bound()?)))
-        else {
-            return Ok(Ending::Continue);
+        let (now, grace) = (Instant::now(), self.config.cancel_grace);
+        let effects = match self.turn.as_mut() {
+            Some(turn) => turn.lifecycle.bound_reached(now, grace),
+            None => Vec::new(),
         };
-        self.cancel_turn_with(&turn_id, reason.as_str(), Some(reason)).await?;
-        Ok(Ending::Continue)
+        self.run_turn_effects(effects).await
     }
 
     /// The agent sent nothing for the idle timeout and nothing waits on a human: the
@@ -51,9 +49,34 @@ impl Actor {
         let Some(turn_id) = self.running_turn_id() else {
             return Ok(Ending::Continue);
         };
-        let idle = TurnFailureReason::AgentIdle;
-        self.cancel_turn_with(&turn_id, idle.as_str(), Some(idle)).await?;
+        let idle = CancelCause::Interrupted(TurnFailureReason::AgentIdle);
+        self.cancel_turn_with(&turn_id, idle).await?;
         Ok(Ending::Continue)
+    }
+
+    /// Runs the turn machine's effects in order.
+    async fn run_turn_effects(&mut self, effects: Vec<TurnEffect>) -> Result<Ending, EngineError> {
+        let mut ending = Ending::Continue;
+        for effect in effects {
+            match effect {
+                TurnEffect::SendCancel => {
+                    let notify = schema::CancelNotification::new(self.session_id.clone());
+                    if let Err(e) = self.connection.notify(methods::SESSION_CANCEL, notify).await {
+                        tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
+                    }
+                }
+                TurnEffect::EndPending(reason) => self.settle_pending(reason).await?,
+                TurnEffect::Settle(end) => self.settle_turn(end).await?,
+                TurnEffect::StopAgent => {
+                    self.stop_process("runner").await?;
+                }
+                TurnEffect::SettleLoss(loss) => {
+                    self.settle_loss(loss).await?;
+                    ending = Ending::Stop;
+                }
+            }
+        }
+        Ok(ending)
     }
 
     pub(super) fn touch_turn(&mut self) {
@@ -81,9 +104,8 @@ impl Actor {
             return Ok(());
         };
         self.queued_start = Some((prompt, reply));
-        let replaced = TurnFailureReason::ReplacedByNewTurn;
-        self.cancel_turn_with(&turn_id, replaced.as_str(), Some(replaced))
-            .await?;
+        let replaced = CancelCause::Interrupted(TurnFailureReason::ReplacedByNewTurn);
+        self.cancel_turn_with(&turn_id, replaced).await?;
         Ok(())
     }
 
@@ -160,21 +182,19 @@ impl Actor {
             .start_request(methods::SESSION_PROMPT, request)
             .await
             .ok();
+        let now = Instant::now();
         self.turn = Some(ActiveTurn {
             normalizer: self.turn_normalizer(&record.id),
             record: record.clone(),
-            prompt_request_id,
-            phase: TurnPhase::Running {
-                bound: bound.map(|(limit, reason)| (Instant::now() + limit, reason)),
-            },
-            last_activity: Instant::now(),
+            lifecycle: Turn::running(prompt_request_id, bound, now),
+            last_activity: now,
             span,
         });
         Ok(record)
     }
 
     pub(super) async fn cancel_turn(&mut self, turn_id: &str) -> Result<TurnRecord, EngineError> {
-        self.cancel_turn_with(turn_id, "turn_cancelled", None).await
+        self.cancel_turn_with(turn_id, CancelCause::Caller).await
     }
 
     /// `session/cancel`, then every pending interaction of the turn is answered
@@ -183,34 +203,28 @@ impl Actor {
     pub(super) fn running_turn_id(&self) -> Option<String> {
         self.turn
             .as_ref()
-            .filter(|t| t.phase.is_running())
+            .filter(|t| t.lifecycle.phase().is_running())
             .map(|t| t.record.id.clone())
     }
 
-    /// `cause`: the service's reason when it, not the caller, cancels the turn.
+    /// Cancels the turn `turn_id` (`session/cancel`, then its pending interactions end with
+    /// the cause's reason); it settles when the prompt returns.
     pub(super) async fn cancel_turn_with(
         &mut self,
         turn_id: &str,
-        reason: &'static str,
-        cause: Option<TurnFailureReason>,
+        cause: CancelCause,
     ) -> Result<TurnRecord, EngineError> {
+        let (now, grace) = (Instant::now(), self.config.cancel_grace);
         let Some(turn) = self.turn.as_mut().filter(|t| t.record.id == turn_id) else {
             return Err(EngineError::precondition(
                 Reason::NoActiveTurn,
                 format!("turn `{turn_id}` is not running"),
             ));
         };
-        if turn.phase.cancel(Instant::now() + self.config.cancel_grace, cause) {
-            let notify = schema::CancelNotification::new(self.session_id.clone());
-            if let Err(e) = self.connection.notify(methods::SESSION_CANCEL, notify).await {
-                tracing::warn!(execution_id = %self.record.id, error = %e, "sending session/cancel failed");
-            }
-            self.settle_pending(reason).await?;
-        }
-        self.turn
-            .as_ref()
-            .map(|t| t.record.clone())
-            .ok_or_else(|| EngineError::internal("a cancelled turn stays active until it settles"))
+        let record = turn.record.clone();
+        let effects = turn.lifecycle.cancel(cause, now, grace);
+        self.run_turn_effects(effects).await?;
+        Ok(record)
     }
 
     pub(super) async fn on_prompt_result(
@@ -218,9 +232,6 @@ impl Actor {
         request_id: i64,
         result: Result<Value, AcpError>,
     ) -> Result<Ending, EngineError> {
-        if self.turn.as_ref().and_then(|t| t.prompt_request_id) != Some(request_id) {
-            return Ok(Ending::Continue);
-        }
         let outcome = match &result {
             Ok(value) => PromptOutcome::Stopped(value.get("stopReason").and_then(Value::as_str)),
             Err(AcpError::Rpc(e)) => PromptOutcome::Refused {
@@ -230,8 +241,14 @@ impl Actor {
             // The connection is gone: the process-loss path settles the turn with the exit status.
             Err(_) => return Ok(Ending::Continue),
         };
-        let interrupted_by = self.turn.as_ref().and_then(|t| t.phase.interrupted_by());
-        self.settle_turn(prompt_end(outcome, interrupted_by)).await?;
+        let effects = match &self.turn {
+            Some(turn) => turn.lifecycle.prompt_answered(request_id, outcome),
+            None => Vec::new(),
+        };
+        if effects.is_empty() {
+            return Ok(Ending::Continue);
+        }
+        self.run_turn_effects(effects).await?;
         if let Some((prompt, reply)) = self.queued_start.take() {
             let started = self.start_turn(prompt).await;
             let _ = reply.send(started);
@@ -241,12 +258,7 @@ impl Actor {
 
     pub(super) async fn settle_turn(&mut self, mut end: TurnEnd) -> Result<(), EngineError> {
         let state = end.state;
-        let reason = if state == TurnState::Cancelled {
-            "turn_cancelled"
-        } else {
-            "turn_settled"
-        };
-        self.settle_pending(reason).await?;
+        self.settle_pending(pending_reason_at_settle(state)).await?;
         let Some(mut turn) = self.turn.take() else {
             return Ok(());
         };
@@ -273,21 +285,14 @@ impl Actor {
         Ok(())
     }
 
+    /// The agent did not settle the cancelled turn within the grace: it is stopped, and the
+    /// turn, its terminal event and the execution's `lost` commit in one batch, so a client
+    /// reacting to the event already reads the final state.
     pub(super) async fn on_cancel_timeout(&mut self) -> Result<Ending, EngineError> {
-        self.stop_process("runner").await?;
-        self.settle_pending("turn_settled").await?;
-        let cause = self.turn.as_ref().and_then(|t| t.phase.interrupted_by());
-        let ladder = format!(
-            "the agent did not settle within {:?} of the cancel; it was stopped",
-            self.config.cancel_grace
-        );
-        let message = match cause {
-            Some(cause) => format!("{}; {ladder}", interruption_message(cause)),
-            None => ladder,
+        let effects = match &self.turn {
+            Some(turn) => turn.lifecycle.grace_ran_out(self.config.cancel_grace),
+            None => Vec::new(),
         };
-        // The turn, its terminal event and the execution's `lost` in one batch: a client
-        // reacting to the event already reads the final state.
-        self.settle_loss(Loss::CancelTimedOut { cause, message }).await?;
-        Ok(Ending::Stop)
+        self.run_turn_effects(effects).await
     }
 }

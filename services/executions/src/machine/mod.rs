@@ -7,6 +7,9 @@
 pub(crate) mod interaction;
 #[cfg(test)]
 mod interaction_tests;
+pub(crate) mod turn;
+#[cfg(test)]
+mod turn_tests;
 
 use tokio::time::Instant;
 

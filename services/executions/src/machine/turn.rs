@@ -1,0 +1,211 @@
+//! The running turn, as a state machine: where it is (serving its prompt, or cancelled and
+//! waiting for the agent to settle it) and what each cancel, timer and prompt result does.
+//!
+//! One enum for the phase instead of a deadline, a bound and a cause kept side by side, so
+//! a turn cannot be both, and what the service cancelled it for travels with the cancel.
+
+use std::time::Duration;
+
+use cursor_runner_activity::TurnFailureReason;
+use cursor_runner_domain::settlement::{Loss, PromptOutcome, TurnEnd, interruption_message, prompt_end};
+use cursor_runner_domain::state::TurnState;
+use tokio::time::Instant;
+
+use super::interaction::EndReason;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnPhase {
+    /// Serving the prompt; its bound before spend (deadline, budget), until it fires.
+    Running {
+        bound: Option<(Instant, TurnFailureReason)>,
+    },
+    /// `session/cancel` sent: the agent has until `grace_ends` to settle the turn. When
+    /// the service, not the caller, cancelled it, a `cancelled` stop settles it
+    /// `interrupted` with `interrupted_by`.
+    Cancelling {
+        grace_ends: Instant,
+        interrupted_by: Option<TurnFailureReason>,
+    },
+}
+
+impl TurnPhase {
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self, Self::Running { .. })
+    }
+
+    /// When the cancel grace ends, while cancelling.
+    pub(crate) fn grace_ends(&self) -> Option<Instant> {
+        match self {
+            Self::Cancelling { grace_ends, .. } => Some(*grace_ends),
+            Self::Running { .. } => None,
+        }
+    }
+
+    /// The bound before spend, while running.
+    pub(crate) fn bound(&self) -> Option<(Instant, TurnFailureReason)> {
+        match self {
+            Self::Running { bound } => *bound,
+            Self::Cancelling { .. } => None,
+        }
+    }
+
+    pub(crate) fn interrupted_by(&self) -> Option<TurnFailureReason> {
+        match self {
+            Self::Cancelling { interrupted_by, .. } => *interrupted_by,
+            Self::Running { .. } => None,
+        }
+    }
+}
+
+/// Who or what cancels a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelCause {
+    /// `CancelTurn`.
+    Caller,
+    /// The service stopped it; it settles `interrupted` with this reason (a bound before
+    /// spend, the idle watchdog, a replacement, a drain).
+    Interrupted(TurnFailureReason),
+    /// Its questions waited past the execution's limit and were handed off durably.
+    Handoff,
+    /// Configuration that would load code appeared in the workspace.
+    WorkspacePolicy,
+}
+
+impl CancelCause {
+    /// The reason the turn's pending interactions end with.
+    pub(crate) fn interaction_reason(self) -> EndReason {
+        match self {
+            Self::Caller => "turn_cancelled",
+            Self::Interrupted(reason) => reason.as_str(),
+            Self::Handoff => "durable_handoff",
+            Self::WorkspacePolicy => "workspace_policy",
+        }
+    }
+
+    fn interrupted_by(self) -> Option<TurnFailureReason> {
+        match self {
+            Self::Interrupted(reason) => Some(reason),
+            Self::Caller | Self::Handoff | Self::WorkspacePolicy => None,
+        }
+    }
+
+    /// Whether it acts on a turn that is being cancelled already: the caller's cancel is
+    /// idempotent and a replacement turns a caller's cancel into an interruption; the
+    /// service's own timers and policies act only on a turn that still runs.
+    fn acts_while_cancelling(self) -> bool {
+        matches!(
+            self,
+            Self::Caller | Self::Interrupted(TurnFailureReason::ReplacedByNewTurn)
+        )
+    }
+}
+
+/// What the runtime does for the turn, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TurnEffect {
+    /// `session/cancel` to the agent.
+    SendCancel,
+    /// Answer every pending interaction `cancelled` and record its end with this reason.
+    EndPending(EndReason),
+    /// Settle the turn: its closing events, its row and the execution in one batch.
+    Settle(TurnEnd),
+    /// Stop the agent, which did not settle a cancelled turn in time.
+    StopAgent,
+    /// Settle everything live as lost, in one batch (the execution ends).
+    SettleLoss(Loss),
+}
+
+/// The reason an interaction still pending when its turn settles ends with.
+pub(crate) fn pending_reason_at_settle(state: TurnState) -> EndReason {
+    if state == TurnState::Cancelled {
+        "turn_cancelled"
+    } else {
+        "turn_settled"
+    }
+}
+
+/// The running turn's lifecycle. The caller holds the turn's record, normalizer and span.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Turn {
+    /// Our JSON-RPC id of the turn's `session/prompt` (none if it could not be sent).
+    prompt_request_id: Option<i64>,
+    phase: TurnPhase,
+}
+
+impl Turn {
+    /// A turn whose prompt went out at `now`, bounded by `bound` (how long, and why).
+    pub(crate) fn running(
+        prompt_request_id: Option<i64>,
+        bound: Option<(Duration, TurnFailureReason)>,
+        now: Instant,
+    ) -> Self {
+        Self {
+            prompt_request_id,
+            phase: TurnPhase::Running {
+                bound: bound.map(|(limit, reason)| (now + limit, reason)),
+            },
+        }
+    }
+
+    pub(crate) fn phase(&self) -> TurnPhase {
+        self.phase
+    }
+
+    /// Cancels the turn: a running one starts cancelling, with `grace` to settle.
+    pub(crate) fn cancel(&mut self, cause: CancelCause, now: Instant, grace: Duration) -> Vec<TurnEffect> {
+        match &mut self.phase {
+            TurnPhase::Running { .. } => {
+                self.phase = TurnPhase::Cancelling {
+                    grace_ends: now + grace,
+                    interrupted_by: cause.interrupted_by(),
+                };
+                vec![
+                    TurnEffect::SendCancel,
+                    TurnEffect::EndPending(cause.interaction_reason()),
+                ]
+            }
+            TurnPhase::Cancelling { interrupted_by, .. } => {
+                // The first grace stands; a replacement makes a caller's cancel an interruption.
+                if cause.acts_while_cancelling() && cause.interrupted_by().is_some() {
+                    *interrupted_by = cause.interrupted_by();
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// The bound before spend is due: cancelled, settling `interrupted` with its reason.
+    pub(crate) fn bound_reached(&mut self, now: Instant, grace: Duration) -> Vec<TurnEffect> {
+        match self.phase.bound() {
+            Some((at, reason)) if at <= now => self.cancel(CancelCause::Interrupted(reason), now, grace),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The agent answered `request_id`: if it is this turn's prompt, the turn settles as
+    /// the answer and the service's cause say.
+    pub(crate) fn prompt_answered(&self, request_id: i64, outcome: PromptOutcome<'_>) -> Vec<TurnEffect> {
+        if self.prompt_request_id != Some(request_id) {
+            return Vec::new();
+        }
+        vec![TurnEffect::Settle(prompt_end(outcome, self.phase.interrupted_by()))]
+    }
+
+    /// The cancel grace ran out: the agent is stopped and everything settles as lost.
+    pub(crate) fn grace_ran_out(&self, grace: Duration) -> Vec<TurnEffect> {
+        if self.phase.is_running() {
+            return Vec::new();
+        }
+        let cause = self.phase.interrupted_by();
+        let ladder = format!("the agent did not settle within {grace:?} of the cancel; it was stopped");
+        let message = match cause {
+            Some(cause) => format!("{}; {ladder}", interruption_message(cause)),
+            None => ladder,
+        };
+        vec![
+            TurnEffect::StopAgent,
+            TurnEffect::EndPending("turn_settled"),
+            TurnEffect::SettleLoss(Loss::CancelTimedOut { cause, message }),
+        ]
+    }
+}
