@@ -253,11 +253,24 @@ async fn a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answ
         .interaction
         .unwrap();
     assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
+    assert!(
+        !format!("{answered:?}").contains(CANARY),
+        "not in the answer's reply: {answered:?}"
+    );
     let settled = events.until_turn_settles().await;
     assert_eq!(
         settled.last().unwrap().event_type,
         "turn.completed",
         "the agent got its own option id back"
+    );
+    let read_back = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert!(
+        !format!("{read_back:?}").contains(CANARY),
+        "not in the delivered interaction: {read_back:?}"
+    );
+    assert!(
+        format!("{read_back:?}").contains(MARKER),
+        "its outcome says what was redacted"
     );
     let dump = service.database().dump();
     assert!(dump.contains(&execution.execution_id), "the dump holds the rows");

@@ -615,8 +615,13 @@ impl Agent {
             Some(result) => result.clone(),
             None => json!({"error": response.get("error").cloned().unwrap_or(Value::Null)}),
         };
+        // An expectation may name what the agent was handed (`${NAME}`), as its requests do.
+        let expect = expect.cloned().map(|mut expected| {
+            env_values_in_strings(&mut expected);
+            expected
+        });
         if let Some(expected) = expect
-            && &actual != expected
+            && actual != expected
         {
             log(&format!("expectation failed: expected {expected} got {actual}"));
             std::process::exit(EXIT_EXPECTATION_FAILED);

@@ -169,7 +169,8 @@ impl Actor {
             child_id: child.map(|c| c.child_id),
         });
         let handoff_at = now.instant + self.wait_limit;
-        let (interaction, effects) = Interaction::open(record, persisted, created, self.policy, handoff_at);
+        let redactor = self.events.redactor().clone();
+        let (interaction, effects) = Interaction::open(record, persisted, created, self.policy, handoff_at, redactor);
         let span = open_span(interaction.record());
         let live = LiveInteraction {
             interaction,

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestResolved};
+use cursor_runner_activity::{ActivityPayload, InteractionKind, Redactor, RuntimeRequestResolved};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest, cancelled_result};
 use cursor_runner_domain::state::InteractionState;
@@ -158,6 +158,9 @@ pub(crate) struct Interaction {
     persisted: PersistedRequest,
     /// When a question or plan is handed off durably if still unanswered.
     handoff_at: Instant,
+    /// The secrets handed to the agent: an outcome names the agent's own ids, which may
+    /// quote them, and is stored and returned only redacted (the agent gets it verbatim).
+    redactor: Redactor,
     stage: Stage,
 }
 
@@ -170,6 +173,7 @@ impl Interaction {
         created: ActivityPayload,
         policy: ApprovalPolicy,
         handoff_at: Instant,
+        redactor: Redactor,
     ) -> (Self, Vec<Effect>) {
         let denial = match (&persisted, policy) {
             (PersistedRequest::Permission(p), ApprovalPolicy::DenyAll) => Some((p.policy_denial(), policy)),
@@ -186,6 +190,7 @@ impl Interaction {
             record,
             persisted,
             handoff_at,
+            redactor,
             stage: Stage::Opening { denial },
         };
         (interaction, effects)
@@ -318,7 +323,7 @@ impl Interaction {
     ) -> (Stage, Vec<Effect>) {
         let mut answered = self.record.clone();
         answered.state = InteractionState::Answered;
-        answered.outcome = Some(outcome.to_string());
+        answered.outcome = Some(self.redactor.redact_json_text(outcome.to_string()));
         (answered.answer_request_id, answered.answer_fingerprint) = answer.unzip();
         answered.reason = match answered_by {
             AnsweredBy::Policy(policy) => Some(format!("approval_policy_{}", policy.as_str())),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cursor_runner_activity::{ActivityPayload, InteractionKind, RuntimeRequestCreated};
+use cursor_runner_activity::{ActivityPayload, InteractionKind, Redactor, RuntimeRequestCreated};
 use cursor_runner_domain::error::Reason;
 use cursor_runner_domain::interaction::permission::PermissionOption;
 use cursor_runner_domain::interaction::{
@@ -88,8 +88,19 @@ fn created() -> ActivityPayload {
 
 fn open_with(persisted: PersistedRequest, policy: ApprovalPolicy, t0: Instant) -> (Interaction, Vec<Effect>) {
     let kind = persisted.kind();
-    Interaction::open(record(kind), persisted, created(), policy, t0 + Duration::from_secs(60))
+    let redactor = Redactor::new([("CURSOR_API_KEY".to_owned(), SECRET.to_owned())]);
+    Interaction::open(
+        record(kind),
+        persisted,
+        created(),
+        policy,
+        t0 + Duration::from_secs(60),
+        redactor,
+    )
 }
+
+/// A secret handed to the agent, which its native ids may quote.
+const SECRET: &str = "sk-machine-canary-0001";
 
 /// A question recorded and waiting for its answer.
 fn pending_question(t0: Instant) -> Interaction {
@@ -542,4 +553,38 @@ fn clone_trace(trace: &[Effect]) -> Vec<Effect> {
             Effect::Stop(e) => Effect::Stop(e.clone()),
         })
         .collect()
+}
+
+#[test]
+fn an_outcome_quoting_a_secret_reaches_the_agent_verbatim_and_is_recorded_and_returned_redacted() {
+    let t0 = Instant::now();
+    let quoting = PersistedRequest::Question(
+        serde_json::from_value::<QuestionRequest>(json!({
+            "questions": [{"questionId": "question-1", "nativeId": format!("q-{SECRET}"), "prompt": "Keep?",
+                "allowMultiple": false,
+                "options": [{"optionId": "option-1", "nativeId": format!("keep-{SECRET}"), "label": "Keep"}]}]
+        }))
+        .unwrap(),
+    );
+    let (mut interaction, _) = open_with(quoting, ApprovalPolicy::Ask, t0);
+    interaction.handle(Input::Committed(Committed::Landed), now(t0, 1_000));
+    let effects = interaction.handle(good_answer(), now(t0, 2_000));
+    let (writes, _) = commit(&effects[0]);
+    let Write::Interaction { record, .. } = &writes[0] else {
+        unreachable!()
+    };
+    let stored = record.outcome.clone().unwrap();
+    assert!(
+        !stored.contains(SECRET) && stored.contains("[redacted:CURSOR_API_KEY]"),
+        "{stored}"
+    );
+    let effects = interaction.handle(Input::Committed(Committed::Landed), now(t0, 2_001));
+    match &effects[1] {
+        Effect::Respond(sent) => assert!(sent.to_string().contains(&format!("keep-{SECRET}")), "{sent}"),
+        other => panic!("{other:?}"),
+    }
+    interaction.handle(Input::Written(true), now(t0, 2_002));
+    let effects = interaction.handle(Input::Committed(Committed::Landed), now(t0, 2_003));
+    let replied = reply(&effects[1]).as_ref().unwrap();
+    assert!(!format!("{replied:?}").contains(SECRET), "{replied:?}");
 }
