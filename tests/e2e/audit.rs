@@ -8,6 +8,7 @@ use serde_json::Value;
 on_both_backends!(
     fields_the_normalizer_does_not_read_are_counted_by_kind_and_field,
     the_wire_capture_holds_both_directions_with_secrets_redacted,
+    a_secret_with_characters_json_escapes_is_redacted_from_the_wire_capture,
     the_wire_capture_starts_at_the_first_byte_with_initialize,
     a_start_that_fails_keeps_its_wire_traffic_under_the_slots_name,
 );
@@ -101,7 +102,9 @@ async fn fields_the_normalizer_does_not_read_are_counted_by_kind_and_field(backe
     service.shutdown().await;
 }
 
-async fn the_wire_capture_holds_both_directions_with_secrets_redacted(backend: Backend) {
+/// The wire capture of one turn of `echo_credential.json` (the agent says its credential
+/// back) with `secret` bound, as the file's text.
+async fn capture_of_an_echoed(backend: Backend, secret: &str) -> String {
     let capture = tempfile::tempdir().unwrap();
     let options = Options {
         wire_capture_dir: Some(capture.path().to_path_buf()),
@@ -109,7 +112,6 @@ async fn the_wire_capture_holds_both_directions_with_secrets_redacted(backend: B
     };
     let service = TestService::start_with(backend, "echo_credential.json", options).await;
     let mut client = service.client().await;
-    let secret = "sk-wire-capture-canary-77";
     let request = proto::CreateExecutionRequest {
         control_session_id: "run-3".into(),
         credential: Some(proto::CredentialBinding {
@@ -124,6 +126,27 @@ async fn the_wire_capture_holds_both_directions_with_secrets_redacted(backend: B
     let (execution, _, mut events) = begin_turn_with(&mut client, &service, request).await;
     events.until_turn_settles().await;
     let text = std::fs::read_to_string(capture.path().join(format!("{}.ndjson", execution.execution_id))).unwrap();
+    service.shutdown().await;
+    text
+}
+
+/// A secret read from a file often ends in a newline, and may hold a backslash or a quote:
+/// on the wire the agent's lines carry it JSON-escaped, and the capture redacts that form.
+async fn a_secret_with_characters_json_escapes_is_redacted_from_the_wire_capture(backend: Backend) {
+    let secret = "sk-wire\\capture\"canary-78\n";
+    let text = capture_of_an_echoed(backend, secret).await;
+    let escaped = serde_json::to_string(secret).unwrap();
+    let core = "canary-78";
+    assert!(!text.contains(core), "neither raw nor escaped: {}", escaped);
+    assert!(
+        text.contains("[redacted:CURSOR_API_KEY]"),
+        "what the agent echoed, redacted"
+    );
+}
+
+async fn the_wire_capture_holds_both_directions_with_secrets_redacted(backend: Backend) {
+    let secret = "sk-wire-capture-canary-77";
+    let text = capture_of_an_echoed(backend, secret).await;
     assert!(!text.contains(secret), "redacted in the capture too");
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let sent: Vec<Value> = lines
@@ -146,5 +169,4 @@ async fn the_wire_capture_holds_both_directions_with_secrets_redacted(backend: B
         text.contains("[redacted:CURSOR_API_KEY]"),
         "what the agent echoed, redacted"
     );
-    service.shutdown().await;
 }

@@ -24,11 +24,18 @@ impl std::fmt::Debug for Redactor {
 
 impl Redactor {
     /// `(label, value)` pairs; values under [`MIN_REDACTED_SECRET_CHARS`] are left out.
+    /// Each value is also matched as JSON spells it inside a string: raw text such as a
+    /// wire line carries a secret with a newline, a quote or a backslash escaped.
     pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Self {
         let mut secrets: Vec<(String, String)> = secrets
             .into_iter()
             .filter(|(_, value)| value.chars().count() >= MIN_REDACTED_SECRET_CHARS)
-            .map(|(label, value)| (value, format!("[redacted:{label}]")))
+            .flat_map(|(label, value)| {
+                let marker = format!("[redacted:{label}]");
+                let escaped = json_escaped(&value).filter(|escaped| *escaped != value);
+                let escaped = escaped.map(|escaped| (escaped, marker.clone()));
+                std::iter::once((value, marker)).chain(escaped)
+            })
             .collect();
         secrets.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
         secrets.dedup_by(|a, b| a.0 == b.0);
@@ -98,6 +105,12 @@ impl Redactor {
     }
 }
 
+/// `value` as it appears inside a JSON string literal.
+fn json_escaped(value: &str) -> Option<String> {
+    let quoted = serde_json::to_string(value).ok()?;
+    Some(quoted[1..quoted.len() - 1].to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +124,20 @@ mod tests {
             ("mcp:search:authorization".to_owned(), format!("Bearer {KEY}")),
             ("too-short".to_owned(), "abc".to_owned()),
         ])
+    }
+
+    #[test]
+    fn a_secret_with_characters_json_escapes_is_redacted_as_json_spells_it_too() {
+        let secret = "sk-live-\"quoted\"\\path\n";
+        let redactor = Redactor::new([("CURSOR_API_KEY".to_owned(), secret.to_owned())]);
+        let line = json!({"sessionUpdate": "agent_message_chunk", "text": format!("key: {secret}")}).to_string();
+        let (redacted, count) = redactor.redact_text(&line);
+        assert_eq!(count, 1, "{redacted}");
+        assert!(!redacted.contains("quoted"), "{redacted}");
+        assert_eq!(
+            redactor.redact_text(&format!("raw {secret}")).0,
+            "raw [redacted:CURSOR_API_KEY]"
+        );
     }
 
     #[test]
