@@ -8,6 +8,7 @@ on_both_backends!(
     another_tenants_execution_is_not_found,
     another_tenants_interaction_can_be_neither_read_nor_answered,
     executions_are_listed_in_pages,
+    a_page_token_no_list_returned_is_refused_not_read_as_the_end,
     interactions_are_listed_in_pages_and_filtered_by_state,
     reflection_lists_every_served_service,
     grpc_web_over_http1_reaches_the_same_services,
@@ -370,6 +371,37 @@ async fn executions_are_listed_in_pages(backend: Backend) {
         token = page.next_page_token;
     }
     assert_eq!(seen, created);
+    service.shutdown().await;
+}
+
+/// A page token is what a list call returned; anything else is refused, never answered
+/// with an empty page that a client would read as the end of the list.
+async fn a_page_token_no_list_returned_is_refused_not_read_as_the_end(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    create_execution(&mut client, &service, "create-1").await;
+    for token in ["garbage", "00000000", "'; DROP TABLE executions; --"] {
+        assert_refused(
+            client
+                .list_executions(proto::ListExecutionsRequest {
+                    page_size: 2,
+                    page_token: token.into(),
+                })
+                .await,
+            tonic::Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+        );
+        assert_refused(
+            client
+                .list_interactions(proto::ListInteractionsRequest {
+                    page_token: token.into(),
+                    ..Default::default()
+                })
+                .await,
+            tonic::Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+        );
+    }
     service.shutdown().await;
 }
 

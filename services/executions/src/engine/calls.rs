@@ -56,7 +56,7 @@ impl Engine {
         page_token: &str,
     ) -> Result<(Vec<ExecutionRecord>, String), EngineError> {
         let limit = page_limit(page_size)?;
-        let after = (!page_token.is_empty()).then_some(page_token);
+        let after = id_token(page_token)?;
         let page = self.store.list_executions(tenant_id, after, limit).await?;
         let next = next_token(&page, limit, |e| &e.id);
         Ok((page, next))
@@ -76,9 +76,7 @@ impl Engine {
         let after = if page_token.is_empty() {
             0
         } else {
-            page_token.parse::<i64>().map_err(|_| {
-                EngineError::invalid(Reason::InvalidArgument, "page_token is not one this call returned")
-            })?
+            page_token.parse::<i64>().map_err(|_| not_a_page_token())?
         };
         let page = self.store.list_turns(tenant_id, execution_id, after, limit).await?;
         let next = if page.len() as i64 == limit {
@@ -250,13 +248,14 @@ impl Engine {
             ),
         };
         let limit = page_limit(page_size)?;
+        let after_id = id_token(page_token)?.map(str::to_owned);
         let page = self
             .store
             .list_interactions(&InteractionQuery {
                 tenant_id: tenant_id.to_owned(),
                 execution_id,
                 state,
-                after_id: (!page_token.is_empty()).then(|| page_token.to_owned()),
+                after_id,
                 limit,
             })
             .await?;
@@ -332,6 +331,20 @@ fn page_limit(page_size: i64) -> Result<i64, EngineError> {
         )),
         n => Ok(n.min(MAX_PAGE_SIZE)),
     }
+}
+
+/// A page token of a list keyed by ids: the last id of the previous page (ids are UUIDs),
+/// or none for the first page. Anything else was never returned by a list call.
+fn id_token(page_token: &str) -> Result<Option<&str>, EngineError> {
+    match page_token {
+        "" => Ok(None),
+        token if uuid::Uuid::try_parse(token).is_ok() => Ok(Some(token)),
+        _ => Err(not_a_page_token()),
+    }
+}
+
+fn not_a_page_token() -> EngineError {
+    EngineError::invalid(Reason::InvalidArgument, "page_token is not one this call returned")
 }
 
 fn next_token<T>(page: &[T], limit: i64, id: impl Fn(&T) -> &String) -> String {
