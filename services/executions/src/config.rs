@@ -67,6 +67,8 @@ pub struct EngineConfig {
     pub agent_users: Option<AgentUsers>,
     /// The operator's agent profiles (`--agent-profiles`), named by `CreateExecution`.
     pub agent_profiles: Option<Arc<AgentProfiles>>,
+    /// Who this process is among the replicas on its database, and its lease.
+    pub replica: crate::ownership::ReplicaConfig,
 }
 
 /// The reaction to refused configuration appearing in a workspace mid-session.
@@ -108,6 +110,7 @@ impl EngineConfig {
             wire_capture_dir: None,
             agent_users: None,
             agent_profiles: None,
+            replica: crate::ownership::ReplicaConfig::default(),
         }
     }
 

@@ -18,6 +18,7 @@ pub mod limits;
 mod machine;
 pub mod metrics;
 mod model_catalog;
+pub mod ownership;
 mod policy;
 pub mod retention;
 mod settlement;

@@ -5,6 +5,7 @@ mod demo;
 mod distribution;
 mod doctor;
 mod metrics_http;
+mod replica;
 mod telemetry;
 
 use std::net::SocketAddr;
@@ -216,6 +217,8 @@ struct ServeArgs {
     agent_profiles: Option<PathBuf>,
     #[command(flatten)]
     pool: PoolArgs,
+    #[command(flatten)]
+    replica: replica::ReplicaArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -352,6 +355,7 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     config.pid_namespace = args.pid_namespace;
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
+    config.replica = args.replica.config()?;
     let retention = |keep_secs: u64| {
         (keep_secs > 0).then(|| cursor_runner_executions::retention::Retention {
             keep: std::time::Duration::from_secs(keep_secs),
@@ -384,7 +388,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
             cursor_runner_pool::agent_profile::AgentProfiles::from_file(path)?,
         ));
     }
-    let engine = Engine::start(store.clone(), config).await?;
+    // Start-up refusals (ANOTHER_SERVICE, REPLICA_NAME_IN_USE, MULTI_REPLICA_UNSUPPORTED)
+    // say their catalog reason.
+    let engine = Engine::start(store.clone(), config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.reason.as_str(), e.message))?;
     let isolation = engine.agent_isolation();
     if !isolation.is_complete() {
         // Said once, in the words GetCapabilities and the AgentIsolation health entry use.

@@ -1,61 +1,225 @@
-//! One service per database until replicas can share one: a second `serve` on a database
-//! another serves refuses to start, and the first goes on untouched (its pending question,
-//! its agent, its event stream).
+//! Replicas on one PostgreSQL database (`docs/scale-out.md` stage 1): real `serve`
+//! processes, each under its replica name. A replica starting beside another settles none
+//! of its executions; a name is one live process's; a restart under a name settles its
+//! predecessor's executions at once; a pre-scale-out service and replicas exclude each
+//! other; the embedded SQLite store serves one process and refuses multi-replica mode.
+
+use std::time::Duration;
 
 use cursor_runner_e2e::*;
+use proto as pb;
+use serde_json::Value;
+use sqlx::Connection;
 
-fn service(database_url: &str, dirs: &ServiceDirs) -> ServiceProcess {
+/// The pre-scale-out sole-service lock's key (`store/src/sql/replica.rs`).
+const SOLE_SERVICE_LOCK_KEY: i64 = 0x6375_7273_6f72_2d72;
+/// Long enough that nothing in these tests waits one out.
+const LONG_LEASE_MS: u64 = 60_000;
+
+/// `serve` as replica `name` (given as Kubernetes gives it, in the environment), or under
+/// the default name (the host's) when `None`.
+fn replica(database_url: &str, dirs: &ServiceDirs, name: Option<&str>) -> ServiceProcess {
+    let mut env = vec![("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LONG_LEASE_MS.to_string())];
+    if let Some(name) = name {
+        env.push(("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()));
+    }
     ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
         state_dir: dirs.root.path(),
         scenario: "demo.json",
         record: &dirs.record,
-        env: Vec::new(),
+        env,
         args: Vec::new(),
     })
 }
 
-async fn a_second_service_on_the_same_database_is_refused_and_the_first_goes_on(backend: Backend) {
-    let database = TestDatabase::create(backend).await;
-    let (first_dirs, second_dirs) = (ServiceDirs::new(), ServiceDirs::new());
-    let first = service(&database.url, &first_dirs);
-    let mut client = first.client().await;
-    let (_execution, _turn, mut events) = begin_turn_at(&mut client, &first_dirs.workspace, Default::default()).await;
+/// An execution in `dirs`' workspace whose turn waits on a pending question; its
+/// subscriber and the question's `runtime_request.created` payload. `tag` keeps request
+/// ids apart on the shared database.
+async fn pending_question(client: &mut Client, dirs: &ServiceDirs, tag: &str) -> (pb::Execution, Subscriber, Value) {
+    let execution = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: format!("create-{tag}"),
+            workspace: dirs.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateExecution")
+        .into_inner()
+        .execution
+        .expect("execution");
+    let mut events = Subscriber::open(client, &execution.execution_id, 0)
+        .await
+        .expect("StreamEvents");
+    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
+        .await
+        .expect("StartTurn");
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    (execution, events, created)
+}
 
-    let mut second = service(&database.url, &second_dirs);
-    second.wait_for_stderr("another cursor-runner serves this database");
-    assert_eq!(second.exit_status().await.code(), Some(1), "refused to start");
-
-    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+/// The question is still pending, is answered through its own replica, and its turn
+/// completes: nobody settled it.
+async fn answered_and_completed(client: &mut Client, events: &mut Subscriber, created: &Value, tag: &str) {
+    let interaction = get_interaction(client, created["interactionId"].as_str().unwrap()).await;
     assert_eq!(
         interaction.state,
-        proto::InteractionState::Pending as i32,
-        "the first service's question was not expired by the second"
+        pb::InteractionState::Pending as i32,
+        "the question was not expired by another replica"
     );
     let answered = client
-        .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
+        .answer_interaction(one_question_answer(created, &format!("answer-{tag}"), "option-1"))
         .await
-        .expect("the first service still answers")
+        .expect("its replica still answers")
         .into_inner()
         .interaction
         .unwrap();
-    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
+    assert_eq!(answered.state, pb::InteractionState::Delivered as i32);
+    let settled = events.until_turn_settles().await;
     assert_eq!(
-        events.until_turn_settles().await.last().unwrap().event_type,
-        "turn.completed"
+        settled.last().unwrap().event_type,
+        "turn.completed",
+        "{:?}",
+        types(&settled)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_first_ones_executions() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+    let a = replica(&database.url, &a_dirs, Some("replica-a"));
+    let mut a_client = a.client().await;
+    let (execution, mut events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+
+    let b = replica(&database.url, &b_dirs, Some("replica-b"));
+    // Serving means its start-up (and its recovery) is over.
+    let mut b_client = b.client().await;
+    let seen_from_b = get_execution(&mut b_client, &execution.execution_id).await;
+    assert_eq!(seen_from_b.state, pb::ExecutionState::Ready as i32);
+    // The second replica serves executions of its own.
+    let (_, mut b_events, b_created) = pending_question(&mut b_client, &b_dirs, "b").await;
+
+    answered_and_completed(&mut a_client, &mut events, &created, "a").await;
+    answered_and_completed(&mut b_client, &mut b_events, &b_created, "b").await;
+    a.stop();
+    b.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_taking_a_replica_name_in_use_is_refused_and_the_first_goes_on() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (first_dirs, second_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+    let first = replica(&database.url, &first_dirs, Some("replica-a"));
+    let mut client = first.client().await;
+    let (_, mut events, created) = pending_question(&mut client, &first_dirs, "a").await;
+
+    let mut second = replica(&database.url, &second_dirs, Some("replica-a"));
+    second.wait_for_stderr("REPLICA_NAME_IN_USE");
+    assert_eq!(second.exit_status().await.code(), Some(1), "refused to start");
+
+    answered_and_completed(&mut client, &mut events, &created, "a").await;
     first.stop();
     database.drop_database().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_service_on_the_same_postgres_database_is_refused_and_the_first_goes_on() {
-    a_second_service_on_the_same_database_is_refused_and_the_first_goes_on(Backend::Postgres).await;
+async fn a_restarted_replica_with_its_name_settles_its_predecessors_executions_before_the_lease_ends() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+    let b = replica(&database.url, &b_dirs, Some("replica-b"));
+    let mut b_client = b.client().await;
+    let (_, mut b_events, b_created) = pending_question(&mut b_client, &b_dirs, "b").await;
+    let a = replica(&database.url, &a_dirs, Some("replica-a"));
+    let mut a_client = a.client().await;
+    let (execution, _, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+
+    a.kill();
+    let killed = tokio::time::Instant::now();
+    let restarted = replica(&database.url, &a_dirs, Some("replica-a"));
+    let mut client = restarted.client().await;
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(interaction.state, pb::InteractionState::Expired as i32);
+    assert_eq!(interaction.reason, "service_restarted");
+    assert!(!interaction.replay_allowed);
+    assert!(
+        killed.elapsed() < Duration::from_millis(LONG_LEASE_MS),
+        "settled at start-up, not after the predecessor's lease"
+    );
+    let after = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(after.state, pb::ExecutionState::Lost as i32);
+    assert_eq!("settled, not taken over");
+    let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
+    let settled = replay.until_turn_settles().await;
+    assert_eq!(payload(settled.last().unwrap())["failureReason"], "provider_lost");
+
+    // The other replica's execution was none of the restart's business.
+    answered_and_completed(&mut b_client, &mut b_events, &b_created, "b").await;
+    restarted.stop();
+    b.stop();
+    database.drop_database().await;
+}
+
+async fn try_sole_service_lock(connection: &mut sqlx::PgConnection) -> bool {
+    let (locked,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(SOLE_SERVICE_LOCK_KEY)
+        .fetch_one(connection)
+        .await
+        .unwrap();
+    locked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_refuses_to_start_beside_a_pre_scale_out_service() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    // A pre-scale-out service holds the sole-service lock exclusively.
+    let mut old_service = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    assert!(try_sole_service_lock(&mut old_service).await);
+    let mut refused = replica(&database.url, &dirs, Some("replica-a"));
+    refused.wait_for_stderr("ANOTHER_SERVICE");
+    assert_eq!(refused.exit_status().await.code(), Some(1), "refused to start");
+
+    sqlx::query("SELECT pg_advisory_unlock_all()")
+        .execute(&mut old_service)
+        .await
+        .unwrap();
+    let serving = replica(&database.url, &dirs, Some("replica-a"));
+    serving.client().await;
+    assert!(
+        !try_sole_service_lock(&mut old_service).await,
+        "a pre-scale-out service starting now is refused: it would settle every replica's work"
+    );
+    old_service.close().await.unwrap();
+    serving.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_sqlite_with_a_replica_name_refuses_multi_replica_mode() {
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let dirs = ServiceDirs::new();
+    let mut refused = replica(&database.url, &dirs, Some("replica-a"));
+    refused.wait_for_stderr("MULTI_REPLICA_UNSUPPORTED: the embedded SQLite store serves a single replica");
+    assert_eq!(refused.exit_status().await.code(), Some(1));
+    database.drop_database().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_service_on_the_same_sqlite_file_is_refused_and_the_first_goes_on() {
-    a_second_service_on_the_same_database_is_refused_and_the_first_goes_on(Backend::Sqlite).await;
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let (first_dirs, second_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+    let first = replica(&database.url, &first_dirs, None);
+    let mut client = first.client().await;
+    let (_, mut events, created) = pending_question(&mut client, &first_dirs, "a").await;
+
+    let mut second = replica(&database.url, &second_dirs, None);
+    second.wait_for_stderr("another cursor-runner serves this database");
+    assert_eq!(second.exit_status().await.code(), Some(1), "refused to start");
+
+    answered_and_completed(&mut client, &mut events, &created, "a").await;
+    first.stop();
+    database.drop_database().await;
 }

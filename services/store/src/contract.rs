@@ -3,6 +3,7 @@
 
 use crate::batch::Batch;
 use crate::records::*;
+use crate::replica::*;
 use crate::transient;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
 use std::sync::Arc;
@@ -28,12 +29,20 @@ pub enum StoreError {
     Migration(String),
     #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]
     UnsupportedUrl(String),
-    /// Another service process holds this database (one per database until scale-out).
+    /// Another service process holds this database alone: any other one on an embedded
+    /// SQLite file, or on PostgreSQL one from before replicas could share a database.
     #[error(
-        "another cursor-runner serves this database; until replicas can share one, run a single \
-         service per database (stop the other, or wait for it to exit)"
+        "another cursor-runner serves this database alone (on SQLite: any other service; on \
+         PostgreSQL: one from before replicas could share a database, so stop it first: the \
+         first upgrade to replicas is a Recreate)"
     )]
     AnotherService,
+    /// A live process already serves under this replica name.
+    #[error(
+        "replica name `{0}` is in use by a live process on this database; give each replica its \
+         own --replica-name (the pod name), or wait for the other one to exit"
+    )]
+    ReplicaNameInUse(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -128,18 +137,31 @@ pub trait Store: Send + Sync + 'static {
     /// transient failures as `patience` says. A fresh store has [`Patience::None`].
     fn with_patience(&self, patience: Patience) -> Arc<dyn Store>;
 
-    /// Makes this process the only service on the database for as long as it lives (a
-    /// PostgreSQL session advisory lock; an exclusive lock on a file beside the SQLite
-    /// database). [`StoreError::AnotherService`] while another process holds it.
-    async fn claim_sole_service(&self) -> StoreResult<()>;
+    /// Registers this process as replica `name`, with a new incarnation whose lease runs
+    /// for `terms.length` on the database's clock, and ends its predecessors (see
+    /// [`Registration::predecessors`]). It holds, for as long as it lives, a shared lock
+    /// a pre-scale-out service's exclusive one excludes, and its name's lock (PostgreSQL
+    /// advisory locks on a dedicated connection; an exclusive lock on a file beside the
+    /// SQLite database). [`StoreError::AnotherService`] or [`StoreError::ReplicaNameInUse`]
+    /// while another process holds them. Later inserts and new generations of executions,
+    /// and idempotency claims, are this incarnation's.
+    async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration>;
+    /// One heartbeat: extends the lease by its length from the database's now, only while
+    /// it is live. A lease that ended stays ended ([`Renewal::Lost`]).
+    async fn renew_replica_lease(&self) -> StoreResult<Renewal>;
+    /// Ends this incarnation (a clean exit): its lease ends now and its locks are let go.
+    async fn end_replica(&self) -> StoreResult<()>;
+    /// Who owns an execution of the tenant (`None`: no such execution).
+    async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>>;
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;
     /// Drops a claim whose call failed before it changed anything, so a retry may run.
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
-    /// Completes every claim still `in_flight` with `response`: at start-up, when the calls
-    /// that made them died with the previous incarnation. The number completed.
-    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64>;
+    /// Completes every claim `claimed_by` that incarnation still `in_flight` with
+    /// `response`: at start-up, when the calls that made them died with a predecessor. The
+    /// number completed.
+    async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64>;
     /// Deletes at most `limit` completed keys created before `created_before_ms` (never one
     /// in flight); the number deleted.
     async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64>;
@@ -150,8 +172,9 @@ pub trait Store: Send + Sync + 'static {
     /// writer moved it on); nothing was written.
     async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool>;
     /// Compare-and-set of the one fence: a new lease (another process for the
-    /// execution) moves the generation from `expected` to `expected + 1`; every write
-    /// still carrying `expected` is refused from then on. False if it had moved already.
+    /// execution) moves the generation from `expected` to `expected + 1`, and the
+    /// execution to this replica's incarnation; every write still carrying `expected` is
+    /// refused from then on. False if it had moved already.
     async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool>;
     async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>>;
     /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
@@ -161,8 +184,8 @@ pub trait Store: Send + Sync + 'static {
         after_id: Option<&str>,
         limit: i64,
     ) -> StoreResult<Vec<ExecutionRecord>>;
-    /// Executions a previous incarnation left live.
-    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>>;
+    /// The live executions `owner_incarnation` owns (at start-up: those a predecessor left).
+    async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>>;
     /// The tenant's newest execution that ran the agent session `session_id`.
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>>;
     /// The tenant's recorded sessions: per session id, its newest execution; paged by

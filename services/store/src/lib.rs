@@ -9,6 +9,7 @@ mod catalog;
 mod contract;
 mod memory;
 mod records;
+mod replica;
 mod retry;
 mod sql;
 mod transient;
@@ -17,6 +18,7 @@ pub use batch::{Batch, Write};
 pub use contract::*;
 pub use memory::MemoryStore;
 pub use records::*;
+pub use replica::*;
 pub use sql::SqlStore;
 
 /// Opens the store a URL names and runs its migrations.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_activity::Redactor;
-use cursor_runner_store::{InteractionQuery, Patience, Store, StoreError, now_ms};
+use cursor_runner_store::{InteractionQuery, Patience, Store, now_ms};
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{Guardian, GuardianConfig};
 
@@ -17,6 +17,7 @@ use crate::actor::Command;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::metrics::Metrics;
+use crate::ownership;
 use crate::retention::{self};
 use crate::settlement::{self, LiveTurn};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
@@ -28,12 +29,20 @@ use cursor_runner_supervisor::isolation::AgentIsolation;
 use super::data::*;
 
 impl Engine {
-    /// Starts the engine and settles what a previous incarnation left live: its agents
-    /// are gone, so their turns fail and their pending interactions expire (never replayed).
+    /// Registers this process as a replica and settles what its predecessors left live
+    /// (a previous incarnation under its name, and rows from before replicas): their
+    /// agents are gone, so their turns fail and their pending interactions expire (never
+    /// replayed). Other replicas' executions are never touched.
     pub async fn start(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Arc<Self>, EngineError> {
-        // Before anything that acts on what a previous incarnation left (its processes,
-        // its live executions, its calls): those must not be another live replica's.
-        claim_sole_service(store.as_ref()).await?;
+        // Before anything that acts on what a predecessor left (its processes, its live
+        // executions, its calls): the name lock proves it is gone.
+        let registration = ownership::register(store.as_ref(), &config.replica).await?;
+        tracing::info!(
+            replica = %registration.name,
+            incarnation = %registration.incarnation,
+            predecessors = registration.predecessors.len() - 1,
+            "registered as a replica"
+        );
         // Sweeps what a SIGKILLed previous incarnation left running, before anything launches.
         config.guardian = Some(Guardian::start(GuardianConfig {
             state_dir: config.state_dir.clone(),
@@ -56,9 +65,14 @@ impl Engine {
             background: Mutex::new(Vec::new()),
         });
         engine.store.observe_with(engine.metrics.clone());
-        engine.recover_after_restart().await?;
-        engine.complete_abandoned_calls().await?;
-        let mut background = vec![tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine)))];
+        for predecessor in &registration.predecessors {
+            engine.recover_after_restart(predecessor).await?;
+            engine.complete_abandoned_calls(predecessor).await?;
+        }
+        let mut background = vec![
+            tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine))),
+            ownership::heartbeat(engine.store.clone(), engine.config.replica.renew_every()),
+        ];
         if let Some(retention) = engine.config.retention {
             background.push(retention::start(
                 engine.store.clone(),
@@ -241,6 +255,11 @@ impl Engine {
             }
         }
         self.pool.stopped(self.config.stop_grace * 2).await;
+        // A clean exit: this incarnation owns nothing live any more; its successor under
+        // the same name need not wait for anything.
+        if let Err(e) = self.store.end_replica().await {
+            tracing::warn!(error = %e, "ending this replica's registration failed");
+        }
     }
 
     pub(super) async fn ask_actor<T>(
@@ -273,10 +292,10 @@ impl Engine {
         rx.await.map_err(|_| not_ready())?.map_err(|e| e.redacted(&redactor))
     }
 
-    /// A key still `in_flight` at start-up belongs to a call that died with the previous
-    /// incarnation (one service per database): it gets a final, typed outcome, so a retry
-    /// is neither refused for ever ("in flight elsewhere") nor run a second time.
-    pub(super) async fn complete_abandoned_calls(&self) -> Result<(), EngineError> {
+    /// A key `predecessor` left `in_flight` belongs to a call that died with it: it gets a
+    /// final, typed outcome, so a retry is neither refused for ever ("in flight
+    /// elsewhere") nor run a second time. Keys other replicas hold are theirs.
+    pub(super) async fn complete_abandoned_calls(&self, predecessor: &str) -> Result<(), EngineError> {
         let interrupted = EngineError::new(
             ErrorKind::Aborted,
             Reason::RequestInterrupted,
@@ -285,7 +304,7 @@ impl Engine {
         );
         let completed = self
             .store
-            .complete_abandoned_idempotency(&interrupted.to_json())
+            .complete_abandoned_idempotency(predecessor, &interrupted.to_json())
             .await?;
         if completed > 0 {
             tracing::warn!(
@@ -296,10 +315,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Settles what a previous incarnation left live, by the same rule and in the same
-    /// one batch per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]).
-    pub(super) async fn recover_after_restart(&self) -> Result<(), EngineError> {
-        for execution in self.store.list_live_executions().await? {
+    /// Settles what `predecessor` left live, by the same rule and in the same one batch
+    /// per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]).
+    pub(super) async fn recover_after_restart(&self, predecessor: &str) -> Result<(), EngineError> {
+        for execution in self.store.list_live_executions_of(predecessor).await? {
             let recorded = execution.state;
             let mut interactions = Vec::new();
             for state in [InteractionState::Pending, InteractionState::Answered] {
@@ -351,22 +370,6 @@ impl Engine {
 
 /// How often the outbox lag (head − acknowledged) of every live execution is sampled.
 pub const OUTBOX_LAG_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
-
-/// How long start-up waits for the database's previous service (e.g. a pod still
-/// stopping) to let go before it refuses to start.
-pub const SOLE_SERVICE_WAIT: Duration = Duration::from_secs(5);
-
-async fn claim_sole_service(store: &dyn Store) -> Result<(), EngineError> {
-    let deadline = tokio::time::Instant::now() + SOLE_SERVICE_WAIT;
-    loop {
-        match store.claim_sole_service().await {
-            Err(StoreError::AnotherService) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return other.map_err(EngineError::from),
-        }
-    }
-}
 
 /// Samples head − acknowledged for every live execution, every
 /// [`OUTBOX_LAG_SAMPLE_INTERVAL`], until the engine is gone.

@@ -3,6 +3,7 @@
 //! behavioural suite (`tests/behaviour.rs`) holds it, SQLite and PostgreSQL to the same
 //! rules; where they differ, SQL is the reference.
 
+mod replicas;
 mod tables;
 
 use async_trait::async_trait;
@@ -12,13 +13,16 @@ use std::sync::{Arc, OnceLock};
 use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
+use crate::replica::*;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
+use replicas::Replicas;
 use tables::Tables;
 
 /// Clones share the same rows (and observer), like the patiences of one SQL store.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     tables: Arc<Mutex<Tables>>,
+    replicas: Arc<Mutex<Replicas>>,
     observer: Arc<OnceLock<Arc<dyn StoreObserver>>>,
 }
 
@@ -58,9 +62,28 @@ impl Store for MemoryStore {
         Arc::new(self.clone())
     }
 
-    /// Nothing another process could share (like `sqlite::memory:`).
-    async fn claim_sole_service(&self) -> StoreResult<()> {
-        self.run("claim_sole_service", |_| ())
+    /// Nothing another process could share (like `sqlite::memory:`): every earlier
+    /// incarnation is a predecessor.
+    async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+        let registration = self.replicas.lock().register(name, terms)?;
+        self.run("register_replica", |t| t.me = registration.incarnation.clone())?;
+        Ok(registration)
+    }
+    async fn renew_replica_lease(&self) -> StoreResult<Renewal> {
+        self.replicas.lock().renew()
+    }
+    async fn end_replica(&self) -> StoreResult<()> {
+        self.replicas.lock().end();
+        Ok(())
+    }
+    async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
+        let incarnation = self.run("execution_owner", |t| {
+            t.owner(tenant_id, execution_id).map(str::to_owned)
+        })?;
+        Ok(incarnation.map(|incarnation| ExecutionOwner {
+            name: self.replicas.lock().name(&incarnation),
+            incarnation,
+        }))
     }
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
@@ -72,9 +95,9 @@ impl Store for MemoryStore {
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
         self.run("release_idempotency", |t| t.release_idempotency(key))
     }
-    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
+    async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64> {
         self.run("complete_abandoned_idempotency", |t| {
-            t.complete_abandoned_idempotency(response)
+            t.complete_abandoned_idempotency(claimed_by, response)
         })
     }
     async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
@@ -103,8 +126,10 @@ impl Store for MemoryStore {
     ) -> StoreResult<Vec<ExecutionRecord>> {
         self.run("list_executions", |t| t.list_executions(tenant_id, after_id, limit))
     }
-    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
-        self.run("list_live_executions", |t| t.list_live_executions())
+    async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
+        self.run("list_live_executions_of", |t| {
+            t.list_live_executions_of(owner_incarnation)
+        })
     }
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
         self.run("find_session", |t| t.find_session(tenant_id, session_id))

@@ -19,6 +19,10 @@ pub(super) struct Tables {
     /// Every kept event's id (unique across executions).
     event_ids: HashSet<String>,
     idempotency: HashMap<IdempotencyKey, IdempotencyRow>,
+    /// Execution id → the incarnation that owns it (`executions.owner_incarnation`).
+    owners: HashMap<String, String>,
+    /// The incarnation this store writes as owner (`""` until it registers).
+    pub(super) me: String,
 }
 
 #[derive(Clone)]
@@ -27,6 +31,7 @@ struct IdempotencyRow {
     /// `None` while the call is in flight; its stored response once done.
     response: Option<serde_json::Value>,
     created_at_ms: i64,
+    claimed_by: String,
 }
 
 /// `LIMIT n` of a non-negative `n` (the callers' limits are).
@@ -46,6 +51,7 @@ impl Tables {
                     digest: digest.to_owned(),
                     response: None,
                     created_at_ms: now_ms(),
+                    claimed_by: self.me.clone(),
                 };
                 self.idempotency.insert(key.clone(), row);
                 IdempotencyClaim::Claimed
@@ -71,9 +77,13 @@ impl Tables {
         }
     }
 
-    pub(super) fn complete_abandoned_idempotency(&mut self, response: &serde_json::Value) -> u64 {
+    pub(super) fn complete_abandoned_idempotency(&mut self, claimed_by: &str, response: &serde_json::Value) -> u64 {
         let mut completed = 0;
-        for row in self.idempotency.values_mut().filter(|row| row.response.is_none()) {
+        for row in self
+            .idempotency
+            .values_mut()
+            .filter(|row| row.response.is_none() && row.claimed_by == claimed_by)
+        {
             row.response = Some(response.clone());
             completed += 1;
         }
@@ -107,6 +117,7 @@ impl Tables {
             return Err(StoreError::Duplicate);
         }
         self.executions.insert(e.id.clone(), e.clone());
+        self.owners.insert(e.id.clone(), self.me.clone());
         Ok(())
     }
 
@@ -140,6 +151,7 @@ impl Tables {
         match self.executions.get_mut(execution_id) {
             Some(row) if row.tenant_id == tenant_id && row.generation == expected => {
                 row.generation += 1;
+                self.owners.insert(execution_id.to_owned(), self.me.clone());
                 true
             }
             _ => false,
@@ -159,12 +171,21 @@ impl Tables {
             .collect()
     }
 
-    pub(super) fn list_live_executions(&self) -> Vec<ExecutionRecord> {
+    pub(super) fn list_live_executions_of(&self, owner_incarnation: &str) -> Vec<ExecutionRecord> {
         self.executions
             .values()
-            .filter(|e| !e.state.is_terminal())
+            .filter(|e| !e.state.is_terminal() && self.owner_of(&e.id) == Some(owner_incarnation))
             .cloned()
             .collect()
+    }
+
+    /// The incarnation owning an execution, of the tenant's.
+    pub(super) fn owner(&self, tenant_id: &str, id: &str) -> Option<&str> {
+        self.get_execution(tenant_id, id).and_then(|e| self.owner_of(&e.id))
+    }
+
+    fn owner_of(&self, id: &str) -> Option<&str> {
+        self.owners.get(id).map(String::as_str)
     }
 
     pub(super) fn find_session(&self, tenant_id: &str, session_id: &str) -> Option<ExecutionRecord> {

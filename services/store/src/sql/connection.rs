@@ -9,7 +9,7 @@ use sqlx::{PgPool, SqlitePool};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::claim::SoleService;
+use super::replica::Identity;
 use crate::contract::*;
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -79,16 +79,17 @@ pub struct SqlStore {
 pub(super) struct Shared {
     pub(super) pool: Pool,
     pub(super) observer: std::sync::OnceLock<Arc<dyn StoreObserver>>,
-    pub(super) sole_service: SoleService,
+    /// This process as a replica: its locks, and the incarnation it writes as owner.
+    pub(super) identity: Identity,
 }
 
 impl SqlStore {
     /// `postgres://…` or `sqlite:PATH` / `sqlite::memory:`; migrations run on connect.
     pub async fn connect(url: &str) -> StoreResult<Self> {
-        let sole_service;
+        let identity;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?;
-            sole_service = SoleService::postgres(options.clone());
+            identity = Identity::postgres(options.clone());
             // The pool retries a refused or unauthenticated connection until its acquire
             // timeout and then reports only "pool timed out"; one direct connection first
             // fails at once with the server's real answer.
@@ -108,10 +109,10 @@ impl SqlStore {
                 .foreign_keys(true);
             // An in-memory database lives in one connection; a file may have several.
             let max = if url.contains(":memory:") { 1 } else { 4 };
-            sole_service = if url.contains(":memory:") {
-                SoleService::unshared()
+            identity = if url.contains(":memory:") {
+                Identity::unshared()
             } else {
-                SoleService::sqlite_file(options.get_filename())
+                Identity::sqlite_file(options.get_filename())
             };
             Pool::Sqlite(
                 SqlitePoolOptions::new()
@@ -126,7 +127,7 @@ impl SqlStore {
             shared: Arc::new(Shared {
                 pool,
                 observer: std::sync::OnceLock::new(),
-                sole_service,
+                identity,
             }),
             patience: Patience::None,
         };

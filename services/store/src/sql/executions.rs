@@ -47,8 +47,8 @@ impl SqlStore {
     pub(super) async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
         let (outcome, retried) = on_pool!(@attempts self, |pool| {
             sqlx::query(
-            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
+            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms, owner_incarnation) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
         )
         .bind(&e.id)
         .bind(&e.tenant_id)
@@ -75,6 +75,8 @@ impl SqlStore {
         .bind(e.max_turns)
         .bind(e.max_active_ms)
         .bind(e.active_ms)
+        // The replica that inserts an execution owns it.
+        .bind(self.shared.identity.me())
         .execute(pool)
         .await?
         .rows_affected()
@@ -122,11 +124,13 @@ impl SqlStore {
             .await?))
     }
 
-    pub(super) async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
+    pub(super) async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE state IN ('starting', 'ready', 'closing') ORDER BY id"
+            "SELECT {EXECUTION_COLUMNS} FROM executions \
+             WHERE owner_incarnation = $1 AND state IN ('starting', 'ready', 'closing') ORDER BY id"
         );
         Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(owner_incarnation)
             .fetch_all(pool)
             .await?))
     }
@@ -169,11 +173,14 @@ impl SqlStore {
     ) -> StoreResult<bool> {
         let n = on_pool!(self, |pool| {
             sqlx::query(
-                "UPDATE executions SET generation = generation + 1 WHERE tenant_id = $1 AND id = $2 AND generation = $3",
+                "UPDATE executions SET generation = generation + 1, owner_incarnation = $4 \
+                 WHERE tenant_id = $1 AND id = $2 AND generation = $3",
             )
             .bind(tenant_id)
             .bind(execution_id)
             .bind(expected)
+            // The new lease's process is this replica's.
+            .bind(self.shared.identity.me())
             .execute(pool)
             .await?
             .rows_affected()

@@ -35,14 +35,15 @@ impl SqlStore {
     ) -> StoreResult<Option<IdempotencyClaim>> {
         let inserted = on_pool!(self, |pool| {
             sqlx::query(
-                "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms) \
-             VALUES ($1, $2, $3, $4, 'in_flight', $5) ON CONFLICT DO NOTHING",
+                "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms, claimed_by) \
+             VALUES ($1, $2, $3, $4, 'in_flight', $5, $6) ON CONFLICT DO NOTHING",
             )
             .bind(&key.tenant_id)
             .bind(&key.operation)
             .bind(&key.request_id)
             .bind(request_digest)
             .bind(now_ms())
+            .bind(self.shared.identity.me())
             .execute(pool)
             .await?
             .rows_affected()
@@ -102,11 +103,16 @@ impl SqlStore {
         Ok(())
     }
 
-    pub(super) async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
+    pub(super) async fn complete_abandoned_idempotency(
+        &self,
+        claimed_by: &str,
+        response: &serde_json::Value,
+    ) -> StoreResult<u64> {
         Ok(on_pool!(self, |pool| sqlx::query(
-            "UPDATE idempotency_keys SET state = 'done', response = $1 WHERE state = 'in_flight'"
+            "UPDATE idempotency_keys SET state = 'done', response = $1 WHERE state = 'in_flight' AND claimed_by = $2"
         )
         .bind(response.to_string())
+        .bind(claimed_by)
         .execute(pool)
         .await?
         .rows_affected()))

@@ -1,16 +1,16 @@
 //! The SQL implementation shared by both backends: one module per concept, each adding
 //! its statements to [`SqlStore`]; this file only maps the [`Store`] trait onto them.
 //!
-//! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `claim`; the
+//! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `replica`; the
 //! concept modules use `connection`; this file uses them all.
 
 mod batch;
-mod claim;
 mod connection;
 mod events;
 mod executions;
 mod idempotency;
 mod interactions;
+mod replica;
 mod turns;
 
 pub use connection::SqlStore;
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
+use crate::replica::*;
 use connection::Pool;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
 
@@ -44,8 +45,17 @@ impl Store for SqlStore {
         })
     }
 
-    async fn claim_sole_service(&self) -> StoreResult<()> {
-        self.shared.sole_service.claim().await
+    async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+        SqlStore::register_replica(self, name, terms).await
+    }
+    async fn renew_replica_lease(&self) -> StoreResult<Renewal> {
+        SqlStore::renew_replica_lease(self).await
+    }
+    async fn end_replica(&self) -> StoreResult<()> {
+        SqlStore::end_replica(self).await
+    }
+    async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
+        SqlStore::execution_owner(self, tenant_id, execution_id).await
     }
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
@@ -57,8 +67,8 @@ impl Store for SqlStore {
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
         SqlStore::release_idempotency(self, key).await
     }
-    async fn complete_abandoned_idempotency(&self, response: &serde_json::Value) -> StoreResult<u64> {
-        SqlStore::complete_abandoned_idempotency(self, response).await
+    async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64> {
+        SqlStore::complete_abandoned_idempotency(self, claimed_by, response).await
     }
     async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
         SqlStore::prune_idempotency(self, created_before_ms, limit).await
@@ -84,8 +94,8 @@ impl Store for SqlStore {
     ) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_executions(self, tenant_id, after_id, limit).await
     }
-    async fn list_live_executions(&self) -> StoreResult<Vec<ExecutionRecord>> {
-        SqlStore::list_live_executions(self).await
+    async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
+        SqlStore::list_live_executions_of(self, owner_incarnation).await
     }
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
         SqlStore::find_session(self, tenant_id, session_id).await

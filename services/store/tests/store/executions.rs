@@ -14,7 +14,7 @@ on_every_backend!(
     update_execution_refuses_a_stale_generation,
     update_execution_refuses_a_wrong_expected_state,
     advance_generation_is_compare_and_set,
-    live_executions_are_those_starting_ready_or_closing,
+    live_executions_of_an_owner_are_its_starting_ready_or_closing_ones,
     a_session_is_found_at_its_newest_execution,
     sessions_list_one_newest_execution_each_by_session_id,
     operations_are_observed_by_their_method_name,
@@ -161,7 +161,7 @@ async fn advance_generation_is_compare_and_set(store: Arc<dyn Store>) {
     assert_eq!(now.generation, 3);
 }
 
-async fn live_executions_are_those_starting_ready_or_closing(store: Arc<dyn Store>) {
+async fn live_executions_of_an_owner_are_its_starting_ready_or_closing_ones(store: Arc<dyn Store>) {
     for (id, state) in [
         ("exec-1", "starting"),
         ("exec-2", "closed"),
@@ -178,8 +178,16 @@ async fn live_executions_are_those_starting_ready_or_closing(store: Arc<dyn Stor
         };
         store.insert_execution(&e).await.unwrap();
     }
-    let live = store.list_live_executions().await.unwrap();
+    // Inserted before any replica registered: the legacy owner's.
+    let live = store.list_live_executions_of(LEGACY_INCARNATION).await.unwrap();
     assert_eq!(ids(&live), ["exec-1", "exec-3", "exec-6"]);
+    let me = store.register_replica("replica-a", terms()).await.unwrap().incarnation;
+    store.insert_execution(&execution("exec-7")).await.unwrap();
+    assert_eq!(ids(&store.list_live_executions_of(&me).await.unwrap()), ["exec-7"]);
+    assert_eq!(
+        ids(&store.list_live_executions_of(LEGACY_INCARNATION).await.unwrap()).len(),
+        3
+    );
 }
 
 /// `exec-N` of [`TENANT`] with `session`.

@@ -104,3 +104,11 @@ pub async fn execution_with_turn(store: &dyn Store, id: &str) -> (ExecutionRecor
     store.insert_turn(&t).await.unwrap();
     (e, t)
 }
+
+/// Lease terms long enough that no test outlives them unless it means to.
+pub fn terms() -> LeaseTerms {
+    LeaseTerms {
+        length: std::time::Duration::from_secs(60),
+        renew_timeout: std::time::Duration::from_secs(2),
+    }
+}

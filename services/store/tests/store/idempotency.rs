@@ -89,14 +89,26 @@ async fn abandoned_claims_complete_with_the_given_outcome(store: Arc<dyn Store>)
     }
     store.complete_idempotency(&key("r2"), &json!("ok")).await.unwrap();
     let abandoned = json!({"error": "UNAVAILABLE"});
-    assert_eq!(store.complete_abandoned_idempotency(&abandoned).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .complete_abandoned_idempotency(LEGACY_INCARNATION, &abandoned)
+            .await
+            .unwrap(),
+        2
+    );
     for (request, outcome) in [("r1", &abandoned), ("r2", &json!("ok")), ("r3", &abandoned)] {
         assert_eq!(
             claim(&*store, request, "d").await,
             IdempotencyClaim::Completed(outcome.clone())
         );
     }
-    assert_eq!(store.complete_abandoned_idempotency(&abandoned).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .complete_abandoned_idempotency(LEGACY_INCARNATION, &abandoned)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 async fn prune_deletes_old_completed_keys_never_one_in_flight(store: Arc<dyn Store>) {

@@ -29,6 +29,7 @@ mod executions;
 mod fixtures;
 mod idempotency;
 mod interactions;
+mod replicas;
 mod schema;
 mod turns;
 mod unknown_state;

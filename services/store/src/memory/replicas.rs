@@ -1,0 +1,92 @@
+//! The memory store's `replicas` rows: one process, so like SQLite every earlier
+//! incarnation is a predecessor; like PostgreSQL its lease is finite, measured on this
+//! store's clock (the "database's").
+
+use std::collections::BTreeMap;
+
+use crate::contract::{StoreError, StoreResult};
+use crate::records::now_ms;
+use crate::replica::*;
+
+#[derive(Clone, Default)]
+pub(super) struct Replicas {
+    rows: BTreeMap<String, Row>,
+    /// This store's registration: its incarnation and terms.
+    me: Option<(String, LeaseTerms)>,
+}
+
+#[derive(Clone)]
+struct Row {
+    name: String,
+    ended: bool,
+    lease_until_ms: i64,
+}
+
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Replicas {
+    pub(super) fn register(&mut self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+        if self.me.is_some() {
+            return Err(StoreError::Database("this store registered its replica already".into()));
+        }
+        let now = now_ms();
+        let mut predecessors = vec![LEGACY_INCARNATION.to_owned()];
+        for (incarnation, row) in self.rows.iter_mut().filter(|(_, row)| !row.ended) {
+            row.ended = true;
+            row.lease_until_ms = row.lease_until_ms.min(now);
+            predecessors.push(incarnation.clone());
+        }
+        let incarnation = uuid::Uuid::now_v7().to_string();
+        let lease_until_ms = now.saturating_add(millis(terms.length));
+        self.rows.insert(
+            incarnation.clone(),
+            Row {
+                name: name.to_owned(),
+                ended: false,
+                lease_until_ms,
+            },
+        );
+        self.me = Some((incarnation.clone(), terms));
+        Ok(Registration {
+            incarnation,
+            name: name.to_owned(),
+            lease_until_ms,
+            predecessors,
+        })
+    }
+
+    pub(super) fn renew(&mut self) -> StoreResult<Renewal> {
+        let Some((incarnation, terms)) = &self.me else {
+            return Err(StoreError::Database("no replica registered to renew".into()));
+        };
+        let now = now_ms();
+        let row = self.rows.get_mut(incarnation).expect("registered");
+        if row.ended || row.lease_until_ms <= now {
+            return Ok(Renewal::Lost);
+        }
+        row.lease_until_ms = now.saturating_add(millis(terms.length));
+        Ok(Renewal::Held {
+            lease_until_ms: row.lease_until_ms,
+        })
+    }
+
+    pub(super) fn end(&mut self) {
+        if let Some((incarnation, _)) = &self.me
+            && let Some(row) = self.rows.get_mut(incarnation)
+        {
+            row.ended = true;
+            row.lease_until_ms = row.lease_until_ms.min(now_ms());
+        }
+    }
+
+    /// A replica's name (`pre-scale-out` for [`LEGACY_INCARNATION`]).
+    pub(super) fn name(&self, incarnation: &str) -> String {
+        match self.rows.get(incarnation) {
+            Some(row) => row.name.clone(),
+            None if incarnation == LEGACY_INCARNATION => "pre-scale-out".into(),
+            None => String::new(),
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Replicas (`docs/scale-out.md` §1): registration, the heartbeat's lease on the
+//! database's clock, the name lock, what a replica owns, and what its start-up settles.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cursor_runner_store::*;
+use serde_json::json;
+use sqlx::Connection;
+
+use crate::backends::{Backend, Scratch, run};
+use crate::fixtures::*;
+
+on_every_backend!(
+    an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_generation,
+    in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them,
+    an_ended_replica_renews_its_lease_no_more,
+);
+
+/// The pre-scale-out sole-service lock's key (`sql/replica.rs`).
+const SOLE_SERVICE_LOCK_KEY: i64 = 0x6375_7273_6f72_2d72;
+
+fn lease(length: Duration) -> LeaseTerms {
+    LeaseTerms {
+        length,
+        renew_timeout: Duration::from_secs(2),
+    }
+}
+
+async fn an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_generation(store: Arc<dyn Store>) {
+    store.insert_execution(&execution("legacy")).await.unwrap();
+    assert_eq!(
+        store.execution_owner(TENANT, "legacy").await.unwrap(),
+        Some(ExecutionOwner {
+            incarnation: LEGACY_INCARNATION.into(),
+            name: "pre-scale-out".into()
+        })
+    );
+    let me = store.register_replica("replica-a", terms()).await.unwrap();
+    store.insert_execution(&execution("mine")).await.unwrap();
+    let mine = ExecutionOwner {
+        incarnation: me.incarnation.clone(),
+        name: "replica-a".into(),
+    };
+    assert_eq!(store.execution_owner(TENANT, "mine").await.unwrap(), Some(mine.clone()));
+    // A new lease (recovery on this replica) moves the execution to it.
+    assert!(store.advance_generation(TENANT, "legacy", 1).await.unwrap());
+    assert_eq!(store.execution_owner(TENANT, "legacy").await.unwrap(), Some(mine));
+    assert_eq!(store.execution_owner(OTHER_TENANT, "mine").await.unwrap(), None);
+    assert_eq!(store.execution_owner(TENANT, "unknown").await.unwrap(), None);
+}
+
+fn key(request_id: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        tenant_id: TENANT.into(),
+        operation: "StartTurn".into(),
+        request_id: request_id.into(),
+    }
+}
+
+async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them(store: Arc<dyn Store>) {
+    store.claim_idempotency(&key("legacy"), "d").await.unwrap();
+    let me = store.register_replica("replica-a", terms()).await.unwrap();
+    assert_eq!(me.predecessors.first().map(String::as_str), Some(LEGACY_INCARNATION));
+    store.claim_idempotency(&key("mine"), "d").await.unwrap();
+    let interrupted = json!({"error": "REQUEST_INTERRUPTED"});
+    assert_eq!(
+        store
+            .complete_abandoned_idempotency(LEGACY_INCARNATION, &interrupted)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        IdempotencyClaim::Completed(interrupted.clone())
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("mine"), "d").await.unwrap(),
+        IdempotencyClaim::InFlight,
+        "a live replica's call is never completed for it"
+    );
+    assert_eq!(
+        store
+            .complete_abandoned_idempotency("another-incarnation", &interrupted)
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+async fn an_ended_replica_renews_its_lease_no_more(store: Arc<dyn Store>) {
+    let registered = store.register_replica("replica-a", terms()).await.unwrap();
+    let Renewal::Held { lease_until_ms } = store.renew_replica_lease().await.unwrap() else {
+        panic!("a live lease is renewed");
+    };
+    assert!(lease_until_ms >= registered.lease_until_ms);
+    store.end_replica().await.unwrap();
+    assert_eq!(store.renew_replica_lease().await.unwrap(), Renewal::Lost);
+}
+
+/// Renews every `every` for `for_`, asserting each renewal held and extended the lease.
+async fn renew_for(store: &dyn Store, every: Duration, for_: Duration) -> i64 {
+    let until = tokio::time::Instant::now() + for_;
+    let mut last = 0;
+    while tokio::time::Instant::now() < until {
+        match store.renew_replica_lease().await.unwrap() {
+            Renewal::Held { lease_until_ms } => {
+                assert!(lease_until_ms >= last, "a renewal never shortens the lease");
+                last = lease_until_ms;
+            }
+            Renewal::Lost => panic!("a lease renewed well within its length was lost"),
+        }
+        tokio::time::sleep(every).await;
+    }
+    last
+}
+
+async fn a_heartbeat_extends_only_a_live_lease_and_never_revives_an_expired_one(store: Arc<dyn Store>) {
+    let length = Duration::from_millis(600);
+    let registered = store.register_replica("replica-a", lease(length)).await.unwrap();
+    // Renewed for three lease lengths: it outlives its first end only by being extended.
+    let extended = renew_for(&*store, length / 4, length * 3).await;
+    assert!(extended >= registered.lease_until_ms + 2 * 600);
+    // A freeze past the lease: it ended, and no later heartbeat brings it back.
+    tokio::time::sleep(length * 2).await;
+    for _ in 0..3 {
+        assert_eq!(store.renew_replica_lease().await.unwrap(), Renewal::Lost);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_heartbeat_extends_only_a_live_lease_and_never_revives_an_expired_one() {
+    run(
+        Backend::Memory,
+        a_heartbeat_extends_only_a_live_lease_and_never_revives_an_expired_one,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_heartbeat_extends_only_a_live_lease_and_never_revives_an_expired_one() {
+    run(
+        Backend::Postgres,
+        a_heartbeat_extends_only_a_live_lease_and_never_revives_an_expired_one,
+    )
+    .await;
+}
+
+async fn execute(url: &str, statement: &str) {
+    let mut connection = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
+        .execute(&mut connection)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    connection.close().await.unwrap();
+}
+
+/// The database's clock an hour ahead of this process's: `clock_timestamp()` shadowed in
+/// `public`, which the database's search path puts before `pg_catalog`.
+async fn skew_database_clock(url: &str, database: &str) {
+    execute(
+        url,
+        "CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE sql \
+         AS $$ SELECT pg_catalog.clock_timestamp() + interval '1 hour' $$",
+    )
+    .await;
+    execute(
+        url,
+        &format!("ALTER DATABASE {database} SET search_path = public, pg_catalog"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_lease_is_measured_on_the_database_clock() {
+    let (scratch, url) = Scratch::postgres().await;
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    skew_database_clock(&url, &database).await;
+    let store = SqlStore::connect(&url).await.unwrap();
+    let hour = 3_600_000;
+    let length = Duration::from_secs(10);
+    let before = now_ms();
+    let registered = store.register_replica("replica-a", lease(length)).await.unwrap();
+    let Renewal::Held { lease_until_ms } = store.renew_replica_lease().await.unwrap() else {
+        panic!("a live lease is renewed");
+    };
+    let after = now_ms();
+    for until in [registered.lease_until_ms, lease_until_ms] {
+        assert!(
+            until >= before + hour + 10_000 && until <= after + hour + 10_000,
+            "the lease ends {} ms after this process's now, not an hour and 10 s (the database's)",
+            until - before
+        );
+    }
+    drop(store);
+    scratch.remove().await;
+}
+
+async fn register_when_free(store: &SqlStore, name: &str) -> Registration {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.register_replica(name, terms()).await {
+            Err(StoreError::ReplicaNameInUse(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other.unwrap(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_replica_name_is_held_by_one_live_process_and_its_successor_ends_the_predecessor() {
+    let (scratch, url) = Scratch::postgres().await;
+    let first = SqlStore::connect(&url).await.unwrap();
+    let a = first.register_replica("a", terms()).await.unwrap();
+    assert_eq!(a.predecessors, [LEGACY_INCARNATION]);
+    let second = SqlStore::connect(&url).await.unwrap();
+    assert!(matches!(
+        second.register_replica("a", terms()).await,
+        Err(StoreError::ReplicaNameInUse(name)) if name == "a"
+    ));
+    let b = second.register_replica("b", terms()).await.unwrap();
+    assert_eq!(
+        b.predecessors,
+        [LEGACY_INCARNATION],
+        "another name's replica is no predecessor"
+    );
+    // The first one's session dies (a SIGKILL, a partition): its name is free again.
+    execute(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+             AND mode = 'ExclusiveLock' AND granted AND objsubid = 1 AND objid::text::bigint = \
+             (hashtextextended('cursor-runner/replica/a', 0) & 4294967295) \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .await;
+    let third = SqlStore::connect(&url).await.unwrap();
+    let successor = register_when_free(&third, "a").await;
+    assert_eq!(successor.predecessors, [LEGACY_INCARNATION.to_owned(), a.incarnation]);
+    assert_eq!(
+        first.renew_replica_lease().await.unwrap(),
+        Renewal::Lost,
+        "an ended predecessor never gets its lease back"
+    );
+    assert!(matches!(
+        third.renew_replica_lease().await.unwrap(),
+        Renewal::Held { .. }
+    ));
+    assert!(matches!(
+        second.renew_replica_lease().await.unwrap(),
+        Renewal::Held { .. }
+    ));
+    drop((first, second, third));
+    scratch.remove().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_share_a_database_with_each_other_but_never_with_a_pre_scale_out_service() {
+    let (scratch, url) = Scratch::postgres().await;
+    // A pre-scale-out service holds the sole-service lock exclusively.
+    let mut old = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(SOLE_SERVICE_LOCK_KEY)
+        .execute(&mut old)
+        .await
+        .unwrap();
+    let store = SqlStore::connect(&url).await.unwrap();
+    assert!(matches!(
+        store.register_replica("a", terms()).await,
+        Err(StoreError::AnotherService)
+    ));
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(SOLE_SERVICE_LOCK_KEY)
+        .execute(&mut old)
+        .await
+        .unwrap();
+    store.register_replica("a", terms()).await.unwrap();
+    let other = SqlStore::connect(&url).await.unwrap();
+    other.register_replica("b", terms()).await.unwrap();
+    // And an old binary starting beside them is refused.
+    let (locked,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(SOLE_SERVICE_LOCK_KEY)
+        .fetch_one(&mut old)
+        .await
+        .unwrap();
+    assert!(!locked, "a pre-scale-out service would settle the replicas' work");
+    old.close().await.unwrap();
+    drop((store, other));
+    scratch.remove().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_one_process_serves_a_file_with_a_lease_that_never_ends_and_settles_every_predecessor() {
+    let (_scratch, url) = Scratch::sqlite();
+    let first = SqlStore::connect(&url).await.unwrap();
+    let a = first
+        .register_replica("a", lease(Duration::from_millis(1)))
+        .await
+        .unwrap();
+    assert_eq!(a.lease_until_ms, i64::MAX);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        first.renew_replica_lease().await.unwrap(),
+        Renewal::Held {
+            lease_until_ms: i64::MAX
+        }
+    );
+    let second = SqlStore::connect(&url).await.unwrap();
+    assert!(matches!(
+        second.register_replica("b", terms()).await,
+        Err(StoreError::AnotherService)
+    ));
+    drop(second);
+    // The first one dies without ending: whatever its name, the next one settles its work.
+    drop(first);
+    let third = SqlStore::connect(&url).await.unwrap();
+    let next = third.register_replica("b", terms()).await.unwrap();
+    assert_eq!(next.predecessors, [LEGACY_INCARNATION.to_owned(), a.incarnation]);
+}
