@@ -172,6 +172,9 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
                 agent_profile: l.agent_profile.unwrap_or_default(),
                 agent: l.agent.map(agent_report),
             }),
+        // Named by GetExecution, which reads the owner.
+        owner_replica: String::new(),
+        owner_incarnation: String::new(),
         session_config: session_config(r.session_config.as_deref()),
         limits: Some(limits),
         active_time: Some(duration_proto(r.active_ms)),

@@ -165,8 +165,16 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             .get_execution(&tenant_id, &body.execution_id)
             .await
             .map_err(to_status)?;
+        let owner = self
+            .engine
+            .execution_owner(&tenant_id, &body.execution_id)
+            .await
+            .map_err(to_status)?;
+        let mut execution = convert::execution(record);
+        execution.owner_replica = owner.name;
+        execution.owner_incarnation = owner.incarnation;
         Ok(Response::new(pb::GetExecutionResponse {
-            execution: Some(convert::execution(record)),
+            execution: Some(execution),
         }))
     }
 

@@ -98,6 +98,8 @@ async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_firs
     let mut b_client = b.client().await;
     let seen_from_b = get_execution(&mut b_client, &execution.execution_id).await;
     assert_eq!(seen_from_b.state, pb::ExecutionState::Ready as i32);
+    assert_eq!(seen_from_b.owner_replica, "replica-a", "GetExecution names the owner");
+    assert!(!seen_from_b.owner_incarnation.is_empty());
     // The second replica serves executions of its own.
     let (_, mut b_events, b_created) = pending_question(&mut b_client, &b_dirs, "b").await;
 
@@ -135,6 +137,7 @@ async fn a_restarted_replica_with_its_name_settles_its_predecessors_executions_b
     let a = replica(&database.url, &a_dirs, Some("replica-a"));
     let mut a_client = a.client().await;
     let (execution, _, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+    let before = get_execution(&mut a_client, &execution.execution_id).await;
 
     a.kill();
     let killed = tokio::time::Instant::now();
@@ -150,7 +153,11 @@ async fn a_restarted_replica_with_its_name_settles_its_predecessors_executions_b
     );
     let after = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(after.state, pb::ExecutionState::Lost as i32);
-    assert_eq!("settled, not taken over");
+    assert_eq!(after.owner_replica, "replica-a");
+    assert_eq!(
+        after.owner_incarnation, before.owner_incarnation,
+        "settled, not taken over"
+    );
     let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
     let settled = replay.until_turn_settles().await;
     assert_eq!(payload(settled.last().unwrap())["failureReason"], "provider_lost");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_activity::Redactor;
-use cursor_runner_store::{InteractionQuery, Patience, Store, now_ms};
+use cursor_runner_store::{ExecutionOwner, InteractionQuery, Patience, Store, now_ms};
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{Guardian, GuardianConfig};
 
@@ -89,6 +89,19 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The replica that owns an execution of the tenant.
+    pub async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> Result<ExecutionOwner, EngineError> {
+        self.store
+            .execution_owner(tenant_id, execution_id)
+            .await?
+            .ok_or_else(|| {
+                EngineError::not_found(
+                    Reason::ExecutionNotFound,
+                    format!("no execution `{execution_id}` for this tenant"),
+                )
+            })
     }
 
     /// This engine's metrics (served by the runner on its metrics port).
