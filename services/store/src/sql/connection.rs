@@ -9,7 +9,7 @@ use sqlx::{PgPool, SqlitePool};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::replica::Identity;
+use super::identity::Identity;
 use crate::contract::*;
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

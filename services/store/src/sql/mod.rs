@@ -1,7 +1,7 @@
 //! The SQL implementation shared by both backends: one module per concept, each adding
 //! its statements to [`SqlStore`]; this file only maps the [`Store`] trait onto them.
 //!
-//! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `replica`; the
+//! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `identity`; the
 //! concept modules use `connection`; this file uses them all.
 
 mod batch;
@@ -9,6 +9,7 @@ mod connection;
 mod events;
 mod executions;
 mod idempotency;
+mod identity;
 mod interactions;
 mod replica;
 mod turns;
