@@ -3,7 +3,7 @@
 //! database's clock. Stage 1 of the plan: fencing writes by owner, self-fencing and
 //! takeover of other replicas' executions come later.
 
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
 use cursor_runner_domain::error::{EngineError, Reason};
@@ -150,15 +150,17 @@ pub(crate) async fn register(store: &dyn Store, replica: &ReplicaConfig) -> Resu
     }
 }
 
-/// Renews the lease every `every` until the task is aborted (at shutdown) or the lease is
-/// lost. Stage 1 only reports a loss: nothing takes an execution over yet.
-pub(crate) fn heartbeat(store: Arc<dyn Store>, every: Duration) -> tokio::task::JoinHandle<()> {
+/// Renews the lease every `every` until the task is aborted (at shutdown), the store is
+/// gone (it holds no reference that would keep the store, and its locks, alive), or the
+/// lease is lost. Stage 1 only reports a loss: nothing takes an execution over yet.
+pub(crate) fn heartbeat(store: Weak<dyn Store>, every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         loop {
             ticks.tick().await;
+            let Some(store) = store.upgrade() else { return };
             match store.renew_replica_lease().await {
                 Ok(Renewal::Held { .. }) => {}
                 Ok(Renewal::Lost) => {

@@ -71,7 +71,7 @@ impl Engine {
         }
         let mut background = vec![
             tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine))),
-            ownership::heartbeat(engine.store.clone(), engine.config.replica.renew_every()),
+            ownership::heartbeat(Arc::downgrade(&engine.store), engine.config.replica.renew_every()),
         ];
         if let Some(retention) = engine.config.retention {
             background.push(retention::start(
