@@ -82,9 +82,18 @@ impl Identity {
     }
 }
 
-/// Opens the identity connection and takes both locks on it.
-pub(super) async fn locked_connection(options: &PgConnectOptions, name: &str) -> StoreResult<PgConnection> {
+/// Opens the identity connection, takes both locks on it, and has the server cancel any
+/// statement on it that runs past `statement_timeout` (a renewal's bound).
+pub(super) async fn locked_connection(
+    options: &PgConnectOptions,
+    name: &str,
+    statement_timeout: std::time::Duration,
+) -> StoreResult<PgConnection> {
     let mut connection = PgConnection::connect_with(options).await?;
+    sqlx::query("SELECT set_config('statement_timeout', $1, false)")
+        .bind(format!("{}ms", statement_timeout.as_millis().max(1)))
+        .execute(&mut connection)
+        .await?;
     let (shared,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock_shared($1)")
         .bind(SOLE_SERVICE_LOCK_KEY)
         .fetch_one(&mut connection)

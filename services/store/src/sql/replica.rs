@@ -3,7 +3,7 @@
 //! time is the database's (`DB_NOW_MS`); the caller's clock is never used.
 
 use sqlx::Connection;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::connection::{Pool, SqlStore, on_pool};
 use super::identity::{Held, Registered, Target, lock_file, locked_connection};
@@ -48,13 +48,11 @@ impl SqlStore {
         if !matches!(*held, Held::Nothing) {
             return Err(StoreError::Database("this store registered its replica already".into()));
         }
-        let mut connection = match &identity.target {
-            Target::Postgres(options) => Some(locked_connection(options, name).await?),
-            Target::SqliteFile(path) => {
-                *held = Held::SqliteFile(lock_file(path)?);
-                None
-            }
-            Target::Unshared => None,
+        // Held only once registered: a registration that fails lets its locks go.
+        let (mut connection, file) = match &identity.target {
+            Target::Postgres(options) => (Some(locked_connection(options, name, terms.renew_timeout).await?), None),
+            Target::SqliteFile(path) => (None, Some(lock_file(path)?)),
+            Target::Unshared => (None, None),
         };
         let incarnation = uuid::Uuid::now_v7().to_string();
         let now = self.now_ms_sql();
@@ -101,11 +99,11 @@ impl SqlStore {
             });
             predecessors.push(predecessor);
         }
-        if let Some(connection) = connection {
-            *held = Held::Postgres(Some(connection));
-        } else if matches!(identity.target, Target::Unshared) {
-            *held = Held::Unshared;
-        }
+        *held = match (connection, file) {
+            (Some(connection), _) => Held::Postgres(Some(connection)),
+            (None, Some(file)) => Held::SqliteFile(file),
+            (None, None) => Held::Unshared,
+        };
         let _ = identity.registered.set(Registered {
             incarnation: incarnation.clone(),
             name: name.to_owned(),
@@ -136,40 +134,9 @@ impl SqlStore {
         let lease_ms = self.lease_ms(me.terms);
         let renewed: Option<(i64,)> = match (&identity.target, &mut *held) {
             (Target::Postgres(options), Held::Postgres(slot)) => {
-                // A connection found broken is re-opened once, at once.
-                let mut attempts_left = 2;
-                loop {
-                    attempts_left -= 1;
-                    if slot.is_none() {
-                        // A lost identity connection lost its locks: re-take them first. A
-                        // same-name successor holding the name has ended this incarnation.
-                        match locked_connection(options, &me.name).await {
-                            Ok(connection) => *slot = Some(connection),
-                            Err(StoreError::ReplicaNameInUse(_) | StoreError::AnotherService) => {
-                                return Ok(Renewal::Lost);
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    let connection = slot.as_mut().expect("opened above");
-                    let attempt = sqlx::query_as(sqlx::AssertSqlSafe(renew.clone()))
-                        .bind(&me.incarnation)
-                        .bind(lease_ms)
-                        .fetch_optional(connection);
-                    match tokio::time::timeout(me.terms.renew_timeout, attempt).await {
-                        Ok(Ok(row)) => break row,
-                        Ok(Err(e)) => {
-                            *slot = None;
-                            if attempts_left == 0 {
-                                return Err(e.into());
-                            }
-                        }
-                        Err(_) => {
-                            *slot = None;
-                            return Err(StoreError::Unavailable("the lease renewal timed out".into()));
-                        }
-                    }
-                }
+                return self
+                    .renew_on_identity_connection(options, slot, me, &renew, lease_ms)
+                    .await;
             }
             _ => on_identity!(self, None::<&mut PgConnection>, |executor| {
                 sqlx::query_as(sqlx::AssertSqlSafe(renew.clone()))
@@ -183,6 +150,85 @@ impl SqlStore {
             Some((lease_until_ms,)) => Renewal::Held { lease_until_ms },
             None => Renewal::Lost,
         })
+    }
+
+    /// The PostgreSQL heartbeat on the identity connection. The server cancels a renewal
+    /// that waits past `renew_timeout` (`statement_timeout`), which keeps the connection and
+    /// its locks; a connection that does not answer at all (twice that) or is found
+    /// broken is re-opened, its locks re-taken.
+    async fn renew_on_identity_connection(
+        &self,
+        options: &PgConnectOptions,
+        slot: &mut Option<PgConnection>,
+        me: &Registered,
+        renew: &str,
+        lease_ms: Option<i64>,
+    ) -> StoreResult<Renewal> {
+        // A connection found broken is re-opened once, at once.
+        for last_attempt in [false, true] {
+            if slot.is_none() {
+                match locked_connection(options, &me.name, me.terms.renew_timeout).await {
+                    Ok(connection) => *slot = Some(connection),
+                    Err(StoreError::AnotherService) => return Ok(Renewal::Lost),
+                    // A successor under this name ended this incarnation when it registered;
+                    // otherwise the name is still held by this incarnation's abandoned
+                    // session, which the server has not noticed is gone yet.
+                    Err(StoreError::ReplicaNameInUse(_)) => return self.lease_state(me).await,
+                    Err(e) => return Err(e),
+                }
+            }
+            let connection = slot.as_mut().expect("opened above");
+            let attempt = sqlx::query_as(sqlx::AssertSqlSafe(renew.to_owned()))
+                .bind(&me.incarnation)
+                .bind(lease_ms)
+                .fetch_optional(connection);
+            match tokio::time::timeout(me.terms.renew_timeout * 2, attempt).await {
+                Ok(Ok(row)) => {
+                    return Ok(match row {
+                        Some((lease_until_ms,)) => Renewal::Held { lease_until_ms },
+                        None => Renewal::Lost,
+                    });
+                }
+                Ok(Err(e)) if is_statement_timeout(&e) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the lease renewal took longer than {} ms",
+                        me.terms.renew_timeout.as_millis()
+                    )));
+                }
+                Ok(Err(e)) => {
+                    *slot = None;
+                    if last_attempt {
+                        return Err(e.into());
+                    }
+                }
+                Err(_) => {
+                    *slot = None;
+                    return Err(StoreError::Unavailable(
+                        "the lease renewal got no answer; its connection is re-opened".into(),
+                    ));
+                }
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// Without the identity connection: [`Renewal::Lost`] if this incarnation's lease has
+    /// ended, else unavailable for now (the heartbeat retries).
+    async fn lease_state(&self, me: &Registered) -> StoreResult<Renewal> {
+        let sql = format!(
+            "SELECT lease_until_ms FROM replicas WHERE incarnation = $1 AND state <> 'ended' AND lease_until_ms > {}",
+            self.now_ms_sql()
+        );
+        let live: Option<(i64,)> = on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(&me.incarnation)
+            .fetch_optional(pool)
+            .await?);
+        match live {
+            None => Ok(Renewal::Lost),
+            Some(_) => Err(StoreError::Unavailable(
+                "this replica's name is still locked by its previous identity session".into(),
+            )),
+        }
     }
 
     pub(super) async fn end_replica(&self) -> StoreResult<()> {
@@ -241,4 +287,9 @@ impl SqlStore {
             name: name.unwrap_or_default(),
         }))
     }
+}
+
+/// The server cancelled the statement at `statement_timeout` (SQLSTATE 57014).
+fn is_statement_timeout(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("57014"))
 }

@@ -227,14 +227,7 @@ async fn postgres_a_replica_name_is_held_by_one_live_process_and_its_successor_e
         "another name's replica is no predecessor"
     );
     // The first one's session dies (a SIGKILL, a partition): its name is free again.
-    execute(
-        &url,
-        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
-             AND mode = 'ExclusiveLock' AND granted AND objsubid = 1 AND objid::text::bigint = \
-             (hashtextextended('cursor-runner/replica/a', 0) & 4294967295) \
-             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    )
-    .await;
+    terminate_identity_session(&url, "a").await;
     let third = SqlStore::connect(&url).await.unwrap();
     let successor = register_when_free(&third, "a").await;
     assert_eq!(successor.predecessors, [LEGACY_INCARNATION.to_owned(), a.incarnation]);
@@ -317,4 +310,84 @@ async fn sqlite_one_process_serves_a_file_with_a_lease_that_never_ends_and_settl
     let third = SqlStore::connect(&url).await.unwrap();
     let next = third.register_replica("b", terms()).await.unwrap();
     assert_eq!(next.predecessors, [LEGACY_INCARNATION.to_owned(), a.incarnation]);
+}
+
+/// Terminates the session holding replica `name`'s advisory lock.
+async fn terminate_identity_session(url: &str, name: &str) {
+    execute(
+        url,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+             AND mode = 'ExclusiveLock' AND granted AND objsubid = 1 AND objid::text::bigint = \
+             (hashtextextended('cursor-runner/replica/{name}', 0) & 4294967295) \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ),
+    )
+    .await;
+}
+
+/// Renews until a renewal holds (failures meanwhile are fine; a lost lease is not).
+async fn renewed_within(store: &SqlStore, limit: Duration) -> i64 {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match store.renew_replica_lease().await {
+            Ok(Renewal::Held { lease_until_ms }) => return lease_until_ms,
+            Ok(Renewal::Lost) => panic!("a live lease was lost"),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert!(e.is_transient(), "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("never renewed: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_renewal_held_up_past_its_timeout_fails_and_neither_it_nor_a_lost_connection_loses_the_lease() {
+    let (scratch, url) = Scratch::postgres().await;
+    let store = SqlStore::connect(&url).await.unwrap();
+    let renew_timeout = Duration::from_millis(300);
+    let terms = LeaseTerms {
+        length: Duration::from_secs(60),
+        renew_timeout,
+    };
+    let registered = store.register_replica("a", terms).await.unwrap();
+    // Another session holds the replica's row: the heartbeat's UPDATE waits on it.
+    let mut blocker = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM replicas WHERE incarnation = $1 FOR UPDATE")
+        .bind(&registered.incarnation)
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let held_up = store.renew_replica_lease().await;
+    let took = started.elapsed();
+    assert!(matches!(held_up, Err(StoreError::Unavailable(_))), "{held_up:?}");
+    assert!(
+        took >= renew_timeout && took < renew_timeout * 2,
+        "gave up after {took:?}, not at its timeout"
+    );
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    blocker.close().await.unwrap();
+    // The connection and its locks were kept: the next renewal holds at once.
+    assert!(matches!(
+        store.renew_replica_lease().await.unwrap(),
+        Renewal::Held { .. }
+    ));
+    // The identity session dies (a database restart, a dropped connection): re-opened,
+    // its locks re-taken, the lease renewed.
+    terminate_identity_session(&url, "a").await;
+    let until = renewed_within(&store, Duration::from_secs(10)).await;
+    assert!(until >= registered.lease_until_ms);
+    let other = SqlStore::connect(&url).await.unwrap();
+    assert!(
+        matches!(
+            other.register_replica("a", terms).await,
+            Err(StoreError::ReplicaNameInUse(_))
+        ),
+        "the re-opened connection holds the name again"
+    );
+    drop((store, other));
+    scratch.remove().await;
 }
