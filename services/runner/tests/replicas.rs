@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use cursor_runner_e2e::*;
+use cursor_runner_executions::ownership::REPLICA_NAME_WAIT;
 use proto as pb;
 use serde_json::Value;
 use sqlx::Connection;
@@ -118,12 +119,39 @@ async fn a_process_taking_a_replica_name_in_use_is_refused_and_the_first_goes_on
     let mut client = first.client().await;
     let (_, mut events, created) = pending_question(&mut client, &first_dirs, "a").await;
 
+    let started = tokio::time::Instant::now();
     let mut second = replica(&database.url, &second_dirs, Some("replica-a"));
     second.wait_for_stderr("REPLICA_NAME_IN_USE");
     assert_eq!(second.exit_status().await.code(), Some(1), "refused to start");
+    assert!(
+        started.elapsed() >= REPLICA_NAME_WAIT,
+        "refused only after waiting REPLICA_NAME_WAIT for the name"
+    );
 
     answered_and_completed(&mut client, &mut events, &created, "a").await;
     first.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_name_is_let_go_within_the_wait_starts_and_settles_its_predecessors_executions() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let first = replica(&database.url, &dirs, Some("replica-a"));
+    let mut client = first.client().await;
+    let (_, _, created) = pending_question(&mut client, &dirs, "a").await;
+
+    // A pod restarted in place: the new process starts while the old one still stops.
+    let started = tokio::time::Instant::now();
+    let second = replica(&database.url, &dirs, Some("replica-a"));
+    tokio::time::sleep(REPLICA_NAME_WAIT / 5).await;
+    first.kill();
+    let mut client = second.client().await;
+    assert!(started.elapsed() < REPLICA_NAME_WAIT + Duration::from_secs(2));
+    let interaction = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(interaction.state, pb::InteractionState::Expired as i32);
+    assert_eq!(interaction.reason, "service_restarted");
+    second.stop();
     database.drop_database().await;
 }
 
