@@ -7,6 +7,7 @@ use tonic::Code;
 on_both_backends!(
     a_retried_create_execution_yields_one_execution_and_one_agent_process,
     a_request_id_reused_with_another_body_is_refused,
+    a_request_id_sent_to_another_rpc_is_refused_as_reused_and_runs_nothing,
     a_mutating_call_without_a_request_id_is_refused,
     a_retried_start_turn_returns_the_same_turn_and_sends_one_prompt,
     completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never,
@@ -54,6 +55,24 @@ async fn a_request_id_reused_with_another_body_is_refused(backend: Backend) {
         })
         .await;
     assert_refused(other, Code::Aborted, "REQUEST_ID_REUSED");
+    service.shutdown().await;
+}
+
+/// A request id names one call of the tenant, whatever its RPC: sent to another RPC it is
+/// another body, refused, and nothing runs (no turn starts on the agent).
+async fn a_request_id_sent_to_another_rpc_is_refused_as_reused_and_runs_nothing(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "call-1").await;
+    let reused = start_turn(&mut client, &execution.execution_id, "call-1").await;
+    assert_refused(reused, Code::Aborted, "REQUEST_ID_REUSED");
+    assert!(
+        !service.agent_received().iter().any(|m| m["method"] == "session/prompt"),
+        "no prompt was sent"
+    );
+    // The first call's retry still gets its own result.
+    let retried = create_execution(&mut client, &service, "call-1").await;
+    assert_eq!(retried.execution_id, execution.execution_id);
     service.shutdown().await;
 }
 

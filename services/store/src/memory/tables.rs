@@ -45,6 +45,14 @@ fn missing_parent(what: &str) -> StoreError {
 
 impl Tables {
     pub(super) fn claim_idempotency(&mut self, key: &IdempotencyKey, digest: &str) -> IdempotencyClaim {
+        // The id is the tenant's, whatever the RPC: used by another one, it is another body.
+        let elsewhere = self
+            .idempotency
+            .keys()
+            .any(|k| k.tenant_id == key.tenant_id && k.request_id == key.request_id && k.operation != key.operation);
+        if elsewhere {
+            return IdempotencyClaim::DigestMismatch;
+        }
         match self.idempotency.get(key) {
             None => {
                 let row = IdempotencyRow {

@@ -51,22 +51,25 @@ impl SqlStore {
         if inserted == 1 {
             return Ok(Some(IdempotencyClaim::Claimed));
         }
-        let row: Option<(String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
-            "SELECT request_digest, state, response FROM idempotency_keys \
-             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
+        // The id is the tenant's, whatever the RPC: used by another one, it is another body.
+        let row: Option<(String, String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT operation, request_digest, state, response FROM idempotency_keys \
+             WHERE tenant_id = $1 AND request_id = $2"
         )
         .bind(&key.tenant_id)
-        .bind(&key.operation)
         .bind(&key.request_id)
         .fetch_optional(pool)
         .await?);
-        Ok(row.map(|row| match row {
-            (digest, _, _) if digest != request_digest => IdempotencyClaim::DigestMismatch,
-            (_, state, Some(response)) if state == "done" => {
-                IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
-            }
-            _ => IdempotencyClaim::InFlight,
-        }))
+        Ok(
+            row.map(|(operation, digest, state, response)| match (digest, state, response) {
+                _ if operation != key.operation => IdempotencyClaim::DigestMismatch,
+                (digest, _, _) if digest != request_digest => IdempotencyClaim::DigestMismatch,
+                (_, state, Some(response)) if state == "done" => {
+                    IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
+                }
+                _ => IdempotencyClaim::InFlight,
+            }),
+        )
     }
 
     pub(super) async fn complete_idempotency(

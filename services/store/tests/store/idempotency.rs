@@ -15,6 +15,7 @@ on_every_backend!(
     abandoned_claims_complete_with_the_given_outcome,
     prune_deletes_old_completed_keys_never_one_in_flight,
     a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight,
+    a_request_id_claimed_by_another_operation_is_a_digest_mismatch,
 );
 
 /// Keys completed and then pruned while a retry claims them, one after another.
@@ -36,24 +37,42 @@ async fn claim(store: &dyn Store, request: &str, digest: &str) -> IdempotencyCla
 async fn a_new_key_is_claimed_and_while_it_runs_is_in_flight(store: Arc<dyn Store>) {
     assert_eq!(claim(&*store, "r1", "d1").await, IdempotencyClaim::Claimed);
     assert_eq!(claim(&*store, "r1", "d1").await, IdempotencyClaim::InFlight);
-    // The key is the tenant's, the operation's and the request id's together.
-    let elsewhere = [
+    // The key is the tenant's and the request id's together.
+    for k in [
         IdempotencyKey {
             tenant_id: OTHER_TENANT.into(),
             ..key("r1")
         },
-        IdempotencyKey {
-            operation: "StartTurn".into(),
-            ..key("r1")
-        },
         key("r2"),
-    ];
-    for k in elsewhere {
+    ] {
         assert_eq!(
             store.claim_idempotency(&k, "d1").await.unwrap(),
             IdempotencyClaim::Claimed
         );
     }
+}
+
+/// A request id names one call of a tenant, whatever its operation: claimed by another
+/// operation (running or done, with the same digest or not) it is another request.
+async fn a_request_id_claimed_by_another_operation_is_a_digest_mismatch(store: Arc<dyn Store>) {
+    let start_turn = IdempotencyKey {
+        operation: "StartTurn".into(),
+        ..key("r1")
+    };
+    claim(&*store, "r1", "d1").await;
+    assert_eq!(
+        store.claim_idempotency(&start_turn, "d1").await.unwrap(),
+        IdempotencyClaim::DigestMismatch
+    );
+    store.complete_idempotency(&key("r1"), &json!({"n": 1})).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&start_turn, "d1").await.unwrap(),
+        IdempotencyClaim::DigestMismatch
+    );
+    assert_eq!(
+        claim(&*store, "r1", "d1").await,
+        IdempotencyClaim::Completed(json!({"n": 1}))
+    );
 }
 
 async fn a_completed_key_answers_with_its_stored_outcome(store: Arc<dyn Store>) {
