@@ -72,7 +72,13 @@ pub struct BoundedText {
 
 /// Keeps the first `max_chars` characters.
 pub fn bound_text(text: &str, max_chars: usize) -> BoundedText {
-    match text.char_indices().nth(max_chars) {
+    // A text of at most `max_chars` bytes has at most that many characters: no count.
+    let cut = if text.len() <= max_chars {
+        None
+    } else {
+        text.char_indices().nth(max_chars)
+    };
+    match cut {
         None => BoundedText {
             text: text.to_owned(),
             truncated: false,
@@ -82,6 +88,14 @@ pub fn bound_text(text: &str, max_chars: usize) -> BoundedText {
             truncated: true,
         },
     }
+}
+
+/// [`bound_text`] of an owned string: text within the bound is kept as it is, uncopied.
+pub(crate) fn bound_owned_text(text: String, max_chars: usize) -> BoundedText {
+    if text.len() <= max_chars || text.char_indices().nth(max_chars).is_none() {
+        return BoundedText { text, truncated: false };
+    }
+    bound_text(&text, max_chars)
 }
 
 /// Tool output bounded to its last `MAX_TOOL_OUTPUT_BYTES`, cut on a char boundary.

@@ -26,16 +26,33 @@ pub struct SanitizedText {
 }
 
 /// Neutralizes terminal control sequences and other display injection in `text`.
+///
+/// One pass: clean text (the common case) is found clean by a byte scan and copied once;
+/// otherwise the clean prefix is copied and only the rest is walked by character.
 pub fn sanitize_display(text: &str) -> SanitizedText {
-    if !text.chars().any(needs_check) {
-        return SanitizedText {
+    match first_suspect(text.as_bytes()) {
+        None => SanitizedText {
             text: text.to_owned(),
             sanitized: false,
-        };
+        },
+        Some(at) => sanitize_from(text, at),
     }
+}
+
+/// [`sanitize_display`] of an owned string: clean text is returned as it is, uncopied.
+pub(crate) fn sanitize_display_owned(text: String) -> SanitizedText {
+    match first_suspect(text.as_bytes()) {
+        None => SanitizedText { text, sanitized: false },
+        Some(at) => sanitize_from(&text, at),
+    }
+}
+
+/// Sanitizes `text` whose first `clean` bytes need nothing (a char boundary).
+fn sanitize_from(text: &str, clean: usize) -> SanitizedText {
     let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..clean]);
     let mut sanitized = false;
-    let mut chars = text.chars().peekable();
+    let mut chars = text[clean..].chars().peekable();
     while let Some(c) = chars.next() {
         let replacement = match c {
             '\n' | '\t' => None,
@@ -56,33 +73,53 @@ pub fn sanitize_display(text: &str) -> SanitizedText {
     SanitizedText { text: out, sanitized }
 }
 
-fn needs_check(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        && c != '\n'
-        && c != '\t'
+/// The byte offset of the first character sanitizing may replace (the table above,
+/// UTF-8 encoded; `\r` included, since only the next character says whether it stays),
+/// or `None` when there is none. Always a char boundary.
+fn first_suspect(bytes: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let suspect = match b {
+            b'\n' | b'\t' => false,
+            0x00..=0x1f | 0x7f => true,
+            // U+0080..=U+009F: C2 80..=9F.
+            0xc2 => matches!(bytes.get(i + 1), Some(0x80..=0x9f)),
+            // U+202A..=U+202E: E2 80 AA..=AE; U+2066..=U+2069: E2 81 A6..=A9.
+            0xe2 => matches!(
+                (bytes.get(i + 1), bytes.get(i + 2)),
+                (Some(0x80), Some(0xaa..=0xae)) | (Some(0x81), Some(0xa6..=0xa9))
+            ),
+            _ => false,
+        };
+        if suspect {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Display text sanitized and cut to `max_chars` characters; a cut is marked with a
 /// trailing `…` inside the bound. Returns the text and whether it was sanitized.
 pub(crate) fn display_text(raw: &str, max_chars: usize) -> (String, bool) {
     let clean = sanitize_display(raw);
-    match clean.text.char_indices().nth(max_chars) {
-        None => (clean.text, clean.sanitized),
-        Some(_) => {
-            let keep = max_chars.saturating_sub(1);
-            let cut = clean.text.char_indices().nth(keep).map_or(clean.text.len(), |(i, _)| i);
-            let mut text = clean.text[..cut].to_owned();
-            // A cut between `\r` and `\n` would leave a bare carriage return, the very
-            // thing sanitizing neutralizes: picture it like any other.
-            let bare_cr = text.ends_with('\r');
-            if bare_cr {
-                text.pop();
-                text.push('\u{240d}');
-            }
-            text.push('…');
-            (text, clean.sanitized || bare_cr)
-        }
+    // A text of at most `max_chars` bytes has at most that many characters.
+    if clean.text.len() <= max_chars || clean.text.char_indices().nth(max_chars).is_none() {
+        return (clean.text, clean.sanitized);
     }
+    let keep = max_chars.saturating_sub(1);
+    let cut = clean.text.char_indices().nth(keep).map_or(clean.text.len(), |(i, _)| i);
+    let mut text = clean.text[..cut].to_owned();
+    // A cut between `\r` and `\n` would leave a bare carriage return, the very
+    // thing sanitizing neutralizes: picture it like any other.
+    let bare_cr = text.ends_with('\r');
+    if bare_cr {
+        text.pop();
+        text.push('\u{240d}');
+    }
+    text.push('…');
+    (text, clean.sanitized || bare_cr)
 }
 
 /// An id is taken whole or not at all: non-empty, at most [`MAX_NAME_CHARS`] characters
@@ -103,6 +140,14 @@ pub(crate) fn safe_tag(tag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The characters sanitizing looks at, by character: the reference the byte scan
+    /// must agree with.
+    fn needs_check(c: char) -> bool {
+        matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            && c != '\n'
+            && c != '\t'
+    }
 
     #[test]
     fn sanitizing_table() {
@@ -150,5 +195,46 @@ mod tests {
             ("ab\r\n".to_owned(), false),
             "uncut CRLF stays"
         );
+    }
+
+    /// The character-by-character walk the byte scan replaced: the reference.
+    fn sanitize_by_char(text: &str) -> SanitizedText {
+        sanitize_from(text, 0)
+    }
+
+    #[test]
+    fn the_byte_scan_finds_the_first_character_the_character_walk_would_look_at() {
+        for c in (0u32..0x3000).filter_map(char::from_u32) {
+            let text = format!("ab{c}cd");
+            let expected = (needs_check(c) || c == '\r').then_some(2);
+            assert_eq!(first_suspect(text.as_bytes()), expected, "{c:?} (U+{:04X})", c as u32);
+        }
+    }
+
+    #[test]
+    fn sanitizing_in_one_pass_equals_the_character_walk_on_random_text() {
+        let alphabet = [
+            "a", "é", "\u{1b}", "\r", "\n", "\t", "\u{85}", "\u{a0}", "\u{202e}", "\u{2019}", "\u{2066}", "\u{2069}",
+            "\u{2070}", "—", "🎉", "\u{7f}", "\u{0}", "\u{c2}", "\u{e2}",
+        ];
+        let mut rng = crate::test_rng::Rng(21);
+        for _ in 0..5000 {
+            let len = rng.below(12);
+            let text: String = (0..len)
+                .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+                .collect();
+            let expected = sanitize_by_char(&text);
+            assert_eq!(sanitize_display(&text), expected, "{text:?}");
+            assert_eq!(sanitize_display_owned(text.clone()), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn clean_owned_text_is_returned_without_a_copy() {
+        let text = String::from("plain — “quoted” text\n");
+        let pointer = text.as_ptr();
+        let out = sanitize_display_owned(text);
+        assert!(!out.sanitized);
+        assert_eq!(out.text.as_ptr(), pointer);
     }
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::bounds::*;
 use crate::checklist::Checklist;
 use crate::event::*;
-use crate::sanitize::{display_text, is_identifier, sanitize_display};
+use crate::sanitize::{display_text, is_identifier, sanitize_display_owned};
 use crate::tool::{ToolState, operation};
 
 /// The events of a decoded update, or a `malformed_acp_update` notice saying why not.
@@ -122,8 +122,8 @@ impl Transcript {
                 item_id
             }
         };
-        let clean = sanitize_display(&text.text);
-        let bounded = bound_text(&clean.text, MAX_ITEM_TEXT_CHARS);
+        let clean = sanitize_display_owned(text.text);
+        let bounded = bound_owned_text(clean.text, MAX_ITEM_TEXT_CHARS);
         events.push(ActivityPayload::ItemDelta(ItemDelta {
             item_id,
             kind,
