@@ -31,6 +31,19 @@ pub(crate) fn or_malformed_notice(tag: &str, decoded: Result<Vec<ActivityPayload
     })
 }
 
+/// The text of a message chunk whose content is a text block, read in place: exactly
+/// what `acp::ContentChunk` decodes to `ContentBlock::Text` (its other fields —
+/// `messageId`, `_meta`, `annotations` — default on error, so they never fail it), without
+/// copying the whole update into the schema types first. `None` for any other content:
+/// the schema decode then says what it is, or why it is malformed.
+pub(crate) fn text_block(update: &Value) -> Option<&str> {
+    let content = update.get("content")?;
+    if content.get("type")?.as_str()? != "text" {
+        return None;
+    }
+    content.get("text")?.as_str()
+}
+
 /// One session's transcript — the root's or a child's: its open text items, its tool
 /// calls (ids are session-local: the same id in two sessions is two tools) and its
 /// checklist. Item ids are unique per turn: `<prefix>:msg-<n>`, where the prefix is the
@@ -88,13 +101,19 @@ impl Transcript {
     }
 
     fn chunk(&mut self, update: &Value, kind: ItemKind) -> Result<Vec<ActivityPayload>, String> {
-        let chunk = acp::ContentChunk::deserialize(update).map_err(|e| e.to_string())?;
-        let acp::ContentBlock::Text(text) = chunk.content else {
-            return Ok(vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
-                "unprojected_content_block",
-                NoticeScope::Turn,
-                "a non-text content block in a message chunk is not projected yet",
-            ))]);
+        let text = match text_block(update) {
+            Some(text) => text.to_owned(),
+            None => {
+                let chunk = acp::ContentChunk::deserialize(update).map_err(|e| e.to_string())?;
+                let acp::ContentBlock::Text(text) = chunk.content else {
+                    return Ok(vec![ActivityPayload::ProviderNotice(ProviderNotice::warning(
+                        "unprojected_content_block",
+                        NoticeScope::Turn,
+                        "a non-text content block in a message chunk is not projected yet",
+                    ))]);
+                };
+                text.text
+            }
         };
         let channel = match kind {
             ItemKind::AgentMessage => Channel::Progress,
@@ -122,7 +141,7 @@ impl Transcript {
                 item_id
             }
         };
-        let clean = sanitize_display_owned(text.text);
+        let clean = sanitize_display_owned(text);
         let bounded = bound_owned_text(clean.text, MAX_ITEM_TEXT_CHARS);
         events.push(ActivityPayload::ItemDelta(ItemDelta {
             item_id,
@@ -259,5 +278,56 @@ impl Transcript {
             ItemKind::Reasoning => "reasoning",
         };
         format!("{}:{prefix}-{}", self.item_prefix, self.next_item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What the schema decode makes of an update's content: its text, or `None`.
+    fn schema_text(update: &Value) -> Option<String> {
+        match acp::ContentChunk::deserialize(update).ok()?.content {
+            acp::ContentBlock::Text(text) => Some(text.text),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_text_block_read_in_place_is_what_the_schema_decodes_whenever_it_reads_one() {
+        let updates = [
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}),
+            json!({"content": {"text": "first", "type": "text"}}),
+            json!({"content": {"type": "text", "text": ""}, "messageId": 7, "_meta": "not an object"}),
+            json!({"content": {"type": "text", "text": "a", "annotations": 5, "_meta": [1]}}),
+            json!({"content": {"type": "text", "text": "a", "annotations": {"priority": "high"}}}),
+            json!({"content": {"type": "text", "text": "\u{1b}[31m", "extra": {"deep": [1, 2]}}}),
+        ];
+        for update in &updates {
+            let fast = text_block(update).map(str::to_owned);
+            assert!(fast.is_some(), "{update}");
+            assert_eq!(fast, schema_text(update), "{update}");
+        }
+    }
+
+    #[test]
+    fn anything_but_a_text_block_with_string_text_is_left_to_the_schema_decode() {
+        let updates = [
+            json!({"sessionUpdate": "agent_message_chunk"}),
+            json!({"content": null}),
+            json!({"content": "text"}),
+            json!({"content": {"type": "text"}}),
+            json!({"content": {"type": "text", "text": 5}}),
+            json!({"content": {"type": "text", "text": null}}),
+            json!({"content": {"type": "image", "data": "", "mimeType": "image/png"}}),
+            json!({"content": {"type": "TEXT", "text": "a"}}),
+            json!({"content": {"text": "a"}}),
+            json!([{"content": {"type": "text", "text": "a"}}]),
+            json!("agent_message_chunk"),
+        ];
+        for update in &updates {
+            assert_eq!(text_block(update), None, "{update}");
+        }
     }
 }
