@@ -75,7 +75,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     fn take_buffered(&mut self) -> Option<ReadFrame> {
         while self.start < self.buf.len() {
             let rest = &self.buf[self.start..];
-            match memchr_newline(rest) {
+            match memchr::memchr(b'\n', rest) {
                 Some(pos) => {
                     let piece = &rest[..pos];
                     self.start += pos + 1;
@@ -112,10 +112,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
         None
     }
-}
-
-fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|b| *b == b'\n')
 }
 
 #[cfg(test)]
