@@ -16,6 +16,7 @@ mod agent_message;
 #[cfg(feature = "connection")]
 mod connection;
 pub mod cursor;
+mod envelope;
 #[cfg(feature = "connection")]
 mod framing;
 mod message;

@@ -78,7 +78,45 @@ pub enum Classified {
 /// escape becomes the six literal characters `\uXXXX`. The repair is lossy — a lone
 /// surrogate and that literal text become indistinguishable — which is why only the
 /// request's id and structure are relied on, never a native id holding one.
+///
+/// A well-formed message is decoded in one pass straight into its parts
+/// (`envelope`); any other line is parsed whole and classified by its keys here, which
+/// also says why it is invalid.
 pub fn classify(line: &[u8]) -> Classified {
+    classify_one_pass(line).unwrap_or_else(|| classify_tree(line))
+}
+
+/// Classifies a well-formed request, notification or response from its envelope decoded
+/// in one pass; `None` for any line the tree classifier must look at (not JSON, not an
+/// object, a member of the wrong type, a shape that is no message, a lone surrogate
+/// escape, …). A line it claims is classified as [`classify_tree`] classifies it.
+pub(crate) fn classify_one_pass(line: &[u8]) -> Option<Classified> {
+    let crate::envelope::Envelope {
+        id,
+        method,
+        params,
+        result,
+        error,
+    } = crate::envelope::decode(line)?;
+    let params = params.unwrap_or(Value::Null);
+    Some(match (method, id) {
+        (Some(method), Some(id)) => Classified::Request { id, method, params },
+        (Some(method), None) => Classified::Notification { method, params },
+        (None, Some(id)) => match (result, error) {
+            (Some(result), None) => Classified::Response { id, result: Ok(result) },
+            (None, Some(error)) => Classified::Response {
+                id,
+                result: Err(serde_json::from_value(error).ok()?),
+            },
+            _ => return None,
+        },
+        (None, None) => return None,
+    })
+}
+
+/// Classifies one line from its whole parsed tree: the reference for every line, and the
+/// classifier of those the one-pass decode leaves (malformed, hostile, unusual).
+pub(crate) fn classify_tree(line: &[u8]) -> Classified {
     let parsed = serde_json::from_slice::<Value>(line).or_else(|e| match escape_lone_surrogates(line) {
         Some(repaired) => serde_json::from_slice(&repaired).map_err(|_| e),
         None => Err(e),
