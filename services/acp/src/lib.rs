@@ -13,6 +13,7 @@
 //! what `activity` uses.
 
 mod agent_message;
+pub mod config_options;
 #[cfg(feature = "connection")]
 mod connection;
 pub mod cursor;

@@ -1,6 +1,7 @@
 //! Session metadata updates: `config_option_update`, `session_info_update`,
 //! `available_commands_update`, and the notice for a tag nobody projects.
 
+use cursor_runner_acp::config_options::option_entries;
 use serde_json::Value;
 
 use crate::bounds::*;
@@ -37,16 +38,7 @@ pub(crate) fn config_update(update: &Value) -> Result<Vec<ActivityPayload>, Stri
         };
         let mut values = Vec::new();
         let mut values_omitted = 0u32;
-        let flat = option
-            .get("options")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .flat_map(|entry| match entry.get("options").and_then(Value::as_array) {
-                Some(group) => group.iter().collect::<Vec<_>>(),
-                None => vec![entry],
-            });
-        for entry in flat {
+        for entry in option_entries(option) {
             let Some(value) = entry.get("value").and_then(Value::as_str) else {
                 values_omitted += 1;
                 continue;

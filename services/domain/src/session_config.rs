@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use cursor_runner_acp::config_options::option_entries;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -67,15 +68,7 @@ pub fn parse_options(options: &Value) -> Vec<ConfigOption> {
                 Value::Bool(current) => OptionValue::Boolean { current: *current },
                 Value::String(current) => OptionValue::Select {
                     current: current.clone(),
-                    values: option
-                        .get("options")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .flat_map(|entry| match entry.get("options").and_then(Value::as_array) {
-                            Some(group) => group.iter().collect::<Vec<_>>(),
-                            None => vec![entry],
-                        })
+                    values: option_entries(option)
                         .filter_map(|entry| entry.get("value").and_then(Value::as_str).map(str::to_owned))
                         .collect(),
                 },
