@@ -155,6 +155,26 @@ mod tests {
     }
 
     #[test]
+    fn owned_text_is_bounded_exactly_as_borrowed_text_is() {
+        for chars in [
+            0,
+            3,
+            MAX_ITEM_TEXT_CHARS / 2,
+            MAX_ITEM_TEXT_CHARS,
+            MAX_ITEM_TEXT_CHARS + 1,
+        ] {
+            for unit in ["a", "é", "🎉"] {
+                let t = unit.repeat(chars);
+                assert_eq!(
+                    bound_owned_text(t.clone(), MAX_ITEM_TEXT_CHARS),
+                    bound_text(&t, MAX_ITEM_TEXT_CHARS),
+                    "{chars} × {unit}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn output_at_the_bound_is_whole_and_one_byte_over_keeps_the_tail() {
         let at = "a".repeat(MAX_TOOL_OUTPUT_BYTES);
         assert!(!bound_output(&at).output_truncated);

@@ -188,6 +188,12 @@ mod tests {
     }
 
     #[test]
+    fn display_text_over_the_bound_in_bytes_but_not_in_characters_is_kept_whole() {
+        assert_eq!(display_text("éé🎉é", 4), ("éé🎉é".to_owned(), false));
+        assert_eq!(display_text("éé🎉éé", 4), ("éé🎉…".to_owned(), false));
+    }
+
+    #[test]
     fn a_cut_between_cr_and_lf_leaves_no_bare_carriage_return() {
         assert_eq!(display_text("ab\r\ncd", 4), ("ab␍…".to_owned(), true));
         assert_eq!(
