@@ -77,31 +77,39 @@ pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
     }
 }
 
+/// A pending question of execution `e-1`, turn `turn-1`, for unit tests to vary.
+#[cfg(test)]
+pub(crate) fn pending_question() -> InteractionRecord {
+    InteractionRecord {
+        id: "i-1".into(),
+        execution_id: "e-1".into(),
+        tenant_id: "t".into(),
+        generation: 1,
+        turn_id: "turn-1".into(),
+        native_request_id: "0".into(),
+        kind: cursor_runner_activity::InteractionKind::Question,
+        state: InteractionState::Pending,
+        etag: "etag-1".into(),
+        request: "{}".into(),
+        outcome: None,
+        answer_request_id: None,
+        answer_fingerprint: None,
+        reason: None,
+        delivery: None,
+        replay_allowed: false,
+        created_at_ms: 1_000,
+        updated_at_ms: 1_000,
+    }
+}
+
 #[cfg(test)]
 mod transition_tests {
     use super::*;
-    use cursor_runner_activity::InteractionKind;
 
     fn record(state: InteractionState) -> InteractionRecord {
         InteractionRecord {
-            id: "i-1".into(),
-            execution_id: "e-1".into(),
-            tenant_id: "t".into(),
-            generation: 1,
-            turn_id: "turn-1".into(),
-            native_request_id: "0".into(),
-            kind: InteractionKind::Question,
             state,
-            etag: "etag".into(),
-            request: "{}".into(),
-            outcome: None,
-            answer_request_id: None,
-            answer_fingerprint: None,
-            reason: None,
-            delivery: None,
-            replay_allowed: false,
-            created_at_ms: 0,
-            updated_at_ms: 0,
+            ..pending_question()
         }
     }
 

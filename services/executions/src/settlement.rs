@@ -95,7 +95,6 @@ pub(crate) fn settle(
 mod tests {
     use super::*;
     use crate::events::EventWriter;
-    use cursor_runner_activity::InteractionKind;
     use cursor_runner_domain::state::{InteractionState, TurnState};
     use cursor_runner_store::{MemoryStore, Store};
     use std::sync::Arc;
@@ -130,22 +129,11 @@ mod tests {
             let interaction = InteractionRecord {
                 id: id.into(),
                 execution_id: execution.id.clone(),
-                tenant_id: "t".into(),
-                generation: 1,
                 turn_id: turn.id.clone(),
                 native_request_id: id.into(),
-                kind: InteractionKind::Question,
-                state: InteractionState::Pending,
-                etag: String::new(),
-                request: "{}".into(),
-                outcome: None,
-                answer_request_id: None,
-                answer_fingerprint: None,
-                reason: None,
-                delivery: None,
-                replay_allowed: false,
                 created_at_ms: NOW,
                 updated_at_ms: NOW,
+                ..crate::interaction_row::pending_question()
             };
             store.insert_interaction(&interaction).await.unwrap();
             let now = InteractionRecord { state, ..interaction };

@@ -20,6 +20,15 @@ fn service(database_url: &str, dirs: &ServiceDirs, failpoint: Option<&str>) -> S
     service_with_env(database_url, dirs, env)
 }
 
+/// A service that holds for `pause_ms` when it reaches `failpoint`, then goes on.
+fn held_at(database_url: &str, dirs: &ServiceDirs, failpoint: &str, pause_ms: u64) -> ServiceProcess {
+    let env = vec![
+        ("CURSOR_RUNNER_FAILPOINT".to_owned(), failpoint.to_owned()),
+        ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), pause_ms.to_string()),
+    ];
+    service_with_env(database_url, dirs, env)
+}
+
 fn service_with_env(database_url: &str, dirs: &ServiceDirs, env: Vec<(String, String)>) -> ServiceProcess {
     service_playing(database_url, dirs, "demo.json", env)
 }
@@ -189,14 +198,7 @@ async fn a_question_pending_when_the_service_dies_expires_on_restart_and_is_neve
 async fn a_retry_inside_the_window_waits_for_the_first_answer(backend: Backend, window: &str) {
     let database = TestDatabase::create(backend).await;
     let dirs = ServiceDirs::new();
-    let held = service_with_env(
-        &database.url,
-        &dirs,
-        vec![
-            ("CURSOR_RUNNER_FAILPOINT".to_owned(), window.to_owned()),
-            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "1500".to_owned()),
-        ],
-    );
+    let held = held_at(&database.url, &dirs, window, 1500);
     let mut client = held.client().await;
     let (_execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
@@ -326,17 +328,7 @@ async fn a_crash_inside_a_call_resolves_its_request_id_at_restart_on_sqlite() {
 async fn a_question_is_invisible_to_subscribers_until_its_row_is_committed() {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
-    let held = service_with_env(
-        &database.url,
-        &dirs,
-        vec![
-            (
-                "CURSOR_RUNNER_FAILPOINT".to_owned(),
-                "interaction_before_persist".to_owned(),
-            ),
-            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "4000".to_owned()),
-        ],
-    );
+    let held = held_at(&database.url, &dirs, "interaction_before_persist", 4000);
     let mut client = held.client().await;
     let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     held.wait_for_stderr("failpoint reached: interaction_before_persist");
@@ -424,17 +416,7 @@ async fn a_crash_while_a_lost_agent_is_settled_leaves_no_turn_running() {
 async fn an_answer_whose_agent_dies_before_the_pipe_write_is_refused_as_its_retry_is() {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
-    let held = service_with_env(
-        &database.url,
-        &dirs,
-        vec![
-            (
-                "CURSOR_RUNNER_FAILPOINT".to_owned(),
-                "answer_recorded_before_pipe_write".to_owned(),
-            ),
-            ("CURSOR_RUNNER_FAILPOINT_PAUSE_MS".to_owned(), "1500".to_owned()),
-        ],
-    );
+    let held = held_at(&database.url, &dirs, "answer_recorded_before_pipe_write", 1500);
     let mut client = held.client().await;
     let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());

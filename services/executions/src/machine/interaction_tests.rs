@@ -53,24 +53,8 @@ fn permission() -> PersistedRequest {
 
 fn record(kind: InteractionKind) -> InteractionRecord {
     InteractionRecord {
-        id: "i-1".into(),
-        execution_id: "e-1".into(),
-        tenant_id: "t".into(),
-        generation: 1,
-        turn_id: "turn-1".into(),
-        native_request_id: "0".into(),
         kind,
-        state: InteractionState::Pending,
-        etag: "etag-1".into(),
-        request: "{}".into(),
-        outcome: None,
-        answer_request_id: None,
-        answer_fingerprint: None,
-        reason: None,
-        delivery: None,
-        replay_allowed: false,
-        created_at_ms: 1_000,
-        updated_at_ms: 1_000,
+        ..crate::interaction_row::pending_question()
     }
 }
 
