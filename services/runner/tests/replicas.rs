@@ -111,6 +111,36 @@ async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_firs
     database.drop_database().await;
 }
 
+/// Until calls are routed between replicas, a call through a replica that does not own the
+/// execution is refused naming the replica that does, so a client (or an operator) knows
+/// where to send it; the owner's execution is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_through_a_replica_that_does_not_own_the_execution_is_refused_naming_its_owner() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+    let a = replica(&database.url, &a_dirs, Some("replica-a"));
+    let mut a_client = a.client().await;
+    let (execution, mut events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+    let b = replica(&database.url, &b_dirs, Some("replica-b"));
+    let mut b_client = b.client().await;
+    let refused = b_client
+        .cancel_turn(pb::CancelTurnRequest {
+            request_id: "cancel-through-b".into(),
+            execution_id: execution.execution_id.clone(),
+            turn_id: created["turnId"].as_str().unwrap().into(),
+        })
+        .await
+        .expect_err("replica-b does not own it");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(reason(&refused), "EXECUTION_NOT_READY", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
+    assert!(refused.message().contains("replica-a"), "{}", refused.message());
+    answered_and_completed(&mut a_client, &mut events, &created, "a").await;
+    a.stop();
+    b.stop();
+    database.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_taking_a_replica_name_in_use_is_refused_and_the_first_goes_on() {
     let database = TestDatabase::create(Backend::Postgres).await;

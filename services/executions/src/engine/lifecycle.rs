@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_activity::Redactor;
-use cursor_runner_store::{ExecutionOwner, InteractionQuery, Patience, Store, now_ms};
+use cursor_runner_store::{ExecutionOwner, ExecutionRecord, InteractionQuery, Patience, Store, now_ms};
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{Guardian, GuardianConfig};
 
@@ -102,6 +102,26 @@ impl Engine {
                     format!("no execution `{execution_id}` for this tenant"),
                 )
             })
+    }
+
+    /// The refusal of a call for a live execution another replica owns, naming that replica
+    /// (calls are not routed between replicas yet); `None` when this replica owns it.
+    async fn not_here(&self, record: &ExecutionRecord) -> Option<EngineError> {
+        if record.state.is_terminal() {
+            return None;
+        }
+        let owner = self.store.execution_owner(&record.tenant_id, &record.id).await.ok()??;
+        (owner.name != self.config.replica.name.as_str()).then(|| {
+            EngineError::precondition(
+                Reason::ExecutionNotReady,
+                format!(
+                    "execution `{}` is served by replica `{}`, not this one: send its calls there",
+                    record.id, owner.name
+                ),
+            )
+            .with("state", record.state.as_str())
+            .with("owner_replica", owner.name)
+        })
     }
 
     /// This engine's metrics (served by the runner on its metrics port).
@@ -294,7 +314,9 @@ impl Engine {
             )
             .with("state", record.state.as_str())
         };
-        let (commands, redactor) = handle.ok_or_else(not_ready)?;
+        let Some((commands, redactor)) = handle else {
+            return Err(self.not_here(&record).await.unwrap_or_else(not_ready));
+        };
         let (reply, rx) = oneshot::channel();
         // The caller's span goes along: the actor works on the command inside it.
         commands
