@@ -93,12 +93,14 @@ impl ServiceProcess {
     /// Waits until the service's stderr has a line containing `marker`.
     pub fn wait_for_stderr(&self, marker: &str) {
         let deadline = std::time::Instant::now() + WAIT;
+        let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.stderr_lines.recv_timeout(left) {
                 Ok(line) if line.contains(marker) => return,
-                Ok(_) => {}
-                Err(_) => panic!("the service never printed `{marker}`"),
+                Ok(line) => seen.push(line),
+                // What it printed instead is the first clue when a run fails.
+                Err(_) => panic!("the service never printed `{marker}`; it printed:\n{}", seen.join("\n")),
             }
         }
     }

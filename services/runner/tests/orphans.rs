@@ -27,7 +27,15 @@ fn service(dirs: &ServiceDirs, pid_namespace: bool) -> ServiceProcess {
             // Plain text, so the report's `key=value` pairs can be matched.
             ("NO_COLOR".into(), "1".into()),
         ],
-        args: Vec::new(),
+        // Without a namespace, a SIGKILLed service's survivors keep running as the agent's uid,
+        // and any other service on this host that takes that uid next (another test running in
+        // parallel) rightly kills everything of it first, racing the start-up sweep these
+        // tests are about: their agents run as the service's own uid instead.
+        args: if pid_namespace {
+            Vec::new()
+        } else {
+            vec!["--agent-uid-separation".into(), "false".into()]
+        },
     })
 }
 
