@@ -86,17 +86,60 @@ async fn answered_and_completed(client: &mut Client, events: &mut Subscriber, cr
     );
 }
 
+/// Replica `replica-a` with a question pending, then replica `replica-b` serving on the
+/// same database (serving means its start-up, and its recovery, is over).
+struct TwoReplicas {
+    database: TestDatabase,
+    a: ServiceProcess,
+    /// Kept for the replica's life: its state directory and workspace.
+    _a_dirs: ServiceDirs,
+    a_client: Client,
+    b: ServiceProcess,
+    b_dirs: ServiceDirs,
+    b_client: Client,
+    execution: pb::Execution,
+    events: Subscriber,
+    created: Value,
+}
+
+impl TwoReplicas {
+    async fn with_a_question_on_a() -> Self {
+        let database = TestDatabase::create(Backend::Postgres).await;
+        let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+        let a = replica(&database.url, &a_dirs, Some("replica-a"));
+        let mut a_client = a.client().await;
+        let (execution, events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+        let b = replica(&database.url, &b_dirs, Some("replica-b"));
+        let b_client = b.client().await;
+        Self {
+            database,
+            a,
+            _a_dirs: a_dirs,
+            a_client,
+            b,
+            b_dirs,
+            b_client,
+            execution,
+            events,
+            created,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_first_ones_executions() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
-    let a = replica(&database.url, &a_dirs, Some("replica-a"));
-    let mut a_client = a.client().await;
-    let (execution, mut events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
-
-    let b = replica(&database.url, &b_dirs, Some("replica-b"));
-    // Serving means its start-up (and its recovery) is over.
-    let mut b_client = b.client().await;
+    let TwoReplicas {
+        database,
+        a,
+        _a_dirs,
+        mut a_client,
+        b,
+        b_dirs,
+        mut b_client,
+        execution,
+        mut events,
+        created,
+    } = TwoReplicas::with_a_question_on_a().await;
     let seen_from_b = get_execution(&mut b_client, &execution.execution_id).await;
     assert_eq!(seen_from_b.state, pb::ExecutionState::Ready as i32);
     assert_eq!(seen_from_b.owner_replica, "replica-a", "GetExecution names the owner");
@@ -116,13 +159,18 @@ async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_firs
 /// where to send it; the owner's execution is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_through_a_replica_that_does_not_own_the_execution_is_refused_naming_its_owner() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
-    let a = replica(&database.url, &a_dirs, Some("replica-a"));
-    let mut a_client = a.client().await;
-    let (execution, mut events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
-    let b = replica(&database.url, &b_dirs, Some("replica-b"));
-    let mut b_client = b.client().await;
+    let TwoReplicas {
+        database,
+        a,
+        mut a_client,
+        b,
+        mut b_client,
+        execution,
+        mut events,
+        created,
+        _a_dirs,
+        b_dirs: _b_dirs,
+    } = TwoReplicas::with_a_question_on_a().await;
     let refused = b_client
         .cancel_turn(pb::CancelTurnRequest {
             request_id: "cancel-through-b".into(),
