@@ -78,7 +78,7 @@ fn written_back(classified: &Classified) -> Option<Vec<u8>> {
         Classified::Notification { method, params } => json!({"jsonrpc": "2.0", "method": method, "params": params}),
         Classified::Response { id, result: Ok(result) } => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Classified::Response { id, result: Err(error) } => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-        Classified::Invalid { .. } => return None,
+        Classified::Unanswerable { .. } | Classified::Invalid { .. } => return None,
     };
     Some(serde_json::to_vec(&value).expect("a classified message serializes"))
 }
@@ -94,8 +94,8 @@ fn check_line(line: &[u8]) {
             String::from_utf8_lossy(&again)
         );
     } else if serde_json::from_slice::<Value>(line).is_ok_and(|v| v.is_object()) {
-        // An object that parses is invalid only for a reason about its keys.
-        let Classified::Invalid { reason } = &classified else {
+        // An object that parses is invalid (or unanswerable) only for a reason about its keys.
+        let (Classified::Invalid { reason } | Classified::Unanswerable { reason, .. }) = &classified else {
             unreachable!()
         };
         assert!(!reason.starts_with("not JSON"), "{reason}");

@@ -9,6 +9,7 @@ on_both_backends!(
     another_tenants_interaction_can_be_neither_read_nor_answered,
     executions_are_listed_in_pages,
     a_page_token_no_list_returned_is_refused_not_read_as_the_end,
+    an_id_holding_a_control_character_is_refused_as_invalid_and_nothing_is_stored,
     interactions_are_listed_in_pages_and_filtered_by_state,
     reflection_lists_every_served_service,
     grpc_web_over_http1_reaches_the_same_services,
@@ -379,8 +380,8 @@ async fn executions_are_listed_in_pages(backend: Backend) {
 async fn a_page_token_no_list_returned_is_refused_not_read_as_the_end(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
-    create_execution(&mut client, &service, "create-1").await;
-    for token in ["garbage", "00000000", "'; DROP TABLE executions; --"] {
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    for token in ["garbage", "00000000", "999", "'; DROP TABLE executions; --"] {
         assert_refused(
             client
                 .list_executions(proto::ListExecutionsRequest {
@@ -401,7 +402,72 @@ async fn a_page_token_no_list_returned_is_refused_not_read_as_the_end(backend: B
             tonic::Code::InvalidArgument,
             "INVALID_ARGUMENT",
         );
+        assert_refused(
+            client
+                .list_sessions(proto::ListSessionsRequest {
+                    page_size: 2,
+                    page_token: token.into(),
+                })
+                .await,
+            tonic::Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+        );
+        assert_refused(
+            client
+                .list_turns(proto::ListTurnsRequest {
+                    execution_id: execution.execution_id.clone(),
+                    page_size: 2,
+                    page_token: token.into(),
+                })
+                .await,
+            tonic::Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+        );
     }
+    service.shutdown().await;
+}
+
+/// An id with a NUL (or any control character) is malformed: refused `INVALID_ARGUMENT`
+/// naming the field, on every store — not `UNAVAILABLE` (which clients retry) because the
+/// database cannot hold it, and never stored where it can.
+async fn an_id_holding_a_control_character_is_refused_as_invalid_and_nothing_is_stored(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    for malformed in ["exec\0id", "exec\u{7}id", "exec\nid"] {
+        let refused = client
+            .create_execution(proto::CreateExecutionRequest {
+                request_id: malformed.into(),
+                workspace: service.workspace.display().to_string(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("a request id with a control character");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert_eq!(error_metadata(&refused, "field").as_deref(), Some("request_id"));
+        let refused = client
+            .get_execution(proto::GetExecutionRequest {
+                execution_id: malformed.into(),
+            })
+            .await
+            .expect_err("an execution id with a control character");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert_refused(
+            client
+                .list_sessions(proto::ListSessionsRequest {
+                    page_size: 2,
+                    page_token: malformed.into(),
+                })
+                .await,
+            tonic::Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+        );
+    }
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.executions.is_empty(), "nothing was created");
     service.shutdown().await;
 }
 

@@ -16,7 +16,98 @@ on_both_backends!(
     a_recovery_applies_the_recorded_model_again_and_checks_its_echo,
     config_planted_in_a_kept_home_refuses_loading_its_session,
     hooks_planted_in_a_kept_home_refuse_recovering_its_execution,
+    recovering_an_execution_whose_session_another_live_execution_loaded_is_refused_in_use,
+    of_concurrent_loads_of_one_session_exactly_one_opens_it,
+    a_session_recovered_in_an_older_execution_is_in_use_though_a_newer_one_that_loaded_it_closed,
 );
+
+/// The execution that has a session open need not be its newest: A lost, B loaded its
+/// session and closed, A was recovered. Loading the session again is `SESSION_IN_USE`.
+async fn a_session_recovered_in_an_older_execution_is_in_use_though_a_newer_one_that_loaded_it_closed(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let first = create_execution(&mut client, &service, "create-1").await;
+    let pid = first.pid.unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    execution_in_state(&mut client, &first.execution_id, proto::ExecutionState::Lost).await;
+    let second = client
+        .create_execution(load_request(&service, "create-2", &first.session_id))
+        .await
+        .expect("the lost execution's session loads into a new one")
+        .into_inner()
+        .execution
+        .unwrap();
+    close(&mut client, &second.execution_id, "close-2").await;
+    recover(&mut client, &first.execution_id, "recover-1")
+        .await
+        .expect("the session is open nowhere: the lost execution recovers it");
+    assert_refused(
+        client
+            .create_execution(load_request(&service, "create-3", &first.session_id))
+            .await,
+        Code::FailedPrecondition,
+        "SESSION_IN_USE",
+    );
+    service.shutdown().await;
+}
+
+/// A process serves one session at a time: once another execution loaded a lost
+/// execution's session, recovering the lost one is `SESSION_IN_USE` and launches nothing.
+async fn recovering_an_execution_whose_session_another_live_execution_loaded_is_refused_in_use(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let first = create_execution(&mut client, &service, "create-1").await;
+    let pid = first.pid.unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    execution_in_state(&mut client, &first.execution_id, proto::ExecutionState::Lost).await;
+    let loaded = client
+        .create_execution(load_request(&service, "create-2", &first.session_id))
+        .await
+        .expect("the lost execution's session loads into a new one")
+        .into_inner()
+        .execution
+        .unwrap();
+    let launched = launches(&service);
+    assert_refused(
+        recover(&mut client, &first.execution_id, "recover-1").await,
+        Code::FailedPrecondition,
+        "SESSION_IN_USE",
+    );
+    assert_eq!(launches(&service), launched, "nothing was launched");
+    let still = get_execution(&mut client, &first.execution_id).await;
+    assert_eq!(still.state, proto::ExecutionState::Lost as i32);
+    assert_eq!(
+        get_execution(&mut client, &loaded.execution_id).await.state,
+        proto::ExecutionState::Ready as i32
+    );
+    service.shutdown().await;
+}
+
+/// Loads of one recorded session racing each other: exactly one opens it, every other
+/// one is `SESSION_IN_USE`.
+async fn of_concurrent_loads_of_one_session_exactly_one_opens_it(backend: Backend) {
+    let service = TestService::start(backend, "recoverable.json").await;
+    let mut client = service.client().await;
+    let recorded = create_execution(&mut client, &service, "create-1").await;
+    close(&mut client, &recorded.execution_id, "close-1").await;
+    let mut loads = Vec::new();
+    for n in 0..4 {
+        let mut client = service.client().await;
+        let request = load_request(&service, &format!("load-{n}"), &recorded.session_id);
+        loads.push(tokio::spawn(async move { client.create_execution(request).await }));
+    }
+    let mut opened = 0;
+    for load in loads {
+        match load.await.unwrap() {
+            Ok(_) => opened += 1,
+            Err(refused) => assert_eq!(reason(&refused), "SESSION_IN_USE", "{refused:?}"),
+        }
+    }
+    assert_eq!(opened, 1, "one live execution per session");
+    service.shutdown().await;
+}
 
 /// The private home an execution's agent ran in (kept: it holds the session).
 fn home_of(service: &TestService, execution: &proto::Execution) -> std::path::PathBuf {

@@ -9,6 +9,7 @@ on_both_backends!(
     a_bound_credential_reaches_the_agent_under_its_name_and_nowhere_else,
     each_bad_credential_binding_is_refused_before_launch_with_its_reason,
     a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_marker,
+    a_credential_the_agent_says_back_as_a_field_name_never_becomes_a_metric_label,
     a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_refusal_and_every_row,
     a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row,
     a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answer_still_reaches_the_agent,
@@ -155,6 +156,32 @@ async fn a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_ma
         .await
         .unwrap();
     assert!(stored.iter().all(|e| !e.payload.contains(CANARY)), "nor the outbox");
+    service.shutdown().await;
+}
+
+/// The field audit counts fields nobody reads by name on the unauthenticated `/metrics`;
+/// a name holding the secret is counted as `redacted`, never spelled.
+async fn a_credential_the_agent_says_back_as_a_field_name_never_becomes_a_metric_label(backend: Backend) {
+    let service = TestService::start(backend, "echo_credential.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    events.until_turn_settles().await;
+    let metrics = service.metrics();
+    let as_a_label: String = CANARY.chars().filter(char::is_ascii_alphanumeric).collect();
+    assert!(
+        !metrics.contains(CANARY) && !metrics.contains(&as_a_label),
+        "the secret is no label: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("unconsumed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        metrics
+            .contains(r#"cursor_runner_unconsumed_fields_total{update_kind="agent_message_chunk",field="redacted"} 1"#),
+        "the field is still counted"
+    );
     service.shutdown().await;
 }
 

@@ -11,6 +11,8 @@ use tonic::Code;
 on_both_backends!(
     a_drain_lets_the_running_turn_finish_then_closes_every_execution,
     at_the_drain_deadline_the_running_turn_is_cancelled_and_its_question_expires,
+    a_replacement_while_draining_is_refused_at_once_and_leaves_the_running_turn_running,
+    a_turn_the_drain_is_cancelling_is_not_relabelled_by_a_refused_replacement,
 );
 
 async fn drain(service: &TestService, deadline: Duration) -> proto::DrainResponse {
@@ -23,6 +25,31 @@ async fn drain(service: &TestService, deadline: Duration) -> proto::DrainRespons
         .await
         .expect("Drain")
         .into_inner()
+}
+
+/// `StartTurn` "turn-2" with `replace_active`.
+async fn replace_turn(
+    client: &mut Client,
+    execution_id: &str,
+) -> Result<tonic::Response<proto::StartTurnResponse>, tonic::Status> {
+    client
+        .start_turn(proto::StartTurnRequest {
+            request_id: "turn-2".into(),
+            execution_id: execution_id.into(),
+            prompt: vec![proto::PromptBlock {
+                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
+            }],
+            replace_active: true,
+        })
+        .await
+}
+
+fn cancels_sent(service: &TestService) -> usize {
+    service
+        .agent_received()
+        .iter()
+        .filter(|m| m["method"] == "session/cancel")
+        .count()
 }
 
 async fn until_drained(service: &TestService) {
@@ -108,5 +135,47 @@ async fn at_the_drain_deadline_the_running_turn_is_cancelled_and_its_question_ex
         Code::FailedPrecondition,
         "INTERACTION_NOT_PENDING",
     );
+    service.shutdown().await;
+}
+
+async fn a_replacement_while_draining_is_refused_at_once_and_leaves_the_running_turn_running(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    drain(&service, Duration::from_secs(20)).await;
+    assert_refused(
+        replace_turn(&mut client, &execution.execution_id).await,
+        Code::Unavailable,
+        "DRAINING",
+    );
+    // A refused call has no side effects: the turn still runs and was never cancelled.
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(record.active_turn_id, turn.turn_id, "the turn still runs");
+    assert_eq!(cancels_sent(&service), 0, "no session/cancel reached the agent");
+    cancel_turn(&mut client, &execution.execution_id, &turn.turn_id).await;
+    let settled = events.until_turn_settles().await;
+    assert_eq!(settled.last().unwrap().event_type, "turn.cancelled");
+    until_drained(&service).await;
+    service.shutdown().await;
+}
+
+async fn a_turn_the_drain_is_cancelling_is_not_relabelled_by_a_refused_replacement(backend: Backend) {
+    let service = TestService::start(backend, "slow_to_settle.json").await;
+    let mut client = service.client().await;
+    let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    drain(&service, Duration::from_millis(200)).await;
+    eventually("the drain cancelled the turn", || cancels_sent(&service) == 1).await;
+    assert_refused(
+        replace_turn(&mut client, &execution.execution_id).await,
+        Code::Unavailable,
+        "DRAINING",
+    );
+    let settled = events.until_turn_settles().await;
+    let last = settled.last().unwrap();
+    assert_eq!(last.event_type, "turn.interrupted");
+    assert_eq!(payload(last)["failureReason"], "service_draining");
+    until_drained(&service).await;
     service.shutdown().await;
 }

@@ -10,6 +10,7 @@ on_both_backends!(
     the_agent_exiting_expires_a_pending_question_as_provider_process_lost,
     interactions_are_listed_and_read_with_their_full_request,
     a_refused_answer_leaves_its_request_id_free_for_the_corrected_answer,
+    a_plan_rejection_reason_of_the_promised_4000_characters_reaches_the_agent_whatever_its_script,
 );
 
 async fn a_refused_answer_leaves_its_request_id_free_for_the_corrected_answer(backend: Backend) {
@@ -25,6 +26,36 @@ async fn a_refused_answer_leaves_its_request_id_free_for_the_corrected_answer(ba
         .await
         .unwrap();
     assert_eq!(delivered.state, proto::InteractionState::Delivered as i32);
+    service.shutdown().await;
+}
+
+/// The contract promises a rejection reason of up to 4,000 characters; a script whose
+/// characters take three UTF-8 bytes each must not be cut at a lower, byte-counted bound.
+async fn a_plan_rejection_reason_of_the_promised_4000_characters_reaches_the_agent_whatever_its_script(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "plan_rejected_at_the_reason_bound.json").await;
+    let mut client = service.client().await;
+    let (_, created, mut events) = pending_question(&service, &mut client).await;
+    let reason = "確認".repeat(2000);
+    let rejected = answer(
+        &mut client,
+        "reject-plan",
+        created["interactionId"].as_str().unwrap(),
+        created["etag"].as_str().unwrap(),
+        Some(proto::answer_interaction_request::Answer::Plan(proto::PlanAnswer {
+            decision: Some(proto::plan_answer::Decision::Reject(proto::RejectPlan { reason })),
+        })),
+    )
+    .await
+    .expect("a reason at the promised bound is taken");
+    assert_eq!(rejected.state, proto::InteractionState::Delivered as i32);
+    let settled = events.until_turn_settles().await;
+    assert_eq!(
+        settled.last().unwrap().event_type,
+        "turn.completed",
+        "the agent got the reason it expected"
+    );
     service.shutdown().await;
 }
 

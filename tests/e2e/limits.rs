@@ -11,6 +11,7 @@ use tonic::Code;
 on_both_backends!(
     a_turn_past_its_deadline_is_cancelled_and_settles_interrupted_with_deadline_exceeded,
     an_execution_out_of_turns_refuses_the_next_one_before_anything_is_sent,
+    a_replacement_an_execution_has_no_turn_left_for_is_refused_and_leaves_the_running_turn_running,
     the_active_time_budget_cancels_the_running_turn_and_refuses_the_next,
     a_tenants_policy_caps_the_limits_an_execution_asks_for,
     each_turn_is_attributed_and_unknown_usage_stays_unknown_in_the_total,
@@ -78,6 +79,40 @@ async fn an_execution_out_of_turns_refuses_the_next_one_before_anything_is_sent(
     let refused = start_turn(&mut client, &execution.execution_id, "turn-2").await;
     assert_refused(refused, Code::ResourceExhausted, "BUDGET_EXHAUSTED");
     assert_eq!(prompts_sent(&service), 1, "the agent never saw a second prompt");
+    service.shutdown().await;
+}
+
+/// A `replace_active` start the execution's turns cannot allow (its one turn is the one
+/// running) is refused `BUDGET_EXHAUSTED` at once: a refused call cancels nothing.
+async fn a_replacement_an_execution_has_no_turn_left_for_is_refused_and_leaves_the_running_turn_running(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let limits = proto::ExecutionLimits {
+        max_turns: Some(1),
+        ..Default::default()
+    };
+    let (execution, turn, _events) = begin_turn_with(&mut client, &service, limited(limits)).await;
+    let refused = client
+        .start_turn(proto::StartTurnRequest {
+            request_id: "turn-2".into(),
+            execution_id: execution.execution_id.clone(),
+            prompt: vec![proto::PromptBlock {
+                content: Some(proto::prompt_block::Content::Text("instead, do this".into())),
+            }],
+            replace_active: true,
+        })
+        .await;
+    assert_refused(refused, Code::ResourceExhausted, "BUDGET_EXHAUSTED");
+    let still = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(still.active_turn_id, turn.turn_id, "the turn still runs");
+    let cancels = service
+        .agent_received()
+        .iter()
+        .filter(|m| m["method"] == "session/cancel")
+        .count();
+    assert_eq!(cancels, 0, "nothing was cancelled");
     service.shutdown().await;
 }
 

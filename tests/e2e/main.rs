@@ -49,6 +49,7 @@ mod process;
 mod profiles;
 mod prompts;
 mod session;
+mod stalls;
 mod statements;
 mod streaming;
 mod transcripts;

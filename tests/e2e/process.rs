@@ -4,6 +4,7 @@ use tonic::Code;
 
 on_both_backends!(
     every_agent_request_gets_exactly_one_response_and_unknown_requests_get_method_not_found,
+    an_agent_request_whose_id_no_integer_holds_is_answered_invalid_with_its_id,
     the_agent_environment_is_built_from_nothing,
     closing_an_execution_stops_the_agent_and_every_process_in_its_group,
     a_workspace_that_does_not_exist_is_refused_before_any_launch,
@@ -458,5 +459,26 @@ async fn an_agent_ignoring_stdin_eof_and_sigterm_is_killed_at_the_end_of_the_sto
         "SIGTERM was ignored, so SIGKILL ended it: {exit:?}"
     );
     assert!(!process_alive(pid), "gone once CloseExecution returns");
+    service.shutdown().await;
+}
+
+/// JSON-RPC lets an id be any number; one no integer holds (1.5, 2^64) cannot be served,
+/// but is still answered, `-32600` with its own id, so the agent never waits on it (the
+/// fake agent awaits each answer before its turn goes on).
+async fn an_agent_request_whose_id_no_integer_holds_is_answered_invalid_with_its_id(backend: Backend) {
+    let service = TestService::start(backend, "unusual_request_ids.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let settled = events.until_turn_settles().await;
+    assert_eq!(
+        settled.last().unwrap().event_type,
+        "turn.completed",
+        "{:?}",
+        types(&settled)
+    );
+    assert!(
+        settled.iter().all(|e| e.event_type != "runtime_request.created"),
+        "nothing unanswerable is exposed as a question"
+    );
     service.shutdown().await;
 }

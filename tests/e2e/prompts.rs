@@ -10,6 +10,7 @@ on_both_backends!(
     an_image_and_a_resource_link_reach_an_agent_that_advertises_images,
     content_the_agent_does_not_advertise_is_refused_before_anything_is_sent,
     an_image_that_is_not_what_it_claims_is_refused,
+    a_replacement_with_content_the_agent_does_not_take_is_refused_and_leaves_the_running_turn_running,
 );
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR";
@@ -147,5 +148,34 @@ async fn an_image_that_is_not_what_it_claims_is_refused(backend: Backend) {
         );
     }
     assert!(prompts_sent(&service).is_empty());
+    service.shutdown().await;
+}
+
+async fn a_replacement_with_content_the_agent_does_not_take_is_refused_and_leaves_the_running_turn_running(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "no_images_long_turn.json").await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn(&mut client, &service).await;
+    events.events_until("item.delta").await;
+    let refused = client
+        .start_turn(proto::StartTurnRequest {
+            request_id: "turn-2".into(),
+            execution_id: execution.execution_id.clone(),
+            prompt: vec![text("look instead"), png("image/png")],
+            replace_active: true,
+        })
+        .await;
+    assert_refused(refused, Code::FailedPrecondition, "PROMPT_CONTENT_UNSUPPORTED");
+    // A refused call has no side effects: the turn still runs and was never cancelled.
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(record.active_turn_id, turn.turn_id, "the turn still runs");
+    let cancels = service
+        .agent_received()
+        .iter()
+        .filter(|m| m["method"] == "session/cancel")
+        .count();
+    assert_eq!(cancels, 0, "no session/cancel reached the agent");
+    assert_eq!(prompts_sent(&service).len(), 1, "only the running turn's prompt");
     service.shutdown().await;
 }

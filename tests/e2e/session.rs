@@ -19,6 +19,8 @@ on_both_backends!(
     an_agent_that_never_answers_initialize_is_unresponsive_and_stopped,
     an_agent_exiting_at_start_is_refused_with_its_exit_status_and_the_end_of_its_stderr,
     a_parameter_or_mode_echoed_differently_fails_admission_naming_the_option,
+    an_older_build_refusing_the_mode_after_the_model_records_the_model_it_switched_to,
+    a_set_model_refused_for_a_value_its_model_does_not_offer_changes_nothing,
 );
 
 fn request(
@@ -418,5 +420,77 @@ async fn a_parameter_or_mode_echoed_differently_fails_admission_naming_the_optio
         );
     }
     assert_eq!(prompts(&service), 0, "nothing was prompted");
+    service.shutdown().await;
+}
+
+async fn an_older_build_refusing_the_mode_after_the_model_records_the_model_it_switched_to(backend: Backend) {
+    let service = TestService::start(backend, "legacy_mode_refused.json").await;
+    let mut client = service.client().await;
+    let mut create = request(&service, "create-1", "gpt-x", &[("effort", "low")]);
+    create.mode = "ask".into();
+    let refused = client.create_execution(create).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "MODEL_UNAVAILABLE");
+    assert_eq!(error_metadata(&refused, "config_id").as_deref(), Some("mode"));
+    let calls: Vec<Value> = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m["method"] == "session/set_model" || m["method"] == "session/set_mode")
+        .map(|m| m["method"].clone())
+        .collect();
+    assert_eq!(calls, ["session/set_model", "session/set_mode"]);
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .executions;
+    let failed = get_execution(&mut client, &listed[0].execution_id).await;
+    assert_eq!(failed.state, proto::ExecutionState::Failed as i32);
+    let recorded = failed
+        .session_config
+        .as_ref()
+        .expect("the model the agent acknowledged is recorded");
+    assert_eq!(recorded.model, "gpt-x", "the model the agent switched to");
+    assert_eq!(recorded.model_parameters, parameters(&[("effort", "low")]));
+    assert_eq!(recorded.mode, "", "the refused mode is not claimed");
+    assert!(!recorded.verified, "nothing was echoed");
+    service.shutdown().await;
+}
+
+/// A `SetModel` refused because the model does not offer one of its parameter values
+/// changes nothing: no step is sent before every value is known to be offered (the model
+/// stays, so its options are known), and the recorded configuration is the one before.
+async fn a_set_model_refused_for_a_value_its_model_does_not_offer_changes_nothing(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let created = client
+        .create_execution(request(
+            &service,
+            "create-1",
+            "gpt-x",
+            &[("effort", "low"), ("fast", "false")],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let calls_before = config_calls(&service);
+    assert_refused(
+        client
+            .set_model(proto::SetModelRequest {
+                request_id: "model-1".into(),
+                execution_id: created.execution_id.clone(),
+                model: "gpt-x".into(),
+                model_parameters: parameters(&[("effort", "ultra"), ("fast", "false")]),
+            })
+            .await,
+        Code::FailedPrecondition,
+        "MODEL_UNAVAILABLE",
+    );
+    assert_eq!(config_calls(&service), calls_before, "nothing was sent to the agent");
+    let after = get_execution(&mut client, &created.execution_id).await;
+    assert_eq!(config(&after), config(&created), "the configuration is the one before");
     service.shutdown().await;
 }

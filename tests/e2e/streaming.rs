@@ -14,7 +14,45 @@ on_both_backends!(
     acks_are_cumulative_and_refuse_regressions_and_the_future,
     persist_before_expose_every_streamed_event_and_interaction_is_already_committed,
     acknowledged_events_past_retention_are_pruned_and_a_cursor_below_them_is_out_of_range,
+    an_execution_takes_streams_up_to_its_bound_and_refuses_one_more_until_one_closes,
 );
+
+/// Each open stream holds a bounded buffer of events in the service, so an execution has
+/// at most `MAX_STREAMS_PER_EXECUTION` of them: one more is `RESOURCE_EXHAUSTED` /
+/// `STREAMS_EXHAUSTED` until one closes.
+async fn an_execution_takes_streams_up_to_its_bound_and_refuses_one_more_until_one_closes(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let execution = create_execution(&mut client, &service, "create-1").await;
+    let mut open = Vec::new();
+    for _ in 0..cursor_runner_executions::MAX_STREAMS_PER_EXECUTION {
+        open.push(
+            Subscriber::open(&mut client, &execution.execution_id, 0)
+                .await
+                .expect("under the bound"),
+        );
+    }
+    let refused = Subscriber::open(&mut client, &execution.execution_id, 0)
+        .await
+        .err()
+        .expect("one stream over the bound");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(reason(&refused), "STREAMS_EXHAUSTED");
+    drop(open.pop());
+    let mut reopened = None;
+    for _ in 0..200 {
+        // The service lets go of a stream once it sees the client gone.
+        match Subscriber::open(&mut client, &execution.execution_id, 0).await {
+            Ok(stream) => {
+                reopened = Some(stream);
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(25)).await,
+        }
+    }
+    assert!(reopened.is_some(), "a closed stream frees its place");
+    service.shutdown().await;
+}
 
 async fn settled_execution(service: &TestService, client: &mut Client) -> (String, Vec<proto::ActivityEvent>) {
     let (execution, _turn, mut events) = begin_turn(client, service).await;

@@ -157,7 +157,8 @@ impl Drop for ServiceProcess {
     }
 }
 
-fn free_address() -> SocketAddr {
+/// A loopback address nothing listens on now (for a service's gRPC or `/metrics` listener).
+pub fn free_address() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().expect("address")
 }
@@ -193,4 +194,41 @@ impl Default for ServiceDirs {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// What Prometheus asks for first: the `# TYPE` lines name families (a counter's without `_total`).
+const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5";
+
+/// A plain HTTP/1.1 GET of `path`, with an `Accept` header if given, waiting up to `WAIT`
+/// for something to listen on `addr`; the response's head and body.
+pub fn http_get(addr: SocketAddr, path: &str, accept: Option<&str>) -> (String, String) {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut stream = loop {
+        match std::net::TcpStream::connect(addr) {
+            Ok(stream) => break stream,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "nothing listens on {addr}: {e}");
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        }
+    };
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.to_owned(), body.to_owned())
+}
+
+/// `GET /metrics` from a service's `--metrics-listen` address, asking for OpenMetrics; the body.
+pub fn scrape_metrics(addr: SocketAddr) -> String {
+    let (head, body) = http_get(addr, "/metrics", Some(OPENMETRICS));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "an OpenMetrics exposition ends with # EOF");
+    body
 }

@@ -8,21 +8,29 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::agent_message::AgentMessage;
 use crate::framing::{FrameReader, ReadFrame};
-use crate::message::{Classified, INTERNAL_ERROR, RequestId, RpcError, classify};
+use crate::message::{
+    Classified, INTERNAL_ERROR, INVALID_REQUEST, RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,
+};
 
 /// How many decoded inbound messages may wait for the consumer before the reader
 /// stops reading stdout (so the pipe pushes back on the agent instead of memory growing).
 const INBOUND_QUEUE: usize = 1024;
 /// Outgoing lines waiting for the writer task.
 const OUTBOUND_QUEUE: usize = 256;
+/// How long one write to the agent's stdin may go without the agent taking a single byte
+/// before the agent counts as no longer reading: its stdin is dropped, every write after
+/// fails, and the stream reports [`Inbound::StoppedReading`]. A live agent drains its
+/// pipe within milliseconds; ten seconds of none is a hung reader, not a slow one.
+pub const AGENT_WRITE_STALL_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AcpError {
@@ -32,6 +40,8 @@ pub enum AcpError {
     Rpc(RpcError),
     #[error("writing to the agent failed: {0}")]
     Write(String),
+    #[error("the agent read nothing of a write for {limit:?}")]
+    Stalled { limit: Duration },
     #[error("encoding a message failed: {0}")]
     Encode(String),
 }
@@ -66,6 +76,13 @@ pub enum Inbound {
     /// [`AcpError::Closed`]. Nothing follows.
     Closed {
         truncated_last_line: bool,
+    },
+    /// A write to the agent's stdin made no progress for `limit`
+    /// ([`AGENT_WRITE_STALL_LIMIT`]): the agent no longer reads, so it can hear nothing
+    /// more. Its stdin was dropped and every pending request of ours has failed; the
+    /// stream ends here.
+    StoppedReading {
+        limit: Duration,
     },
 }
 
@@ -135,6 +152,8 @@ type PendingTable = Mutex<HashMap<i64, Waiter>>;
 
 struct Shared {
     out: mpsc::Sender<Outgoing>,
+    /// Signalled by the writer when the agent stopped reading; the reader then ends the stream.
+    stalled: Arc<Notify>,
     pending: PendingTable,
     next_id: AtomicI64,
     tap: Tap,
@@ -185,13 +204,15 @@ impl AcpConnection {
     {
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
+        let stalled = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             out: out_tx,
+            stalled: stalled.clone(),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(1),
             tap: tap.clone(),
         });
-        tokio::spawn(write_loop(stdin, out_rx, tap));
+        tokio::spawn(write_loop(stdin, out_rx, tap, stalled));
         tokio::spawn(read_loop(FrameReader::new(stdout), shared.clone(), in_tx));
         (Self { shared }, in_rx)
     }
@@ -216,24 +237,28 @@ impl AcpConnection {
 
     /// Sends a request whose response will arrive as [`Inbound::Response`] in wire
     /// order: updates the agent sent before answering are seen before the answer (a
-    /// prompt's updates before its settlement). Returns the request's id.
+    /// prompt's updates before its settlement). Returns the request's id once the line is
+    /// queued, not written: a caller with deadlines to serve never waits on the agent's
+    /// pipe, and a write that fails ends the stream ([`Inbound::Closed`] or
+    /// [`Inbound::StoppedReading`]).
     pub async fn start_request<P: Serialize>(&self, method: &str, params: P) -> Result<i64, AcpError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
         let line = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         self.pending().insert(id, Waiter::InOrder);
-        if let Err(e) = send_flushed(&self.shared.out, line).await {
+        if let Err(e) = send_queued(&self.shared.out, line).await {
             self.pending().remove(&id);
             return Err(e);
         }
         Ok(id)
     }
 
-    /// Sends a notification (never answered).
+    /// Sends a notification (never answered), returning once it is queued, as
+    /// [`AcpConnection::start_request`] does.
     pub async fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), AcpError> {
         let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
         let line = encode(&json!({"jsonrpc": "2.0", "method": method, "params": params}))?;
-        send_flushed(&self.shared.out, line).await
+        send_queued(&self.shared.out, line).await
     }
 
     /// Closes the agent's stdin after everything queued before it is written.
@@ -257,6 +282,14 @@ fn encode_response(id: &RequestId, result: Result<Value, RpcError>) -> Result<Ve
     }
 }
 
+async fn send_queued(out: &mpsc::Sender<Outgoing>, line: Vec<u8>) -> Result<(), AcpError> {
+    out.send(Outgoing::Line { line, flushed: None })
+        .await
+        .map_err(|_| AcpError::Closed)
+}
+
+/// Resolves once the line is written and flushed, or failed; the writer gives up on a
+/// line after [`AGENT_WRITE_STALL_LIMIT`] without progress, so this never waits for ever.
 async fn send_flushed(out: &mpsc::Sender<Outgoing>, line: Vec<u8>) -> Result<(), AcpError> {
     let (tx, rx) = oneshot::channel();
     out.send(Outgoing::Line {
@@ -268,7 +301,7 @@ async fn send_flushed(out: &mpsc::Sender<Outgoing>, line: Vec<u8>) -> Result<(),
     rx.await.map_err(|_| AcpError::Closed)?
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outgoing>, tap: Tap) {
+async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outgoing>, tap: Tap, stalled: Arc<Notify>) {
     let mut stdin = Some(stdin);
     while let Some(message) = rx.recv().await {
         match message {
@@ -283,13 +316,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outg
                     Some(w) => {
                         tap_line(&tap, Direction::ToAgent, &line);
                         line.push(b'\n');
-                        match write_line(w, &line).await {
-                            Ok(()) => Ok(()),
-                            Err(e) => {
-                                stdin = None;
-                                Err(AcpError::Write(e.to_string()))
+                        let written = write_line(w, &line).await;
+                        if let Err(e) = &written {
+                            stdin = None;
+                            if matches!(e, AcpError::Stalled { .. }) {
+                                stalled.notify_one();
                             }
                         }
+                        written
                     }
                 };
                 if let Some(flushed) = flushed {
@@ -300,9 +334,26 @@ async fn write_loop<W: AsyncWrite + Unpin>(stdin: W, mut rx: mpsc::Receiver<Outg
     }
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::Result<()> {
-    w.write_all(line).await?;
-    w.flush().await
+/// Writes the whole line; each write and the flush may stall for at most
+/// [`AGENT_WRITE_STALL_LIMIT`], so a slow reader is waited for and one that stopped is not.
+async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> Result<(), AcpError> {
+    let stalled = || AcpError::Stalled {
+        limit: AGENT_WRITE_STALL_LIMIT,
+    };
+    let failed = |e: std::io::Error| AcpError::Write(e.to_string());
+    let mut rest = line;
+    while !rest.is_empty() {
+        match tokio::time::timeout(AGENT_WRITE_STALL_LIMIT, w.write(rest)).await {
+            Err(_) => return Err(stalled()),
+            Ok(Err(e)) => return Err(failed(e)),
+            Ok(Ok(0)) => return Err(failed(std::io::ErrorKind::WriteZero.into())),
+            Ok(Ok(n)) => rest = &rest[n..],
+        }
+    }
+    match tokio::time::timeout(AGENT_WRITE_STALL_LIMIT, w.flush()).await {
+        Err(_) => Err(stalled()),
+        Ok(flushed) => flushed.map_err(failed),
+    }
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
@@ -310,8 +361,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
     shared: Arc<Shared>,
     inbound: mpsc::Sender<Inbound>,
 ) {
+    let stopped_reading = shared.stalled.clone();
+    let stopped_reading = stopped_reading.notified();
+    tokio::pin!(stopped_reading);
     let truncated_last_line = loop {
-        let frame = match reader.next_frame().await {
+        let next = tokio::select! {
+            next = reader.next_frame() => next,
+            () = &mut stopped_reading => {
+                shared.pending.lock().clear();
+                let limit = AGENT_WRITE_STALL_LIMIT;
+                let _ = inbound.send(Inbound::StoppedReading { limit }).await;
+                return;
+            }
+        };
+        let frame = match next {
             Ok(frame) => frame,
             Err(e) => {
                 tracing::warn!(error = %e, "reading agent stdout failed");
@@ -334,6 +397,15 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }),
                 Classified::Notification { method, params } => Inbound::Notification { method, params },
                 Classified::Invalid { reason } => Inbound::Invalid { reason },
+                Classified::Unanswerable { id, reason } => {
+                    let error = RpcError::new(INVALID_REQUEST, UNANSWERABLE_ID_MESSAGE);
+                    if let Ok(line) = encode(&json!({"jsonrpc": "2.0", "id": id, "error": error})) {
+                        let _ = shared.out.try_send(Outgoing::Line { line, flushed: None });
+                    }
+                    Inbound::Invalid {
+                        reason: format!("{reason} (answered {INVALID_REQUEST})"),
+                    }
+                }
                 Classified::Response { id, result } => {
                     let waiter = match &id {
                         RequestId::Number(n) => shared.pending.lock().remove(n),
@@ -447,6 +519,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_whose_id_no_integer_holds_is_answered_invalid_request_with_its_id() {
+        let (_conn, mut inbound, mut peer) = pair();
+        for (id, echoed) in [(json!(1.5), json!(1.5)), (json!({"x": 1}), Value::Null)] {
+            peer.send(json!({"jsonrpc":"2.0","id":id,"method":"cursor/ask_question","params":{}}))
+                .await;
+            let answer = peer.recv().await;
+            assert_eq!(answer["id"], echoed);
+            assert_eq!(answer["error"]["code"], INVALID_REQUEST);
+            assert!(
+                matches!(inbound.recv().await, Some(Inbound::Invalid { .. })),
+                "and said"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn eof_fails_pending_requests_and_reports_closed() {
         let (conn, mut inbound, mut peer) = pair();
         let call = tokio::spawn({
@@ -471,5 +559,84 @@ mod tests {
                 id: RequestId::Number(999)
             })
         ));
+    }
+    /// A connection whose agent side reads nothing until the test says so, through a
+    /// pipe of `buffer` bytes.
+    fn deaf_pair(
+        buffer: usize,
+    ) -> (
+        AcpConnection,
+        InboundStream,
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+    ) {
+        let (client_stdin, agent_reads) = duplex(buffer);
+        let (agent_writes, client_stdout) = duplex(buffer);
+        let (conn, inbound) = AcpConnection::spawn(client_stdin, client_stdout);
+        (conn, inbound, agent_reads, agent_writes)
+    }
+
+    fn larger_than(bytes: usize) -> Value {
+        json!({"text": "x".repeat(bytes)})
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_agent_takes_nothing_of_for_the_stall_limit_fails_and_ends_the_stream() {
+        let (conn, mut inbound, _agent_reads, _agent_writes) = deaf_pair(1024);
+        let started = tokio::time::Instant::now();
+        let asked = conn.request("session/set_mode", larger_than(4096)).await;
+        assert_eq!(
+            asked,
+            Err(AcpError::Stalled {
+                limit: AGENT_WRITE_STALL_LIMIT
+            })
+        );
+        assert_eq!(
+            started.elapsed(),
+            AGENT_WRITE_STALL_LIMIT,
+            "given up at the limit, not before"
+        );
+        assert!(matches!(
+            inbound.recv().await,
+            Some(Inbound::StoppedReading { limit }) if limit == AGENT_WRITE_STALL_LIMIT
+        ));
+        assert!(inbound.recv().await.is_none(), "nothing follows");
+        assert_eq!(conn.request("session/set_mode", json!({})).await, Err(AcpError::Closed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_takes_a_little_just_within_the_stall_limit_each_time_is_waited_for() {
+        let (conn, _inbound, mut agent_reads, _agent_writes) = deaf_pair(1024);
+        let slow_reader = tokio::spawn(async move {
+            let mut chunk = [0u8; 1024];
+            let mut read = 0;
+            loop {
+                tokio::time::sleep(AGENT_WRITE_STALL_LIMIT - Duration::from_millis(1)).await;
+                let n = tokio::io::AsyncReadExt::read(&mut agent_reads, &mut chunk)
+                    .await
+                    .unwrap();
+                read += n;
+                if chunk[..n].contains(&b'\n') {
+                    return read;
+                }
+            }
+        });
+        let started = tokio::time::Instant::now();
+        conn.notify("session/cancel", larger_than(4096)).await.unwrap();
+        let read = slow_reader.await.unwrap();
+        assert!(read > 4096, "the whole line arrived");
+        assert!(
+            started.elapsed() > 3 * AGENT_WRITE_STALL_LIMIT,
+            "over several limits in all"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_and_a_notification_return_once_queued_while_the_agent_reads_nothing() {
+        let (conn, _inbound, _agent_reads, _agent_writes) = deaf_pair(1024);
+        let started = tokio::time::Instant::now();
+        conn.start_request("session/prompt", larger_than(4096)).await.unwrap();
+        conn.notify("session/cancel", json!({})).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::ZERO, "neither waited on the pipe");
     }
 }

@@ -27,10 +27,12 @@ pub use agent_client_protocol_schema::ProtocolVersion;
 pub use agent_client_protocol_schema::v1 as schema;
 pub use agent_message::{AgentMessage, MalformedParams, SessionUpdate};
 #[cfg(feature = "connection")]
-pub use connection::{AcpConnection, AcpError, AgentRequest, Direction, Inbound, InboundStream, WireTap};
+pub use connection::{
+    AGENT_WRITE_STALL_LIMIT, AcpConnection, AcpError, AgentRequest, Direction, Inbound, InboundStream, WireTap,
+};
 #[cfg(feature = "connection")]
 pub use framing::{FrameReader, MAX_FRAME_BYTES, ReadFrame};
 pub use message::{
-    AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, RequestId,
-    RpcError, classify,
+    AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
+    RequestId, RpcError, classify,
 };

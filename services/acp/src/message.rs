@@ -13,6 +13,10 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// JSON-RPC error code for "internal error".
 pub const INTERNAL_ERROR: i64 = -32603;
+/// JSON-RPC error code for "invalid request".
+pub const INVALID_REQUEST: i64 = -32600;
+/// What a request whose id this client cannot hold is answered with.
+pub const UNANSWERABLE_ID_MESSAGE: &str = "Invalid Request: this client answers only integer or string ids";
 /// ACP's "authentication required" code.
 pub const AUTH_REQUIRED: i64 = -32000;
 
@@ -66,6 +70,11 @@ pub enum Classified {
         id: RequestId,
         result: Result<Value, RpcError>,
     },
+    /// `method` + an `id` no [`RequestId`] holds (a number no `i64` holds, like 1.5 or
+    /// 2^64, or a value of another type): it cannot be served, but it is answered
+    /// `-32600` with that id (a number) or `null` (anything else), so the agent never
+    /// waits on it.
+    Unanswerable { id: Value, reason: String },
     /// Anything else: not JSON, not an object, a batch, or an object of no known shape.
     Invalid { reason: String },
 }
@@ -144,11 +153,16 @@ pub(crate) fn classify_tree(line: &[u8]) -> Classified {
     };
     let id = match object.remove("id") {
         None => None,
-        Some(raw) => match serde_json::from_value::<RequestId>(raw) {
+        Some(raw) => match serde_json::from_value::<RequestId>(raw.clone()) {
             Ok(id) => Some(id),
             Err(_) => {
-                return Classified::Invalid {
-                    reason: "id must be an integer, a string or null".into(),
+                let reason = "id must be an integer, a string or null".to_owned();
+                return match object.get("method") {
+                    Some(Value::String(_)) => Classified::Unanswerable {
+                        id: if raw.is_number() { raw } else { Value::Null },
+                        reason,
+                    },
+                    _ => Classified::Invalid { reason },
                 };
             }
         },
@@ -270,7 +284,9 @@ mod tests {
             (json!({"jsonrpc":"2.0","id":3}), "invalid"),
             (json!({"jsonrpc":"2.0"}), "invalid"),
             (json!([{"jsonrpc":"2.0","method":"x"}]), "invalid"),
-            (json!({"jsonrpc":"2.0","id":1.5,"method":"x"}), "invalid"),
+            (json!({"jsonrpc":"2.0","id":1.5,"method":"x"}), "unanswerable"),
+            (json!({"jsonrpc":"2.0","id":true,"method":"x"}), "unanswerable"),
+            (json!({"jsonrpc":"2.0","id":1.5,"result":{}}), "invalid"),
             (json!("text"), "invalid"),
         ];
         for (input, expected) in cases {
@@ -278,6 +294,7 @@ mod tests {
                 Classified::Request { .. } => "request",
                 Classified::Notification { .. } => "notification",
                 Classified::Response { .. } => "response",
+                Classified::Unanswerable { .. } => "unanswerable",
                 Classified::Invalid { .. } => "invalid",
             };
             assert_eq!(got, expected, "{input}");

@@ -278,6 +278,7 @@ fn shape(classified: &Classified) -> &'static str {
         Classified::Request { .. } => "request",
         Classified::Notification { .. } => "notification",
         Classified::Response { .. } => "response",
+        Classified::Unanswerable { .. } => "unanswerable",
         Classified::Invalid { .. } => "invalid",
     }
 }

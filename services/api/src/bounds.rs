@@ -1,8 +1,10 @@
 //! The size of every string a request carries, bounded before anything is decided or
 //! stored: an oversized field is `INVALID_ARGUMENT` / `FIELD_TOO_LONG` naming the field
 //! (`field`, `max_bytes` in the metadata). Prompt blocks have bounds of their own
-//! (`PROMPT_INVALID`). Bounds are in UTF-8 bytes.
+//! (`PROMPT_INVALID`). Bounds are in UTF-8 bytes; free text is bounded here only loosely
+//! enough that the domain's bound in characters (what the contract promises) decides.
 
+use cursor_runner_executions::interaction::plan::MAX_REJECTION_REASON_CHARS;
 use cursor_runner_executions::{EngineError, Reason};
 use tonic::Status;
 
@@ -20,7 +22,9 @@ pub const MAX_PATH_BYTES: usize = 4096;
 /// A bound credential's secret.
 pub const MAX_SECRET_BYTES: usize = 16 * 1024;
 /// Free text a human writes to the agent: a decline or rejection reason, plan feedback.
-pub const MAX_REASON_BYTES: usize = 4096;
+/// The contract bounds a rejection reason in characters (4,000); at four UTF-8 bytes each,
+/// so no script is cut below that promise here.
+pub const MAX_REASON_BYTES: usize = 4 * MAX_REJECTION_REASON_CHARS;
 /// Entries of a repeated or map field (MCP servers, model parameters, selections, option ids).
 pub const MAX_ENTRIES: usize = 64;
 /// One encoded request message, as the transport decodes it: over this is
@@ -61,11 +65,23 @@ fn entries(field: &str, count: usize) -> Result<(), Status> {
     ))
 }
 
-/// Each listed `(field, value)` is an id.
+/// Each listed `(field, value)` is an id: bounded, and free of control characters (a NUL
+/// is a malformed id, which PostgreSQL could not even store).
 fn ids(fields: &[(&str, &str)]) -> Result<(), Status> {
-    fields
-        .iter()
-        .try_for_each(|(field, value)| at_most(field, value, MAX_ID_BYTES))
+    fields.iter().try_for_each(|(field, value)| {
+        at_most(field, value, MAX_ID_BYTES)?;
+        printable(field, value)
+    })
+}
+
+fn printable(field: &str, value: &str) -> Result<(), Status> {
+    if !value.chars().any(char::is_control) {
+        return Ok(());
+    }
+    Err(to_status(
+        EngineError::invalid(Reason::InvalidArgument, format!("{field} holds a control character"))
+            .with("field", field),
+    ))
 }
 
 fn names<'a>(field: &str, values: impl ExactSizeIterator<Item = &'a String>) -> Result<(), Status> {
@@ -77,7 +93,7 @@ fn names<'a>(field: &str, values: impl ExactSizeIterator<Item = &'a String>) -> 
 
 fn credential(binding: &pb::CredentialBinding) -> Result<(), Status> {
     at_most("credential.provider", &binding.provider, MAX_NAME_BYTES)?;
-    at_most("credential.session_id", &binding.session_id, MAX_ID_BYTES)?;
+    ids(&[("credential.session_id", &binding.session_id)])?;
     at_most("credential.credential_name", &binding.credential_name, MAX_NAME_BYTES)?;
     at_most("credential.secret", &binding.secret, MAX_SECRET_BYTES)
 }
@@ -263,6 +279,28 @@ mod tests {
             refused_field(answer("x".repeat(MAX_REASON_BYTES + 1)).check_bounds().unwrap_err()).1,
             "decline.reason"
         );
+    }
+
+    #[test]
+    fn an_id_holding_a_control_character_is_refused_naming_the_field() {
+        for id in ["a\0b", "a\u{1b}b", "a\u{7f}b"] {
+            let status = pb::GetInteractionRequest {
+                interaction_id: id.into(),
+            }
+            .check_bounds()
+            .unwrap_err();
+            let details = tonic_types::StatusExt::get_error_details(&status);
+            let info = details.error_info().expect("ErrorInfo");
+            assert_eq!(
+                (status.code(), info.reason.as_str()),
+                (tonic::Code::InvalidArgument, "INVALID_ARGUMENT")
+            );
+            assert_eq!(info.metadata["field"], "interaction_id");
+        }
+        let printable = pb::GetInteractionRequest {
+            interaction_id: "0190-é-✓".into(),
+        };
+        assert!(printable.check_bounds().is_ok());
     }
 
     #[test]

@@ -95,15 +95,17 @@ reasons! {
     AckRegression => "ACK_REGRESSION": "`through_sequence` is below the sequence already acknowledged.",
         AgentLaunchFailed => "AGENT_LAUNCH_FAILED": "The agent process could not be started.",
     DistributionUnverified => "DISTRIBUTION_UNVERIFIED": "The pinned Cursor distribution no longer matches its manifest; nothing was launched.",
-    AgentExited => "AGENT_EXITED": "The agent process exited; the message carries its exit status and a bounded stderr tail.",
-    AgentUnresponsive => "AGENT_UNRESPONSIVE": "The agent did not answer `initialize` or `session/new` in time.",
+    AgentExited => "AGENT_EXITED": "The agent process exited (during the handshake, or before it answered a call); the message carries its exit status and a bounded stderr tail.",
+    AgentUnresponsive => "AGENT_UNRESPONSIVE": "The agent did not answer in time: `initialize` or `session/new` within the handshake timeout, a configuration change or `ListModels` within `AGENT_CALL_LIMIT` (15 s); an execution whose agent read nothing of a write for `AGENT_WRITE_STALL_LIMIT` (10 s) is `lost` with this reason.",
     AuthRequired => "AUTH_REQUIRED": "The agent answered -32000: it is not authenticated (or refused the profile's `authenticate`). Metadata `auth_methods` lists the method ids the agent advertised. Not retried.",
     ProtocolError => "PROTOCOL_ERROR": "The agent answered with a JSON-RPC error or a malformed result.",
     ServiceShuttingDown => "SERVICE_SHUTTING_DOWN": "The service is shutting down; open streams end with this and the sequence to resume after.",
     StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
+    ReplicaFenced => "REPLICA_FENCED": "The replica serving the execution lost its ownership lease (it could not renew it in time): it wrote nothing more, stopped its agents and exits for its successor to settle what it owned. Retry after `RetryInfo`, on the replica's restart.",
     Draining => "DRAINING": "The service is draining (`Drain` or SIGTERM): it takes no new executions or turns; retry on another replica.",
     EventsPruned => "EVENTS_PRUNED": "`after_sequence` is below the oldest event still kept: the events after it were acknowledged and pruned past the retention period. Metadata `oldest_sequence`; resume from `oldest_sequence - 1`.",
     BudgetExhausted => "BUDGET_EXHAUSTED": "The execution's limits allow no further turn: its `max_turns` are used, or its `max_active_time` is spent (limits come from `CreateExecution`, capped by the tenant's policy). Nothing was sent to the agent.",
+    StreamsExhausted => "STREAMS_EXHAUSTED": "The execution has as many open event streams as one execution may have (`MAX_STREAMS_PER_EXECUTION`); close one, or share a stream. Nothing was opened.",
     PoolExhausted => "POOL_EXHAUSTED": "No agent process is available within the pool's limits (per profile, per node); `RetryInfo` says when to retry, or ask for a `lease_wait`.",
     ProfileQuarantined => "PROFILE_QUARANTINED": "The profile's agents failed past the restart intensity; new executions fail fast until the window passes or an operator clears it. Metadata `cause` is the agent's own reason (e.g. `AUTH_REQUIRED`).",
     ProfileNotFound => "PROFILE_NOT_FOUND": "No pool profile has this id.",
@@ -170,7 +172,7 @@ impl EngineError {
         self.kind.is_refusal()
             || matches!(
                 self.reason,
-                Reason::Draining | Reason::ProfileQuarantined | Reason::PoolExhausted
+                Reason::Draining | Reason::ProfileQuarantined | Reason::PoolExhausted | Reason::ReplicaFenced
             )
     }
 
@@ -245,6 +247,10 @@ impl EngineError {
 
 /// The pause a call refused for a store outage suggests before it is retried (`RetryInfo`).
 pub const STORE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pause a call refused by a replica that lost its lease suggests (`RetryInfo`): about
+/// a container's restart, after which its successor has settled what it owned.
+pub const REPLICA_FENCED_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

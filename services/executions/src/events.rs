@@ -8,6 +8,7 @@ use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
 use cursor_runner_store::{Batch, EventRecord, Store, StoreError, Write, now_ms};
 use tokio::sync::watch;
 
+use crate::heads::{HeadBus, LocalWriter, advance_to};
 use crate::metrics::Metrics;
 use cursor_runner_domain::error::EngineError;
 
@@ -16,7 +17,10 @@ pub struct EventWriter {
     execution_id: String,
     generation: i64,
     next_sequence: i64,
-    head: watch::Sender<i64>,
+    /// Shared with the tails of this execution's streams ([`HeadBus`]).
+    head: Arc<watch::Sender<i64>>,
+    /// Marks the execution as written here while this writer lives.
+    _local: Option<LocalWriter>,
     metrics: Option<Arc<Metrics>>,
     /// An append was refused: the execution's generation moved on.
     fenced: bool,
@@ -26,17 +30,26 @@ pub struct EventWriter {
 
 impl EventWriter {
     pub fn new(store: Arc<dyn Store>, execution_id: String, generation: i64, head: i64) -> Self {
-        let (tx, _) = watch::channel(head);
         Self {
             store,
             execution_id,
             generation,
             next_sequence: head + 1,
-            head: tx,
+            head: Arc::new(watch::Sender::new(head)),
+            _local: None,
             metrics: None,
             fenced: false,
             redactor: Redactor::default(),
         }
+    }
+
+    /// Moves the execution's head on `bus`, where every stream of it watches.
+    pub fn with_heads(mut self, bus: &HeadBus) -> Self {
+        let head = *self.head.borrow();
+        let (head, local) = bus.writer_head(&self.execution_id, head);
+        self.head = head;
+        self._local = Some(local);
+        self
     }
 
     /// Replaces the secrets `redactor` knows wherever they come back in an event.
@@ -96,7 +109,7 @@ impl EventWriter {
         let head = self.store.head_sequence(&self.execution_id).await?;
         if head >= self.next_sequence {
             self.next_sequence = head + 1;
-            self.head.send_replace(head);
+            advance_to(&self.head, head);
         }
         Ok(())
     }
@@ -174,7 +187,7 @@ impl EventWriter {
     /// `records` are committed: subscribers may read them now.
     fn exposed<'a>(&mut self, records: &[EventRecord], payloads: impl Iterator<Item = &'a ActivityPayload>) {
         self.next_sequence += records.len() as i64;
-        self.head.send_replace(self.next_sequence - 1);
+        advance_to(&self.head, self.next_sequence - 1);
         if let Some(metrics) = &self.metrics {
             for (record, payload) in records.iter().zip(payloads) {
                 metrics.observe(&record.event_type, payload);

@@ -12,6 +12,7 @@ mod events;
 mod execution_row;
 mod failpoint;
 mod handshake;
+mod heads;
 pub mod interaction_row;
 pub mod lease;
 pub mod limits;
@@ -28,7 +29,9 @@ mod turn_row;
 pub use config::{EngineConfig, ViolationAction};
 pub use cursor_runner_domain::{EngineError, ErrorKind, Reason, interaction, mcp, prompt, session_config, state};
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
-pub use engine::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
+pub use engine::{
+    AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION, RequestMeta, StreamItem,
+};
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;
 pub use metrics::Metrics;

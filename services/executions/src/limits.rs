@@ -23,6 +23,11 @@ pub const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 /// on a human, before it is cancelled (`agent_idle`): long enough for a silent build or
 /// test run, short enough that a hung agent is noticed well before the deadline.
 pub const DEFAULT_TURN_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long the agent may take to answer a request the actor sends outside the handshake
+/// (a configuration change, the model catalog) before the call is refused
+/// `AGENT_UNRESPONSIVE`: Cursor answers them from its own state or one catalog fetch, well
+/// within this; the handshake's longer bound covers a cold start these never pay.
+pub const AGENT_CALL_LIMIT: Duration = Duration::from_secs(15);
 /// How long an execution rides out a store that does not answer before it fails: a
 /// database restart or fail-over takes seconds; an agent blocked on its output pipe for
 /// this long is still cheaper than a lost execution.

@@ -1,13 +1,16 @@
-//! This process as one replica of the service (`docs/scale-out.md` §1): its name, its
-//! lease's terms, registering at start-up, and the heartbeat that renews the lease on the
-//! database's clock. Stage 1 of the plan: fencing writes by owner, self-fencing and
-//! takeover of other replicas' executions come later.
+//! This process as one replica of the service (`docs/scale-out.md` §1–§3): its name, its
+//! lease's terms, registering at start-up, the heartbeat that renews the lease on the
+//! database's clock, and when the lease has ended (self-fencing: the store refuses every
+//! owner write then, actors stop their agents, and `serve` exits). Takeover of other
+//! replicas' executions comes later.
 
 use std::sync::Weak;
 use std::time::Duration;
 
-use cursor_runner_domain::error::{EngineError, Reason};
-use cursor_runner_store::{LeaseTerms, Registration, Renewal, Store, StoreError};
+use cursor_runner_domain::error::{EngineError, ErrorKind, REPLICA_FENCED_RETRY_AFTER, Reason};
+use cursor_runner_store::{Lease, LeaseTerms, Registration, Renewal, Store, StoreError};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How long each heartbeat extends the lease (`--ownership-lease-ms`): a lost node's
 /// executions can be taken over about this long after its last renewal.
@@ -21,6 +24,10 @@ pub const MAX_LEASE_LENGTH: Duration = Duration::from_secs(3600);
 pub const LEASE_RENEWALS_PER_LEASE: u32 = 5;
 /// The longest one renewal may take (a hung renewal cannot eat the lease).
 pub const LEASE_RENEW_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long before the database's end of its lease this process stops writing (its local
+/// deadline), so that a write it sends in time reaches the database before the lease ends
+/// there; at most one renewal period, so a short lease keeps a deadline to renew before.
+pub const SELF_FENCE_MARGIN: Duration = Duration::from_secs(2);
 /// How long start-up waits for a process still holding this replica's name (a pod still
 /// stopping), or for a pre-scale-out service, to let go before it refuses to start.
 pub const REPLICA_NAME_WAIT: Duration = Duration::from_secs(5);
@@ -124,6 +131,7 @@ impl ReplicaConfig {
         LeaseTerms {
             length: self.lease,
             renew_timeout: LEASE_RENEW_TIMEOUT.min(self.renew_every()),
+            self_fence_margin: SELF_FENCE_MARGIN.min(self.renew_every()),
         }
     }
 }
@@ -173,6 +181,70 @@ pub(crate) fn heartbeat(store: Weak<dyn Store>, every: Duration) -> tokio::task:
     })
 }
 
+/// Resolves once the lease has ended: lost, or its local deadline passed without a renewal.
+/// A lease that never ends (the embedded store) never resolves.
+pub async fn lease_ended(lease: &mut watch::Receiver<Lease>) {
+    loop {
+        let current = *lease.borrow_and_update();
+        match current {
+            Lease::Lost => return,
+            Lease::Held { until: None } => {
+                if lease.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            Lease::Held { until: Some(until) } => {
+                tokio::select! {
+                    changed = lease.changed() => if changed.is_err() {
+                        tokio::time::sleep_until(until).await;
+                        return;
+                    },
+                    () = tokio::time::sleep_until(until) => {
+                        // A renewal that landed at the deadline itself still counts.
+                        if !lease.borrow().held_at(Instant::now()) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The lease's local deadline as each agent's init enforces it (`agent-init --lease-fd`),
+/// following the lease: none for one that never ends, now for a lost one.
+pub(crate) fn agent_deadline(mut lease: watch::Receiver<Lease>) -> watch::Receiver<Option<std::time::Instant>> {
+    let deadline = |lease: &Lease| match lease {
+        Lease::Held { until } => until.map(Instant::into_std),
+        Lease::Lost => Some(std::time::Instant::now()),
+    };
+    let (sender, receiver) = watch::channel(deadline(&lease.borrow_and_update()));
+    tokio::spawn(async move {
+        while lease.changed().await.is_ok() {
+            if sender.send(deadline(&lease.borrow_and_update())).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// Whether the lease has ended by now.
+pub fn lease_has_ended(lease: &watch::Receiver<Lease>) -> bool {
+    !lease.borrow().held_at(Instant::now())
+}
+
+/// The refusal of a call this replica can no longer serve because its lease ended.
+pub fn fenced_refusal() -> EngineError {
+    EngineError::new(
+        ErrorKind::Unavailable,
+        Reason::ReplicaFenced,
+        "this replica lost its ownership lease: it writes nothing more and is exiting; its restart settles \
+         the executions it owned",
+    )
+    .retry_after(REPLICA_FENCED_RETRY_AFTER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +260,42 @@ mod tests {
         assert_eq!("".parse::<ReplicaName>(), Err(ReplicaSettingError::EmptyName));
         assert_eq!("a b".parse::<ReplicaName>(), Err(ReplicaSettingError::NameHasSpace));
         assert!("cursor-runner-7d9f-x2".parse::<ReplicaName>().is_ok());
+    }
+
+    fn held_for(ms: u64) -> watch::Sender<Lease> {
+        watch::Sender::new(Lease::Held {
+            until: Some(Instant::now() + Duration::from_millis(ms)),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_ends_at_its_local_deadline_unless_renewed_before() {
+        let lease = held_for(1_000);
+        let mut watching = lease.subscribe();
+        let ended = tokio::spawn(async move { lease_ended(&mut watching).await });
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        lease.send_replace(Lease::Held {
+            until: Some(Instant::now() + Duration::from_millis(1_000)),
+        });
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(!ended.is_finished(), "renewed in time, it goes on");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(ended.is_finished(), "past its deadline unrenewed, it has ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_ends_at_once_and_an_endless_one_never() {
+        let lease = held_for(60_000);
+        let mut watching = lease.subscribe();
+        let ended = tokio::spawn(async move { lease_ended(&mut watching).await });
+        lease.send_replace(Lease::Lost);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(ended.is_finished());
+        let endless = watch::Sender::new(Lease::Held { until: None });
+        let mut watching = endless.subscribe();
+        let never = tokio::spawn(async move { lease_ended(&mut watching).await });
+        tokio::time::sleep(Duration::from_secs(3_600)).await;
+        assert!(!never.is_finished());
     }
 
     #[test]
@@ -210,11 +318,13 @@ mod tests {
         let default = ReplicaConfig::default();
         assert_eq!(default.renew_every(), Duration::from_secs(3));
         assert_eq!(default.terms().renew_timeout, LEASE_RENEW_TIMEOUT);
+        assert_eq!(default.terms().self_fence_margin, SELF_FENCE_MARGIN);
         let shortest = ReplicaConfig {
             lease: MIN_LEASE_LENGTH,
             ..default
         };
         assert_eq!(shortest.renew_every(), Duration::from_millis(200));
         assert_eq!(shortest.terms().renew_timeout, Duration::from_millis(200));
+        assert_eq!(shortest.terms().self_fence_margin, Duration::from_millis(200));
     }
 }

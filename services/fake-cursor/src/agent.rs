@@ -19,7 +19,7 @@ use crate::models::SessionConfig;
 use crate::probes;
 use crate::scenario::{Scenario, Step, UpdateSession};
 use crate::sessions::{listed_sessions, store_session, stored_session};
-use crate::stdio::{Inbound, close_stdin, log, write_frame};
+use crate::stdio::{Inbound, close_stdin, log, stop_reading_stdin_if, write_frame};
 use crate::substitute::{env_values_in_strings, replace_in_strings, with_env_values};
 
 /// Exit code when a response does not match a step's `expect`.
@@ -224,7 +224,7 @@ impl Agent {
     }
 
     fn handle_request(&mut self, method: &str, id: Value, params: Value) {
-        if self.sc.silent_after_initialize && method != "initialize" {
+        if self.sc.leaves_unanswered(method) {
             log(&format!("silent: leaving {method} unanswered"));
             return;
         }
@@ -288,6 +288,7 @@ impl Agent {
                 let mut result = self.session_state();
                 result["sessionId"] = json!(self.session_id);
                 self.respond(id, result);
+                stop_reading_stdin_if(self.sc.stops_reading_stdin_after_session_new);
                 self.send_update(
                     &UpdateSession::Default,
                     json!({
@@ -339,7 +340,8 @@ impl Agent {
             "session/set_mode" if self.sc.no_modes => self.respond(id, json!({})),
             "session/set_mode" => {
                 let mode = params.get("modeId").cloned().unwrap_or_else(|| json!("agent"));
-                match self.config.set("mode", &mode) {
+                let refused = self.sc.set_mode_error.clone();
+                match refused.map_or_else(|| self.config.set("mode", &mode), Err) {
                     Ok(()) => {
                         self.respond(id, json!({}));
                         self.send_update(
@@ -571,10 +573,9 @@ impl Agent {
             Step::EchoEnv { name } => {
                 let value = std::env::var(&name).unwrap_or_default();
                 let session = UpdateSession::Default;
-                self.send_update(
-                    &session,
-                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": format!("my {name} is {value}")}}),
-                );
+                let mut chunk = json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": format!("my {name} is {value}")}});
+                chunk[value.as_str()] = json!(true); // and as the name of a field no client reads
+                self.send_update(&session, chunk);
                 self.send_update(
                     &session,
                     json!({"sessionUpdate": "tool_call", "toolCallId": "echo-1", "title": format!("curl -H 'x-key: {value}'"),

@@ -36,6 +36,9 @@ pub struct Scenario {
     pub config_options_unsupported: bool,
     /// `-32601` for `cursor/list_available_models` (older builds).
     pub list_models_unsupported: bool,
+    /// Answer `session/set_mode` with this JSON-RPC error, whatever the mode (a build
+    /// that switches the model, then refuses the mode).
+    pub set_mode_error: Option<Value>,
     /// Not signed in: `session/load`, `session/list` and `cursor/list_available_models`
     /// answer `-32000`, as Cursor does without a credential (`session/new` too, with
     /// `session_new_error`).
@@ -61,6 +64,11 @@ pub struct Scenario {
     pub no_sse_mcp: bool,
     /// Answer `initialize`, then never answer another request (alive but unresponsive).
     pub silent_after_initialize: bool,
+    /// Requests with these methods are read and never answered (alive, yet silent to them).
+    pub unanswered_methods: Vec<String>,
+    /// Once `session/new` is answered, never read stdin again, fd 0 left open: the
+    /// client's writes block once the pipe is full, as with an agent whose event loop hangs.
+    pub stops_reading_stdin_after_session_new: bool,
     /// The `update` objects `session/load` replays (with the loaded session's id) before
     /// it answers, as Cursor replays a session's history.
     pub load_history: Vec<Value>,
@@ -100,6 +108,8 @@ struct RawScenario {
     #[serde(default)]
     list_models_unsupported: bool,
     #[serde(default)]
+    set_mode_error: Option<Value>,
+    #[serde(default)]
     unauthenticated: bool,
     #[serde(default)]
     requires_authenticate: Option<String>,
@@ -118,6 +128,10 @@ struct RawScenario {
     #[serde(default)]
     silent_after_initialize: bool,
     #[serde(default)]
+    unanswered_methods: Vec<String>,
+    #[serde(default)]
+    stops_reading_stdin_after_session_new: bool,
+    #[serde(default)]
     load_history: Vec<Value>,
     #[serde(default)]
     ignore_sigterm: bool,
@@ -128,6 +142,11 @@ struct RawScenario {
 }
 
 impl Scenario {
+    /// Whether a request for `method` is read and never answered.
+    pub fn leaves_unanswered(&self, method: &str) -> bool {
+        (self.silent_after_initialize && method != "initialize") || self.unanswered_methods.iter().any(|m| m == method)
+    }
+
     /// Reads and validates a scenario file.
     pub fn load(path: &str) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read scenario file {path}"))?;
@@ -149,6 +168,11 @@ impl Scenario {
         {
             check_error_object(err).context("initialize_error")?;
         }
+        if let Some(err) = &raw.set_mode_error
+            && !err.is_null()
+        {
+            check_error_object(err).context("set_mode_error")?;
+        }
         let mut turns = Vec::with_capacity(raw.turns.len());
         for (t, steps) in raw.turns.iter().enumerate() {
             let mut parsed = Vec::with_capacity(steps.len());
@@ -168,6 +192,7 @@ impl Scenario {
             config_echo_override: raw.config_echo_override,
             config_options_unsupported: raw.config_options_unsupported,
             list_models_unsupported: raw.list_models_unsupported,
+            set_mode_error: raw.set_mode_error.filter(|v| !v.is_null()),
             unauthenticated: raw.unauthenticated,
             requires_authenticate: raw.requires_authenticate,
             auth_methods: raw.auth_methods,
@@ -177,6 +202,8 @@ impl Scenario {
             no_image_prompts: raw.no_image_prompts,
             no_sse_mcp: raw.no_sse_mcp,
             silent_after_initialize: raw.silent_after_initialize,
+            unanswered_methods: raw.unanswered_methods,
+            stops_reading_stdin_after_session_new: raw.stops_reading_stdin_after_session_new,
             load_history: raw.load_history,
             ignore_sigterm: raw.ignore_sigterm,
             ignore_stdin_eof: raw.ignore_stdin_eof,

@@ -112,7 +112,7 @@ fn rejects_bad_steps() {
         json!({"update": {}, "raw": "x"}),
         json!({"update": {}, "sesion_id": "typo"}),
         json!({"request": {"params": {}}}),
-        json!({"request": {"method": "m", "id": 1.5}}),
+        json!({"request": {"method": "m", "id": true}}),
         json!({"request": {"method": "m"}, "no_wait": true, "expect": {}}),
         json!({"await": null}),
         json!({"exit": "3"}),
@@ -127,4 +127,16 @@ fn rejects_bad_steps() {
     }
     assert!(Scenario::parse(r#"{"turns": [], "typo": 1}"#).is_err());
     assert!(Scenario::parse(r#"{"session_new_error": {"code": "x"}}"#).is_err());
+}
+
+#[test]
+fn unanswered_methods_and_stopping_reading_stdin_are_parsed_and_off_by_default() {
+    let sc = Scenario::parse(
+        r#"{"unanswered_methods": ["cursor/list_available_models"], "stops_reading_stdin_after_session_new": true}"#,
+    )
+    .unwrap();
+    assert_eq!(sc.unanswered_methods, ["cursor/list_available_models"]);
+    assert!(sc.stops_reading_stdin_after_session_new);
+    let plain = Scenario::parse("{}").unwrap();
+    assert!(plain.unanswered_methods.is_empty() && !plain.stops_reading_stdin_after_session_new);
 }

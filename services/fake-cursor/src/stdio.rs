@@ -93,6 +93,8 @@ pub fn spawn_reader(mut record: Option<File>) -> Receiver<Inbound> {
 
 /// Set by the `close_stdin` step; the reader thread then closes stdin.
 static STDIN_CLOSE_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Set by [`stop_reading_stdin`]; the reader thread then reads nothing more.
+static STDIN_READING_STOPPED: AtomicBool = AtomicBool::new(false);
 /// Set by the reader thread once stdin is closed.
 static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
 
@@ -105,9 +107,17 @@ fn wait_readable(input: &io::BufReader<File>) -> bool {
             return false;
         }
         let mut fds = [PollFd::new(input.get_ref().as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(50u8)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) | Err(_) => return true,
+        let ready = match poll(&mut fds, PollTimeout::from(50u8)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => false,
+            Ok(_) | Err(_) => true,
+        };
+        // Checked after the poll too: input arriving after the stop is never read.
+        while STDIN_READING_STOPPED.load(Ordering::SeqCst) {
+            // fd 0 stays open and unread: the client's writes fill the pipe and block.
+            thread::sleep(Duration::from_secs(3600));
+        }
+        if ready {
+            return true;
         }
     }
 }
@@ -122,6 +132,14 @@ pub fn close_stdin() {
     STDIN_CLOSE_REQUESTED.store(true, Ordering::SeqCst);
     while !STDIN_CLOSED.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// When `asked`, stops the reader thread reading stdin, leaving fd 0 open (a hung event loop).
+pub fn stop_reading_stdin_if(asked: bool) {
+    if asked {
+        log("no longer reading stdin");
+        STDIN_READING_STOPPED.store(true, Ordering::SeqCst);
     }
 }
 

@@ -92,8 +92,9 @@ pub enum Step {
         cmdline_of: Option<String>,
         api_address_file: Option<String>,
     },
-    /// Says the value of an environment variable back: in a message chunk and in a tool
-    /// call's raw input and output (an agent echoing a credential it was given).
+    /// Says the value of an environment variable back: in a message chunk (its text, and
+    /// the name of an extra field) and in a tool call's raw input and output (an agent
+    /// echoing a credential it was given).
     EchoEnv {
         name: String,
     },
@@ -137,12 +138,13 @@ pub(crate) fn check_error_object(v: &Value) -> Result<()> {
     Ok(())
 }
 
-/// Request ids are integers (including 0) or strings.
+/// Request ids are numbers or strings, as JSON-RPC allows (one no integer holds, like
+/// 1.5, tests a client that cannot serve it).
 fn check_id(v: &Value) -> Result<()> {
-    if v.is_i64() || v.is_u64() || v.is_string() {
+    if v.is_number() || v.is_string() {
         Ok(())
     } else {
-        bail!("id must be an integer or a string, got {v}")
+        bail!("id must be a number or a string, got {v}")
     }
 }
 

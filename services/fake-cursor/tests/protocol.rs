@@ -514,3 +514,41 @@ fn eof_right_after_prompt_still_finishes_the_turn() {
     assert_eq!(out.len(), 3);
     assert_eq!(fake.wait().code(), Some(0));
 }
+
+#[test]
+fn an_unanswered_method_is_read_and_never_answered_while_others_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_scenario(
+        &dir,
+        json!({"unanswered_methods": ["cursor/list_available_models"], "turns": []}),
+    );
+    let mut fake = Fake::spawn(&path, &[]);
+    fake.handshake();
+    fake.send(json!({"jsonrpc":"2.0","id":3,"method":"cursor/list_available_models","params":{}}));
+    fake.expect_silence(Duration::from_millis(300));
+    fake.send(json!({"jsonrpc":"2.0","id":4,"method":"authenticate","params":{"methodId":"cursor_login"}}));
+    assert_eq!(fake.recv(), json!({"jsonrpc":"2.0","id":4,"result":{}}));
+}
+
+#[test]
+fn after_session_new_an_agent_that_stops_reading_stdin_lets_the_pipe_fill() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_scenario(
+        &dir,
+        json!({"stops_reading_stdin_after_session_new": true, "turns": []}),
+    );
+    let mut fake = Fake::spawn(&path, &[]);
+    fake.handshake();
+    let mut stdin = fake.stdin.take().expect("stdin open");
+    let (wrote, written) = mpsc::channel();
+    // Far more than any pipe buffer: a writer to an agent that reads nothing blocks.
+    thread::spawn(move || {
+        let line = vec![b'x'; 4 << 20];
+        let _ = wrote.send(stdin.write_all(&line).and_then(|()| stdin.flush()).is_ok());
+    });
+    assert!(
+        written.recv_timeout(Duration::from_secs(2)).is_err(),
+        "the write must block: the agent reads nothing"
+    );
+    assert!(fake.child.try_wait().unwrap().is_none(), "the agent stays alive");
+}

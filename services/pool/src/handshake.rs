@@ -149,11 +149,18 @@ fn typed(
             Reason::ProtocolError,
             e.to_string(),
         )),
-        Ok(Err(_)) => Err(EngineError::new(
-            ErrorKind::Unavailable,
-            Reason::AgentExited,
-            "the agent exited",
-        )),
+        Ok(Err(e)) => Err(unheard(&e)),
+    }
+}
+
+/// A call the agent never got to answer: it stopped reading its stdin (unresponsive,
+/// though alive), or the connection is gone (it exited).
+pub fn unheard(error: &AcpError) -> EngineError {
+    match error {
+        AcpError::Stalled { .. } => {
+            EngineError::new(ErrorKind::Unavailable, Reason::AgentUnresponsive, error.to_string())
+        }
+        _ => EngineError::new(ErrorKind::Unavailable, Reason::AgentExited, "the agent exited"),
     }
 }
 
@@ -161,6 +168,21 @@ fn typed(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_call_whose_write_stalled_is_agent_unresponsive_and_one_on_a_closed_connection_agent_exited() {
+        let limit = cursor_runner_acp::AGENT_WRITE_STALL_LIMIT;
+        let stalled = typed(limit, Ok(Err(AcpError::Stalled { limit }))).unwrap_err();
+        assert_eq!(
+            (stalled.kind, stalled.reason),
+            (ErrorKind::Unavailable, Reason::AgentUnresponsive)
+        );
+        let closed = typed(limit, Ok(Err(AcpError::Closed))).unwrap_err();
+        assert_eq!(
+            (closed.kind, closed.reason),
+            (ErrorKind::Unavailable, Reason::AgentExited)
+        );
+    }
 
     #[test]
     fn the_profile_names_the_method_else_the_env_var_method_reading_the_bound_credential() {

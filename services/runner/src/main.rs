@@ -423,7 +423,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         authenticated = options.auth.is_some(),
         "serving gRPC and gRPC-Web"
     );
-    cursor_runner_api::serve_with(engine.clone(), listener, drain_on_signal(engine.clone()), options).await?;
+    let stop = replica::until_stopped_or_fenced(engine.clone(), drain_on_signal(engine.clone()));
+    cursor_runner_api::serve_with(engine.clone(), listener, stop, options).await?;
+    if engine.lease_has_ended() {
+        replica::exit_fenced(&engine).await;
+    }
     tracing::info!("shutting down: stopping every agent");
     engine.shutdown().await;
     if let Some(metrics_server) = metrics_server {

@@ -1,7 +1,33 @@
 //! `serve`'s replica flags: who this process is among the replicas on one PostgreSQL
-//! database, and how long its ownership lease runs (`docs/scale-out.md` §1).
+//! database, and how long its ownership lease runs (`docs/scale-out.md` §1); and how it
+//! stops once that lease is lost (§3).
 
+use std::sync::Arc;
+
+use cursor_runner_executions::Engine;
 use cursor_runner_executions::ownership::{self, ReplicaConfig, ReplicaName};
+
+/// `serve`'s exit status once its ownership lease is lost (`EX_TEMPFAIL`): the process holds
+/// nothing worth keeping, and its restart under the same name settles what it owned.
+pub const LEASE_LOST_EXIT: i32 = 75;
+
+/// Resolves when `serve` should stop: when `stop` does (a drain or a signal), or at once
+/// when the lease is lost.
+pub async fn until_stopped_or_fenced(engine: Arc<Engine>, stop: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        () = stop => {}
+        () = engine.lease_lost() => {
+            tracing::error!("this replica's ownership lease ended: it writes nothing more, stops its agents and exits");
+        }
+    }
+}
+
+/// After the lease was lost: stops every agent, writing nothing, and exits
+/// [`LEASE_LOST_EXIT`].
+pub async fn exit_fenced(engine: &Engine) -> ! {
+    engine.stop_fenced().await;
+    std::process::exit(LEASE_LOST_EXIT)
+}
 
 #[derive(clap::Args)]
 pub struct ReplicaArgs {

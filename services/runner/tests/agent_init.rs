@@ -19,6 +19,7 @@ fn guardian(state: &Path) -> Guardian {
         state_dir: state.to_path_buf(),
         agent_init: Some(init_binary()),
         pid_namespace: true,
+        lease: None,
     });
     assert!(guardian.report().pid_namespace, "CI and this machine run as root");
     guardian
@@ -205,4 +206,53 @@ fn run_directly_the_init_refuses_a_private_proc_it_cannot_make_private() {
     assert_eq!(output.status.code(), Some(127));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("error ") && stdout.contains("PID 1"), "{stdout}");
+}
+
+/// A lease deadline `ms` from now, as the service writes it on `--lease-fd`.
+fn lease_until(ms: u64) -> String {
+    format!("until {}\n", cursor_runner_supervisor::agent_init::monotonic_ms() + ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_dies_at_its_lease_deadline_while_the_service_is_stopped() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    const LEASE_MS: u64 = 600;
+    // The test writes what the service would: a deadline per renewal.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let mut init = std::process::Command::new(init_binary())
+        .arg("agent-init")
+        .arg("--lease-fd")
+        .arg(read.as_raw_fd().to_string())
+        .args(["--", "/bin/sleep", "300"])
+        .spawn()
+        .unwrap();
+    drop(read);
+    let mut lease = std::fs::File::from(write);
+    lease.write_all(lease_until(LEASE_MS).as_bytes()).unwrap();
+    let agent = until_some("the agent", || {
+        descendants_of(init.id() as i32)
+            .into_iter()
+            .find(|p| cmdline(p.pid).contains("sleep"))
+    })
+    .await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
+        lease.write_all(lease_until(LEASE_MS).as_bytes()).unwrap();
+    }
+    assert!(
+        agent.still_running(),
+        "renewed before each deadline, the agent lives on"
+    );
+
+    // The service stops renewing (frozen): the agent dies at the last deadline.
+    let frozen = tokio::time::Instant::now();
+    until_all_gone("the agent", &[agent]).await;
+    assert!(
+        frozen.elapsed() < Duration::from_millis(LEASE_MS * 2),
+        "killed {:?} after the last renewal, not at its deadline",
+        frozen.elapsed()
+    );
+    assert_eq!(init.wait().unwrap().code(), Some(128 + 9), "the init reports the kill");
+    drop(lease);
 }

@@ -23,8 +23,7 @@
 //! the scrapes it took to `$DASHBOARD_DATA` (`docs/dashboard/make.sh` renders them).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -108,7 +107,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     // A store outage: store operations fail until it ends.
     database.set_unreachable(true).await;
     let deadline = Instant::now() + WAIT;
-    while !scrape(metrics).contains("cursor_runner_store_errors_total{") {
+    while !scrape_metrics(metrics).contains("cursor_runner_store_errors_total{") {
         assert!(Instant::now() < deadline, "no store error counted during the outage");
         let _ = client
             .get_execution(proto::GetExecutionRequest {
@@ -119,7 +118,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     }
     database.set_unreachable(false).await;
 
-    let text = scrape(metrics);
+    let text = scrape_metrics(metrics);
     drop(events);
     service.stop();
     database.drop_database().await;
@@ -132,7 +131,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     let mut client = extra.client().await;
     let (_, _, mut events) = begin_turn_at(&mut client, &extra_dirs.workspace, Default::default()).await;
     events.until_turn_settles().await;
-    let text = text + &scrape(extra_metrics);
+    let text = text + &scrape_metrics(extra_metrics);
     drop(events);
     extra.stop();
 
@@ -258,7 +257,7 @@ async fn fresh_scrape() -> String {
     let metrics = free_address();
     let service = start(&database, &dirs, metrics, "demo.json", Vec::new());
     let _client = service.client().await;
-    let text = scrape(metrics);
+    let text = scrape_metrics(metrics);
     service.stop();
     text
 }
@@ -299,7 +298,7 @@ async fn capture_for_the_dashboard_picture() {
         let mut scrapes = Vec::new();
         let mut next = Instant::now();
         while next < load_until + Duration::from_secs(2) {
-            let text = scrape(metrics);
+            let text = scrape_metrics(metrics);
             scrapes.push((started.elapsed().as_secs_f64(), samples(&text)));
             next += Duration::from_secs(1);
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -521,41 +520,6 @@ async fn create_in(client: &mut Client, workspace: &Path, request_id: &str) -> p
 fn kill_agent(execution: &proto::Execution) {
     let pid = execution.pid.expect("a running execution has a pid") as i32;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
-}
-
-fn free_address() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// What Prometheus asks for first: the `# TYPE` lines name families (a counter's without `_total`).
-const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5";
-
-/// `GET /metrics` over plain HTTP/1.1, asking for OpenMetrics; the body.
-fn scrape(addr: SocketAddr) -> String {
-    let deadline = Instant::now() + WAIT;
-    let mut stream = loop {
-        match TcpStream::connect(addr) {
-            Ok(stream) => break stream,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "nothing listens on {addr}: {e}");
-                std::thread::sleep(Duration::from_millis(25));
-            }
-        }
-    };
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAccept: {OPENMETRICS}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(body.ends_with("# EOF\n"), "an OpenMetrics exposition ends with # EOF");
-    body.to_owned()
 }
 
 /// `series{labels}` → value, for every sample line of a scrape.

@@ -1,19 +1,13 @@
 //! `cursor-runner healthcheck` as a probe runs it, and `serve --metrics-listen`
 //! as Prometheus scrapes it.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use cursor_runner_e2e::{Backend, ServiceDirs, ServiceProcess, ServiceSettings, TestDatabase, promtool};
-
-fn free_address() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
+use cursor_runner_e2e::{
+    Backend, ServiceDirs, ServiceProcess, ServiceSettings, TestDatabase, free_address, http_get, promtool,
+};
 
 fn healthcheck(addr: SocketAddr) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_cursor-runner"))
@@ -24,31 +18,6 @@ fn healthcheck(addr: SocketAddr) -> std::process::Output {
 
 /// What Prometheus sends by default: OpenMetrics first, the text format as a fallback.
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
-
-/// A plain HTTP/1.1 GET, with an `Accept` header if given; returns the head and the body.
-fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> (String, String) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut stream = loop {
-        match TcpStream::connect(addr) {
-            Ok(stream) => break stream,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            Err(e) => panic!("nothing listens on {addr}: {e}"),
-        }
-    };
-    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    (head.to_owned(), body.to_owned())
-}
 
 /// `serve` on `database` with its `/metrics` listener on a free address.
 fn serve_with_metrics(database: &TestDatabase, dirs: &ServiceDirs) -> (ServiceProcess, std::net::SocketAddr) {
@@ -81,7 +50,7 @@ async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
     );
     assert_eq!(String::from_utf8_lossy(&serving.stdout).trim(), "SERVING");
 
-    let (head, body) = get(metrics_address, "/metrics", Some(PROMETHEUS_ACCEPT));
+    let (head, body) = http_get(metrics_address, "/metrics", Some(PROMETHEUS_ACCEPT));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         head.to_ascii_lowercase()
@@ -119,7 +88,7 @@ async fn without_openmetrics_in_accept_metrics_are_the_text_format_promtool_acce
 
     let mut scrapes = Vec::new();
     for accept in [None, Some("text/plain;version=0.0.4"), Some("*/*")] {
-        let (head, body) = get(metrics_address, "/metrics", accept);
+        let (head, body) = http_get(metrics_address, "/metrics", accept);
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert_eq!(
             content_type(&head),

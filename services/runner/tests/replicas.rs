@@ -16,11 +16,26 @@ use sqlx::Connection;
 const SOLE_SERVICE_LOCK_KEY: i64 = 0x6375_7273_6f72_2d72;
 /// Long enough that nothing in these tests waits one out.
 const LONG_LEASE_MS: u64 = 60_000;
+/// `replica-b`'s stream heartbeat: longer than any test here.
+const B_HEARTBEAT_SECS: u64 = 600;
+/// Long enough for a stream that polls the outbox every second to have done so twice.
+const IDLE: Duration = Duration::from_secs(3);
 
 /// `serve` as replica `name` (given as Kubernetes gives it, in the environment), or under
 /// the default name (the host's) when `None`.
 fn replica(database_url: &str, dirs: &ServiceDirs, name: Option<&str>) -> ServiceProcess {
+    replica_with(database_url, dirs, name, Vec::new())
+}
+
+/// [`replica`] with more of the service's environment.
+fn replica_with(
+    database_url: &str,
+    dirs: &ServiceDirs,
+    name: Option<&str>,
+    more_env: Vec<(String, String)>,
+) -> ServiceProcess {
     let mut env = vec![("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LONG_LEASE_MS.to_string())];
+    env.extend(more_env);
     if let Some(name) = name {
         env.push(("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()));
     }
@@ -87,7 +102,9 @@ async fn answered_and_completed(client: &mut Client, events: &mut Subscriber, cr
 }
 
 /// Replica `replica-a` with a question pending, then replica `replica-b` serving on the
-/// same database (serving means its start-up, and its recovery, is over).
+/// same database (serving means its start-up, and its recovery, is over). `replica-b`
+/// serves `/metrics`, and its streams' heartbeats are [`B_HEARTBEAT_SECS`] apart, so
+/// nothing but an announced commit wakes a stream there within a test.
 struct TwoReplicas {
     database: TestDatabase,
     a: ServiceProcess,
@@ -97,6 +114,7 @@ struct TwoReplicas {
     b: ServiceProcess,
     b_dirs: ServiceDirs,
     b_client: Client,
+    b_metrics: std::net::SocketAddr,
     execution: pb::Execution,
     events: Subscriber,
     created: Value,
@@ -109,7 +127,16 @@ impl TwoReplicas {
         let a = replica(&database.url, &a_dirs, Some("replica-a"));
         let mut a_client = a.client().await;
         let (execution, events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
-        let b = replica(&database.url, &b_dirs, Some("replica-b"));
+        let b_metrics = free_address();
+        let b = replica_with(
+            &database.url,
+            &b_dirs,
+            Some("replica-b"),
+            vec![
+                ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), b_metrics.to_string()),
+                ("CURSOR_RUNNER_HEARTBEAT_SECS".to_owned(), B_HEARTBEAT_SECS.to_string()),
+            ],
+        );
         let b_client = b.client().await;
         Self {
             database,
@@ -119,6 +146,7 @@ impl TwoReplicas {
             b,
             b_dirs,
             b_client,
+            b_metrics,
             execution,
             events,
             created,
@@ -136,6 +164,7 @@ async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_firs
         b,
         b_dirs,
         mut b_client,
+        b_metrics: _,
         execution,
         mut events,
         created,
@@ -170,6 +199,7 @@ async fn a_call_through_a_replica_that_does_not_own_the_execution_is_refused_nam
         created,
         _a_dirs,
         b_dirs: _b_dirs,
+        b_metrics: _,
     } = TwoReplicas::with_a_question_on_a().await;
     let refused = b_client
         .cancel_turn(pb::CancelTurnRequest {
@@ -183,10 +213,113 @@ async fn a_call_through_a_replica_that_does_not_own_the_execution_is_refused_nam
     assert_eq!(reason(&refused), "EXECUTION_NOT_READY", "{refused:?}");
     assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
     assert!(refused.message().contains("replica-a"), "{}", refused.message());
+    let refused = b_client
+        .answer_interaction(one_question_answer(&created, "answer-through-b", "option-1"))
+        .await
+        .expect_err("replica-b does not own it");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(
+        reason(&refused),
+        "EXECUTION_NOT_READY",
+        "the question is still pending on its owner: {refused:?}"
+    );
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
     answered_and_completed(&mut a_client, &mut events, &created, "a").await;
     a.stop();
     b.stop();
     database.drop_database().await;
+}
+
+/// Reads of the outbox a service made so far (`read_events` store operations).
+fn outbox_reads(metrics: std::net::SocketAddr) -> u64 {
+    let text = scrape_metrics(metrics);
+    text.lines()
+        .find(|line| {
+            line.starts_with("cursor_runner_store_operation_duration_seconds_count{operation=\"read_events\"}")
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a stream shows of each event: enough to tell two streams apart.
+fn shown(events: &[pb::ActivityEvent]) -> Vec<(i64, String, String)> {
+    events
+        .iter()
+        .map(|e| (e.sequence, e.event_id.clone(), e.event_type.clone()))
+        .collect()
+}
+
+impl TwoReplicas {
+    /// A stream of the execution through `replica-b`, from the start, replayed up to the
+    /// pending question; and what it showed.
+    async fn stream_through_b(&mut self) -> (Subscriber, Vec<pb::ActivityEvent>) {
+        let mut through_b = Subscriber::open(&mut self.b_client, &self.execution.execution_id, 0)
+            .await
+            .expect("StreamEvents through replica-b");
+        let seen = through_b.events_until("runtime_request.created").await;
+        (through_b, seen)
+    }
+
+    /// The question is answered through its owner, `replica-a`, and the turn completes;
+    /// the stream through `replica-b` then shows every event the owner's stream shows, in
+    /// order, once each. Ends both replicas and the database.
+    async fn answered_on_a_and_shown_alike_through_b(
+        mut self,
+        mut through_b: Subscriber,
+        mut seen_on_b: Vec<pb::ActivityEvent>,
+    ) {
+        answered_and_completed(&mut self.a_client, &mut self.events, &self.created, "a").await;
+        seen_on_b.extend(through_b.until_turn_settles().await);
+        let mut through_a = Subscriber::open(&mut self.a_client, &self.execution.execution_id, 0)
+            .await
+            .expect("StreamEvents through replica-a");
+        let seen_on_a = through_a.until_turn_settles().await;
+        assert_eq!(
+            shown(&seen_on_b),
+            shown(&seen_on_a),
+            "both replicas show the same events"
+        );
+        self.a.stop();
+        self.b.stop();
+        self.database.drop_database().await;
+    }
+}
+
+/// A stream through a replica that does not own the execution shows the owner's events as
+/// each commit lands, woken by the database's announcement of it: its heartbeat is ten
+/// minutes away, and while nothing is committed it does not read the outbox at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_through_a_replica_that_does_not_own_the_execution_is_woken_by_each_commit_and_never_polls() {
+    let mut two = TwoReplicas::with_a_question_on_a().await;
+    let (through_b, seen_on_b) = two.stream_through_b().await;
+    let reads_when_idle = outbox_reads(two.b_metrics);
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(
+        outbox_reads(two.b_metrics),
+        reads_when_idle,
+        "an idle stream on a replica that does not own the execution reads nothing"
+    );
+    two.answered_on_a_and_shown_alike_through_b(through_b, seen_on_b).await;
+}
+
+/// When the database drops the connections that listen for commits, a stream through a
+/// replica that does not own the execution misses no event: it reads the outbox until it
+/// hears again, and shows every event once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_replica_lost_its_listener_shows_every_later_commit_without_a_gap() {
+    let mut two = TwoReplicas::with_a_question_on_a().await;
+    let (through_b, seen_on_b) = two.stream_through_b().await;
+    let mut admin = sqlx::PgConnection::connect(&two.database.url).await.unwrap();
+    let terminated: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!terminated.is_empty(), "the replicas listen for commits");
+    admin.close().await.unwrap();
+    two.answered_on_a_and_shown_alike_through_b(through_b, seen_on_b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,9 +393,9 @@ async fn a_restarted_replica_with_its_name_settles_its_predecessors_executions_b
     let after = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(after.state, pb::ExecutionState::Lost as i32);
     assert_eq!(after.owner_replica, "replica-a");
-    assert_eq!(
+    assert_ne!(
         after.owner_incarnation, before.owner_incarnation,
-        "settled, not taken over"
+        "the successor claims what it settles: the owner fence lets only the owner write"
     );
     let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
     let settled = replay.until_turn_settles().await;

@@ -105,6 +105,17 @@ pub(crate) fn one_execution_and_generation(events: &[EventRecord]) -> StoreResul
     Ok(Some((&first.execution_id, first.generation)))
 }
 
+impl crate::replica::OwnerFence {
+    /// [`StoreError::Fenced`] once the lease's local deadline has passed (no round trip).
+    pub(crate) fn owner_write_allowed(&self) -> StoreResult<()> {
+        if self.held_now() {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced)
+        }
+    }
+}
+
 /// Told about each store operation (for latency and error metrics).
 pub trait StoreObserver: Send + Sync {
     /// `operation` is the `Store` method's name: a small closed set.
@@ -149,6 +160,13 @@ pub trait Store: Send + Sync + 'static {
     /// One heartbeat: extends the lease by its length from the database's now, only while
     /// it is live. A lease that ended stays ended ([`Renewal::Lost`]).
     async fn renew_replica_lease(&self) -> StoreResult<Renewal>;
+    /// This replica's lease as its owner writes see it, updated by registering, each
+    /// heartbeat and ending. Once registered, every owner write (inserts and updates of
+    /// executions, turns and interactions, event appends, batches, new generations and
+    /// claims) lands only while its execution is this incarnation's and the lease is live on
+    /// the database's clock; past the local deadline it is refused with
+    /// [`StoreError::Fenced`] without a round trip.
+    fn lease(&self) -> tokio::sync::watch::Receiver<Lease>;
     /// Ends this incarnation (a clean exit): its lease ends now and its locks are let go.
     async fn end_replica(&self) -> StoreResult<()>;
     /// Who owns an execution of the tenant (`None`: no such execution).
@@ -184,9 +202,14 @@ pub trait Store: Send + Sync + 'static {
         after_id: Option<&str>,
         limit: i64,
     ) -> StoreResult<Vec<ExecutionRecord>>;
+    /// Moves a live execution at `generation` from incarnation `from`, whose lease has ended,
+    /// to this one, leaving its generation (a successor settles what it left). False if it
+    /// is not `from`'s at that generation, or `from`'s lease is live.
+    async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool>;
     /// The live executions `owner_incarnation` owns (at start-up: those a predecessor left).
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>>;
-    /// The tenant's newest execution that ran the agent session `session_id`.
+    /// The tenant's execution that has the agent session `session_id` open (one that is
+    /// not closed, failed or lost), else its newest one that ran it.
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>>;
     /// The tenant's recorded sessions: per session id, its newest execution; paged by
     /// session id.
@@ -232,6 +255,12 @@ pub trait Store: Send + Sync + 'static {
     async fn commit(&self, batch: &Batch) -> StoreResult<bool>;
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
     async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
+    /// A listener for the heads other processes' commits move ([`HeadListener`](crate::notify::HeadListener)).
+    /// `Ok(None)`: every writer of this store is in this process (SQLite, memory), so its
+    /// own writers move every head there is.
+    async fn listen_for_heads(&self) -> StoreResult<Option<crate::notify::HeadListener>> {
+        Ok(None)
+    }
     /// The oldest event still kept (`None`: the execution has none).
     async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>>;
     /// Deletes at most `limit` of the oldest events with a sequence ≤ `through` emitted

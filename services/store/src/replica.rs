@@ -10,12 +10,82 @@ pub const LEGACY_INCARNATION: &str = "";
 /// Prefixed to a replica's name to make its advisory lock's key.
 pub const REPLICA_NAME_LOCK_PREFIX: &str = "cursor-runner/replica/";
 
-/// A lease's terms: how long each renewal extends it, and how long one renewal may take
-/// before it counts as failed (and its connection is re-opened).
+/// A lease's terms: how long each renewal extends it, how long one renewal may take
+/// before it counts as failed (and its connection is re-opened), and how much earlier than
+/// the database this process stops writing (its local deadline is `sent_at + length −
+/// self_fence_margin`, always before the database's end of the lease).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTerms {
     pub length: Duration,
     pub renew_timeout: Duration,
+    pub self_fence_margin: Duration,
+}
+
+/// This process's lease as its owner writes see it (`docs/scale-out.md` §3), on the
+/// local monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// Writes are this incarnation's until `until`; `None`: a lease that never ends (the
+    /// embedded store, D12; or no replica registered, whose writes are fenced by
+    /// generation only).
+    Held { until: Option<tokio::time::Instant> },
+    /// Ended: no owner write of this incarnation lands again.
+    Lost,
+}
+
+impl Lease {
+    /// Whether an owner write may be sent now.
+    pub fn held_at(&self, now: tokio::time::Instant) -> bool {
+        match self {
+            Self::Held { until } => until.is_none_or(|until| now < until),
+            Self::Lost => false,
+        }
+    }
+}
+
+/// The owner fence's local half, shared by every patience of one store: the lease watch
+/// its heartbeat publishes, which every owner write checks before any I/O.
+pub(crate) struct OwnerFence {
+    lease: tokio::sync::watch::Sender<Lease>,
+}
+
+impl Default for OwnerFence {
+    fn default() -> Self {
+        Self {
+            lease: tokio::sync::watch::Sender::new(Lease::Held { until: None }),
+        }
+    }
+}
+
+impl OwnerFence {
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Lease> {
+        self.lease.subscribe()
+    }
+
+    /// Whether an owner write may be sent now (false once the local deadline has passed:
+    /// the write is refused without a round trip).
+    pub(crate) fn held_now(&self) -> bool {
+        self.lease.borrow().held_at(tokio::time::Instant::now())
+    }
+
+    /// A registration or renewal sent at `sent_at` held: the local deadline moves to
+    /// `sent_at + length − margin` (`finite`: the database's lease ends at all). A lease
+    /// already lost stays lost.
+    pub(crate) fn renewed(&self, sent_at: tokio::time::Instant, terms: LeaseTerms, finite: bool) {
+        let until = finite.then(|| sent_at + terms.length.saturating_sub(terms.self_fence_margin));
+        self.lease.send_if_modified(|lease| {
+            let renewed = *lease != Lease::Lost;
+            if renewed {
+                *lease = Lease::Held { until };
+            }
+            renewed
+        });
+    }
+
+    pub(crate) fn lost(&self) {
+        self.lease
+            .send_if_modified(|lease| std::mem::replace(lease, Lease::Lost) != Lease::Lost);
+    }
 }
 
 /// What registering found.

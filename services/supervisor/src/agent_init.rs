@@ -22,6 +22,11 @@
 //! is fatal (`error …`): the launcher asked for it because the start-up probe proved it
 //! possible, so an agent never silently gets the host's `/proc` instead.
 //!
+//! With `--lease-fd N` it reads the service's ownership lease from that descriptor, one
+//! `until <CLOCK_MONOTONIC ms>` line per renewal (`docs/scale-out.md` §3), and SIGKILLs the
+//! agent's group once the latest deadline passes unextended: a service frozen past its
+//! lease (SIGSTOP, a stalled node) cannot stop its own agents, but its inits can.
+//!
 //! Single-threaded and synchronous on purpose: no runtime, no logging, nothing on
 //! stdout (it belongs to the agent's protocol).
 
@@ -57,6 +62,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
     let mut args = args.into_iter();
     let mut status_fd = None;
     let mut private_proc = false;
+    let mut lease_fd = None;
     let (mut uid, mut gid) = (None, None);
     let mut command = Vec::new();
     let number = |value: Option<OsString>| value.and_then(|v| v.to_str()?.parse::<u32>().ok());
@@ -69,6 +75,12 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
                 }
             }
             Some("--private-proc") => private_proc = true,
+            Some("--lease-fd") => {
+                lease_fd = args.next().and_then(|fd| fd.to_str()?.parse::<RawFd>().ok());
+                if lease_fd.is_none() {
+                    usage();
+                }
+            }
             Some("--uid") => uid = Some(number(args.next()).unwrap_or_else(|| usage())),
             Some("--gid") => gid = Some(number(args.next()).unwrap_or_else(|| usage())),
             Some("--") => {
@@ -81,24 +93,40 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
     if command.is_empty() || uid.is_some() != gid.is_some() {
         usage();
     }
-    run(status_fd, private_proc, uid.zip(gid), &command)
+    run(
+        Descriptors {
+            status: status_fd,
+            lease: lease_fd,
+        },
+        private_proc,
+        uid.zip(gid),
+        &command,
+    )
+}
+
+/// The descriptors the launcher passed: where the status goes, where the lease comes from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Descriptors {
+    pub status: Option<RawFd>,
+    pub lease: Option<RawFd>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: cursor-runner agent-init [--status-fd N] [--private-proc] [--uid U --gid G] -- <program> [args…]"
+        "usage: cursor-runner agent-init [--status-fd N] [--lease-fd N] [--private-proc] [--uid U --gid G] -- <program> [args…]"
     );
     std::process::exit(2)
 }
 
 /// Runs the agent (as `identity`, uid and gid, when given; under a fresh `/proc` with
-/// `private_proc`) and exits with its status. `status_fd` is inherited from the
+/// `private_proc`) and exits with its status. The descriptors are inherited from the
 /// launcher; `command` is the agent's program and arguments.
-pub fn run(status_fd: Option<RawFd>, private_proc: bool, identity: Option<(u32, u32)>, command: &[OsString]) -> ! {
-    // SAFETY: the launcher passed this descriptor to us for exactly this use; nothing
-    // else in this process owns it.
-    let mut status = status_fd.map(|fd| unsafe { File::from_raw_fd(fd) });
-    let code = match supervise(status.as_mut(), private_proc, identity, command) {
+pub fn run(descriptors: Descriptors, private_proc: bool, identity: Option<(u32, u32)>, command: &[OsString]) -> ! {
+    // SAFETY: the launcher passed these descriptors to us for exactly this use; nothing
+    // else in this process owns them.
+    let mut status = descriptors.status.map(|fd| unsafe { File::from_raw_fd(fd) });
+    let lease = descriptors.lease.map(|fd| unsafe { File::from_raw_fd(fd) });
+    let code = match supervise(status.as_mut(), lease, private_proc, identity, command) {
         Ok(code) => code,
         Err(e) => {
             report(status.as_mut(), &format!("error {e}"));
@@ -156,6 +184,7 @@ fn mount_private_proc() -> io::Result<File> {
 
 fn supervise(
     mut status: Option<&mut File>,
+    lease: Option<File>,
     private_proc: bool,
     identity: Option<(u32, u32)>,
     command: &[OsString],
@@ -180,10 +209,13 @@ fn supervise(
     // instead of being dropped (PID 1 ignores signals it does not handle).
     let mut watched = SigSet::empty();
     watched.add(Signal::SIGCHLD);
+    watched.add(Signal::SIGIO);
     for signal in FORWARDED_SIGNALS {
         watched.add(signal);
     }
     watched.thread_block().map_err(io::Error::from)?;
+    // After SIGIO is blocked: its default action would end this process.
+    let mut lease = lease.map(LeaseFeed::new).transpose()?;
 
     let mut command = std::process::Command::new(program);
     command.args(args).process_group(0);
@@ -215,7 +247,22 @@ fn supervise(
     );
 
     loop {
-        let signal = watched.wait().map_err(io::Error::from)?;
+        let signal = match lease.as_ref().and_then(LeaseFeed::left) {
+            Some(left) => wait_at_most(&watched, left)?,
+            None => Some(watched.wait().map_err(io::Error::from)?),
+        };
+        let Some(signal) = signal else {
+            eprintln!("cursor-runner agent-init: the service's lease ended unrenewed; killing the agent");
+            forward(agent, Signal::SIGKILL);
+            lease = None;
+            continue;
+        };
+        if signal == Signal::SIGIO {
+            if let Some(lease) = lease.as_mut() {
+                lease.read();
+            }
+            continue;
+        }
         if signal != Signal::SIGCHLD {
             forward(agent, signal);
             continue;
@@ -235,6 +282,101 @@ fn supervise(
                 Ok(_) | Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+}
+
+/// `--lease-fd`: the latest lease deadline the service sent, on `CLOCK_MONOTONIC`. The
+/// descriptor signals input with SIGIO (the init waits on signals alone) and is read
+/// without blocking.
+struct LeaseFeed {
+    file: File,
+    pending: Vec<u8>,
+    until_ms: Option<u64>,
+}
+
+impl LeaseFeed {
+    fn new(file: File) -> io::Result<Self> {
+        let fd = file.as_raw_fd();
+        // The agent must not inherit it.
+        set_cloexec(fd)?;
+        // SAFETY: fcntl on a descriptor this process owns.
+        unsafe {
+            if libc::fcntl(fd, libc::F_SETOWN, libc::getpid()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC | libc::O_NONBLOCK) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let mut feed = Self {
+            file,
+            pending: Vec::new(),
+            until_ms: None,
+        };
+        // What was written before SIGIO was armed raised none.
+        feed.read();
+        Ok(feed)
+    }
+
+    /// Takes in every complete line that has arrived; the latest deadline counts. At end of
+    /// file the service is gone, and the parent-death signal ends this process.
+    fn read(&mut self) {
+        let mut chunk = [0u8; 512];
+        loop {
+            match (&self.file).read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            if let Some(until) = std::str::from_utf8(&line)
+                .ok()
+                .and_then(|line| line.trim().strip_prefix("until "))
+                .and_then(|ms| ms.parse().ok())
+            {
+                self.until_ms = Some(until);
+            }
+        }
+    }
+
+    /// How long until the deadline (zero once passed); `None` before the first one.
+    fn left(&self) -> Option<std::time::Duration> {
+        self.until_ms
+            .map(|until| std::time::Duration::from_millis(until.saturating_sub(monotonic_ms())))
+    }
+}
+
+/// Now on `CLOCK_MONOTONIC`, in milliseconds: the clock of `--lease-fd` deadlines (it runs
+/// on while a process is stopped, unlike the process's own view of time).
+pub fn monotonic_ms() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1000 + u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000_000
+}
+
+/// The next signal of `set`, or `None` if none came within `left`.
+fn wait_at_most(set: &SigSet, left: std::time::Duration) -> io::Result<Option<Signal>> {
+    let timeout = libc::timespec {
+        tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+    };
+    loop {
+        // SAFETY: a valid signal set and timeout; no siginfo is asked for.
+        let number = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &timeout) };
+        if number >= 0 {
+            return Signal::try_from(number).map(Some).map_err(io::Error::from);
+        }
+        match Errno::last() {
+            Errno::EAGAIN => return Ok(None),
+            // Interrupted early: waiting the whole timeout again only delays the kill by it.
+            Errno::EINTR => continue,
+            e => return Err(e.into()),
         }
     }
 }

@@ -28,7 +28,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 
 use crate::launch::{LaunchError, LaunchSpec};
 use crate::ledger::{LaunchMarker, LaunchRecord, Ledger, LedgerEntry, LedgerRole};
-use crate::process::{AgentProcess, Isolation, TreeWatch};
+use crate::process::{AgentDeadline, AgentProcess, Isolation, TreeWatch};
 use crate::procfs::{self, ProcStat};
 use crate::spawner::Spawner;
 
@@ -46,6 +46,9 @@ pub struct GuardianConfig {
     pub agent_init: Option<PathBuf>,
     /// `false` turns the PID namespace off even with `agent_init` set.
     pub pid_namespace: bool,
+    /// The service's ownership lease deadline, which each agent's init enforces even while
+    /// the service is stopped (`agent-init --lease-fd`); `None` inside: no deadline.
+    pub lease: Option<AgentDeadline>,
 }
 
 /// Which mechanisms are active (logged at start-up).
@@ -149,6 +152,7 @@ impl Guardian {
                     Isolation::PidNamespace {
                         init: init.clone(),
                         private_proc,
+                        lease: config.lease.clone(),
                     }
                 }
                 _ => {

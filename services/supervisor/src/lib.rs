@@ -24,7 +24,7 @@ pub use launch::{
     AgentCommand, BoundCredential, CURSOR_ARGS, CredentialName, FIXED_PATH, LaunchError, LaunchSpec,
     PinnedDistribution, Secret,
 };
-pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
+pub use process::{AgentDeadline, AgentProcess, ExitProof, STDERR_TAIL_BYTES};
 pub mod distribution;
 
 /// Whether agents can run as PID 1's children in PID namespaces of their own here (root,

@@ -22,12 +22,20 @@ use crate::spawner::{ChildGuard, Spawner};
 /// How long `agent-init` may take to report the agent it started.
 const INIT_REPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A deadline past which no agent may run (the service's lease), as it moves.
+pub type AgentDeadline = tokio::sync::watch::Receiver<Option<std::time::Instant>>;
+
 /// How an agent is launched.
 #[derive(Debug, Clone)]
 pub(crate) enum Isolation {
     /// Under `<init> agent-init`, forked as PID 1 of a new PID namespace; with
-    /// `private_proc`, the init gives the agent a fresh `/proc` of that namespace.
-    PidNamespace { init: PathBuf, private_proc: bool },
+    /// `private_proc`, the init gives the agent a fresh `/proc` of that namespace; with a
+    /// `lease`, the init kills the agent at its deadline.
+    PidNamespace {
+        init: PathBuf,
+        private_proc: bool,
+        lease: Option<AgentDeadline>,
+    },
     /// Directly (fallback mechanisms only).
     Direct,
 }
@@ -135,11 +143,27 @@ impl AgentProcess {
                         unsafe { command.pre_exec(move || guard.arm()) };
                         command.spawn().map(|child| (child, None))
                     }
-                    Isolation::PidNamespace { init, private_proc } => {
+                    Isolation::PidNamespace {
+                        init,
+                        private_proc,
+                        lease,
+                    } => {
                         let (status_read, status_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
                         let status_fd = status_write.as_raw_fd();
+                        // Non-blocking: a renewal is dropped rather than block on an init
+                        // that does not read.
+                        let lease_pipe = lease
+                            .map(|lease| {
+                                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                                    .map(|pipe| (pipe, lease))
+                            })
+                            .transpose()?;
+                        let lease_fd = lease_pipe.as_ref().map(|((read, _), _)| read.as_raw_fd());
                         let mut command = Command::new(&init);
                         command.arg("agent-init").arg("--status-fd").arg(status_fd.to_string());
+                        if let Some(fd) = lease_fd {
+                            command.arg("--lease-fd").arg(fd.to_string());
+                        }
                         if private_proc {
                             command.arg("--private-proc");
                         }
@@ -155,9 +179,12 @@ impl AgentProcess {
                         command.arg("--").arg(&program).args(&args);
                         base(&mut command);
                         // SAFETY: async-signal-safe system calls only.
-                        unsafe { command.pre_exec(move || arm_init(guard, status_fd)) };
+                        unsafe { command.pre_exec(move || arm_init(guard, status_fd, lease_fd)) };
                         let child = spawner.in_new_pid_namespace(|| command.spawn())??;
                         drop(status_write);
+                        if let Some(((_, write), lease)) = lease_pipe {
+                            tokio::spawn(feed_lease(File::from(write), lease));
+                        }
                         Ok((child, Some(File::from(status_read))))
                     }
                 }
@@ -343,13 +370,40 @@ impl Drop for AgentProcess {
 
 /// In the forked child, before exec'ing `agent-init`: the parent-death signal, and the
 /// status pipe left open across exec.
-fn arm_init(guard: ChildGuard, status_fd: RawFd) -> io::Result<()> {
+fn arm_init(guard: ChildGuard, status_fd: RawFd, lease_fd: Option<RawFd>) -> io::Result<()> {
     guard.arm()?;
-    // SAFETY: fcntl is async-signal-safe.
-    if unsafe { libc::fcntl(status_fd, libc::F_SETFD, 0) } != 0 {
-        return Err(io::Error::last_os_error());
+    for fd in std::iter::once(status_fd).chain(lease_fd) {
+        // SAFETY: fcntl is async-signal-safe.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
+}
+
+/// Writes each lease deadline to an agent's init (`agent-init --lease-fd`), on
+/// `CLOCK_MONOTONIC`, until the init is gone (its end of the pipe closed) or the lease
+/// stops moving.
+async fn feed_lease(mut pipe: File, mut lease: AgentDeadline) {
+    use std::io::Write;
+    loop {
+        let deadline = *lease.borrow_and_update();
+        if let Some(until) = deadline {
+            let left = until.saturating_duration_since(Instant::now()).as_millis();
+            let line = format!(
+                "until {}\n",
+                crate::agent_init::monotonic_ms().saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
+            );
+            match pipe.write_all(line.as_bytes()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+        if lease.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// One line from the init's status pipe, waiting at most `limit`; `None` at EOF.

@@ -165,6 +165,7 @@ async fn without_an_init_the_fallbacks_report_active_and_the_ledger_follows_the_
         state_dir: state.path().to_path_buf(),
         agent_init: None,
         pid_namespace: true,
+        lease: None,
     });
     let report = guardian.report();
     assert!(!report.pid_namespace, "no init binary, no namespace");
@@ -199,6 +200,7 @@ async fn the_pid_namespace_can_be_turned_off() {
         // Any existing file would do: it is never launched.
         agent_init: Some(PathBuf::from("/bin/true")),
         pid_namespace: false,
+        lease: None,
     });
     assert!(!guardian.report().pid_namespace);
 }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::machine::interaction::Interaction;
-use crate::machine::turn::Turn;
+use crate::machine::turn::{Admission, Turn};
 use crate::model_catalog::ModelCatalog;
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer};
@@ -136,8 +136,10 @@ pub(super) struct Actor {
     pub(super) wait_limit: Duration,
     /// Keeps the workspace watched while the actor lives.
     pub(super) _workspace_watch: Option<WatchGuard>,
-    /// The prompt of a `replace_active` start, sent once the replaced turn settles.
-    pub(super) queued_start: Option<(Prompt, Reply<TurnRecord>)>,
+    /// `StartTurn`'s admission, and the `replace_active` start it queued (if any).
+    pub(super) admission: Admission,
+    /// The reply of the queued `replace_active` start.
+    pub(super) queued_reply: Option<Reply<TurnRecord>>,
     /// Set by a clean close the pool accepts: the process serves another session.
     pub(super) reuse: bool,
     /// The service is draining: refuse new turns, settle the running one by the

@@ -6,9 +6,13 @@ use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
 
-use cursor_runner_domain::error::EngineError;
+use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::settlement::Loss;
 
 use super::data::*;
+
+/// The field audit's label for a field whose name quotes a secret the agent was handed.
+const REDACTED_FIELD: &str = "redacted";
 
 impl Actor {
     pub(super) async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
@@ -44,8 +48,30 @@ impl Actor {
                 .await?;
             }
             Inbound::Closed { .. } => return self.on_process_lost().await,
+            Inbound::StoppedReading { limit } => return self.on_agent_stopped_reading(limit).await,
         }
         Ok(Ending::Continue)
+    }
+
+    /// A write to the agent made no progress for the stall limit: an agent that reads
+    /// nothing hears no prompt, cancel or answer, so it is stopped and everything live
+    /// settles as for a lost agent (pending interactions expire, never re-sent).
+    async fn on_agent_stopped_reading(&mut self, limit: std::time::Duration) -> Result<Ending, EngineError> {
+        let message = format!("the agent read nothing from its stdin for {limit:?} and was stopped");
+        if let Some(ticket) = &self.ticket {
+            self.pool
+                .record_failure(&ticket.profile_id, Reason::AgentUnresponsive, &message);
+        }
+        let exit = self.stop_process("runner").await?;
+        self.record.exit_code = exit.exit_code.map(i64::from);
+        self.record.exit_signal = exit.signal.map(i64::from);
+        self.settle_loss(Loss::AgentGone {
+            reason: Reason::AgentUnresponsive,
+            turn_failure: TurnFailureReason::AgentUnresponsive,
+            message,
+        })
+        .await?;
+        Ok(Ending::Stop)
     }
 
     /// Cursor's fire-and-forget extensions: todos and tasks through the normalizer, a
@@ -129,7 +155,9 @@ impl Actor {
     pub(super) fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
         if let (Some(metrics), Some((kind, fields))) = (self.events.metrics(), unconsumed_fields(&params["update"])) {
             for field in fields {
-                metrics.unconsumed_field(kind, field);
+                // A label is public and kept for ever: a name quoting a secret is not spelled.
+                let (_, secrets) = self.events.redactor().redact_text(field);
+                metrics.unconsumed_field(kind, if secrets > 0 { REDACTED_FIELD } else { field });
             }
         }
         match self.turn.as_mut() {

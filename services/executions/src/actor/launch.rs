@@ -15,6 +15,7 @@ use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::{self, SessionStart};
 use crate::lease::LeaseInfo;
+use crate::machine::turn::Admission;
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::prompt::PromptCapabilities;
@@ -160,7 +161,8 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 policy: record.approval_policy,
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
                 _workspace_watch: None,
-                queued_start: None,
+                admission: Admission::default(),
+                queued_reply: None,
                 reuse: false,
                 drain: None,
             };
@@ -170,7 +172,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
             if let Err(error) = actor.require_ask_mode(&mut session_request) {
                 return Err(actor.fail_launch(error, recovery).await);
             }
-            if let Err(error) = actor.configure(&session_request).await {
+            if let Err(error) = actor.configure(&session_request, actor.config.handshake_timeout).await {
                 return Err(actor.fail_launch(error, recovery).await);
             }
             actor.record.state = ExecutionState::Ready;

@@ -8,6 +8,7 @@ use cursor_runner_supervisor::ExitProof;
 
 use crate::execution_row;
 use crate::failpoint::failpoint;
+use crate::ownership;
 use crate::settlement::{self, LiveTurn};
 use crate::turn_row;
 use cursor_runner_domain::error::{EngineError, Reason};
@@ -256,22 +257,36 @@ impl Actor {
         Ok(())
     }
 
-    /// The execution's generation moved on: this process no longer serves it. Stop it
-    /// without writing anything more for the execution (every write would be refused).
+    /// The execution's generation moved on, or this replica's lease ended: this process no
+    /// longer serves it. Stop it without writing anything more for the execution (every
+    /// write would be refused).
     pub(super) async fn stop_fenced(&mut self) {
         tracing::warn!(
             execution_id = %self.record.id,
             generation = self.record.generation,
-            "the execution's generation moved on; stopping this agent"
+            "this replica no longer owns the execution (its generation moved on or its lease ended); stopping this agent"
         );
         self.process.census_descendants();
         self.connection.close_stdin().await;
         self.process.stop(self.config.stop_grace).await;
     }
 
+    /// Why a call this actor no longer serves is refused: this replica's lease ended (retry
+    /// on its restart), or the execution is over.
+    pub(super) fn refusal(&self) -> EngineError {
+        if ownership::lease_has_ended(&self.store.lease()) {
+            return ownership::fenced_refusal();
+        }
+        EngineError::precondition(
+            Reason::ExecutionNotReady,
+            format!("execution `{}` is {}", self.record.id, self.record.state),
+        )
+        .with("state", self.record.state.as_str())
+    }
+
     /// Draining and no turn runs (or waits to): close now.
     pub(super) async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
-        if self.drain.is_none() || self.turn.is_some() || self.queued_start.is_some() {
+        if self.drain.is_none() || self.turn.is_some() || self.admission.has_queued() {
             return Ok(Ending::Continue);
         }
         self.close().await?;

@@ -10,8 +10,9 @@ use tracing::Instrument;
 
 use crate::config::ViolationAction;
 use crate::machine::turn::CancelCause;
+use crate::ownership;
 use crate::policy::policy_refusal;
-use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::error::EngineError;
 use cursor_runner_pool::WarmProcess;
 
 use super::data::*;
@@ -54,6 +55,7 @@ impl Actor {
         mut inbound: InboundStream,
         mut violations: Option<mpsc::UnboundedReceiver<Violation>>,
     ) {
+        let mut lease = self.store.lease();
         loop {
             let waiting_on_human = !self.pending.is_empty();
             let timer = self.timers().next();
@@ -73,11 +75,13 @@ impl Actor {
                 },
                 timer = due(timer) => self.on_timer(timer).await,
                 Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
+                // This replica's lease ended: every write would be refused; stop below.
+                () = ownership::lease_ended(&mut lease) => Ok(Ending::Continue),
             };
             if waiting_on_human {
                 self.touch_turn();
             }
-            if self.events.is_fenced() {
+            if self.events.is_fenced() || ownership::lease_has_ended(&lease) {
                 self.stop_fenced().await;
                 break;
             }
@@ -95,11 +99,8 @@ impl Actor {
             }
         }
         // Refuse what is still queued: the execution is over.
-        if let Some((_, reply)) = self.queued_start.take() {
-            let _ = reply.send(Err(EngineError::precondition(
-                Reason::ExecutionNotReady,
-                format!("execution `{}` is {}", self.record.id, self.record.state),
-            )));
+        if let Some(reply) = self.queued_reply.take() {
+            let _ = reply.send(Err(self.refusal()));
         }
         if let Some(drain) = self.drain.take() {
             for reply in drain.replies {
@@ -141,13 +142,7 @@ impl Actor {
     }
 
     pub(super) fn refuse(&self, command: Command) {
-        let error = || {
-            EngineError::precondition(
-                Reason::ExecutionNotReady,
-                format!("execution `{}` is {}", self.record.id, self.record.state),
-            )
-            .with("state", self.record.state.as_str())
-        };
+        let error = || self.refusal();
         match command {
             Command::StartTurn { reply, .. } => drop(reply.send(Err(error()))),
             Command::CancelTurn { reply, .. } => drop(reply.send(Err(error()))),
@@ -163,13 +158,9 @@ impl Actor {
         match command {
             Command::StartTurn {
                 prompt,
-                replace_active: true,
+                replace_active,
                 reply,
-            } if self.turn.is_some() => self.replace_turn(prompt, reply).await?,
-            Command::StartTurn { prompt, reply, .. } => {
-                let result = self.start_turn(prompt).await;
-                let _ = reply.send(result);
-            }
+            } => self.on_start_turn(prompt, replace_active, reply).await?,
             Command::CancelTurn { turn_id, reply } => {
                 let result = self.cancel_turn(&turn_id).await;
                 let _ = reply.send(result);
@@ -193,9 +184,7 @@ impl Actor {
                 let result = self.change_config(change).await;
                 let _ = reply.send(result);
             }
-            Command::ListModels { reply } => {
-                let _ = reply.send(self.list_models().await);
-            }
+            Command::ListModels { reply } => self.list_models(reply),
             Command::Drain { deadline, reply } => match self.drain.as_mut() {
                 Some(drain) => {
                     drain.deadline = drain.deadline.min(deadline);

@@ -9,10 +9,11 @@ use cursor_runner_store::{TurnRecord, Write, now_ms};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::limits::ExecutionLimits;
-use crate::machine::turn::{CancelCause, Turn, TurnEffect, pending_reason_at_settle};
+use crate::machine::turn::{
+    CancelCause, StartEffect, StartFacts, StartInput, Starter, Turn, TurnEffect, pending_reason_at_settle,
+};
 use crate::turn_row;
-use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::prompt::Prompt;
 use cursor_runner_domain::settlement::{PromptOutcome, TurnEnd};
 use cursor_runner_domain::state::TurnState;
@@ -85,48 +86,83 @@ impl Actor {
         }
     }
 
-    /// `replace_active`: cancel the running turn (it settles `interrupted`, reason
-    /// `replaced_by_new_turn`) and start the new prompt once it has settled.
-    pub(super) async fn replace_turn(&mut self, prompt: Prompt, reply: Reply<TurnRecord>) -> Result<(), EngineError> {
-        if self.queued_start.is_some() {
-            let _ = reply.send(Err(EngineError::precondition(
-                Reason::TurnActive,
-                "another turn is already waiting to replace the running one",
-            )));
-            return Ok(());
+    /// `StartTurn`: the admission decides (`machine::turn::Admission`), this runs what it
+    /// decided, in order.
+    pub(super) async fn on_start_turn(
+        &mut self,
+        prompt: Prompt,
+        replace_active: bool,
+        reply: Reply<TurnRecord>,
+    ) -> Result<(), EngineError> {
+        let start = StartInput::StartTurn { prompt, replace_active };
+        let effects = self.admit(start);
+        self.run_start_effects(effects, Some(reply)).await
+    }
+
+    /// Runs the admission's effects in order; `caller` is the reply of the call in hand.
+    async fn run_start_effects(
+        &mut self,
+        mut effects: Vec<StartEffect>,
+        mut caller: Option<Reply<TurnRecord>>,
+    ) -> Result<(), EngineError> {
+        while !effects.is_empty() {
+            let mut next = Vec::new();
+            for effect in effects {
+                match effect {
+                    StartEffect::CheckWorkspace => {
+                        let checked = StartInput::WorkspaceChecked(self.check_workspace());
+                        next = self.admit(checked);
+                    }
+                    StartEffect::Refuse(starter, refusal) => self.reply_start(starter, &mut caller, Err(refusal)),
+                    StartEffect::Queue => self.queued_reply = caller.take(),
+                    StartEffect::Cancel(cause) => {
+                        if let Some(turn_id) = self.turn.as_ref().map(|t| t.record.id.clone()) {
+                            self.cancel_turn_with(&turn_id, cause).await?;
+                        }
+                    }
+                    StartEffect::Start { starter, prompt, bound } => {
+                        let started = self.start_turn(prompt, bound).await;
+                        self.reply_start(starter, &mut caller, started);
+                    }
+                }
+            }
+            effects = next;
         }
-        // Refused before the running turn is touched: it goes on.
-        if let Err(refusal) = self.check_workspace() {
-            let _ = reply.send(Err(refusal));
-            return Ok(());
-        }
-        let Some(turn_id) = self.turn.as_ref().map(|t| t.record.id.clone()) else {
-            return Ok(());
-        };
-        self.queued_start = Some((prompt, reply));
-        let replaced = CancelCause::Interrupted(TurnFailureReason::ReplacedByNewTurn);
-        self.cancel_turn_with(&turn_id, replaced).await?;
         Ok(())
     }
 
-    pub(super) async fn start_turn(&mut self, prompt: Prompt) -> Result<TurnRecord, EngineError> {
-        prompt.check_supported(self.prompt_capabilities)?;
-        if self.drain.is_some() {
-            return Err(EngineError::new(
-                ErrorKind::Unavailable,
-                Reason::Draining,
-                "the service is draining: it starts no new turns",
-            ));
+    /// The admission's decision on `input`, against the execution as it stands.
+    fn admit(&mut self, input: StartInput) -> Vec<StartEffect> {
+        let facts = StartFacts {
+            record: &self.record,
+            capabilities: self.prompt_capabilities,
+            draining: self.drain.is_some(),
+            active_turn: self.turn.as_ref().map(|t| t.record.id.as_str()),
+        };
+        self.admission.handle(input, facts)
+    }
+
+    fn reply_start(
+        &mut self,
+        starter: Starter,
+        caller: &mut Option<Reply<TurnRecord>>,
+        result: Result<TurnRecord, EngineError>,
+    ) {
+        let reply = match starter {
+            Starter::Caller => caller.take(),
+            Starter::Queued => self.queued_reply.take(),
+        };
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
         }
-        if let Some(turn) = &self.turn {
-            return Err(EngineError::precondition(
-                Reason::TurnActive,
-                format!("turn `{}` is still running", turn.record.id),
-            )
-            .with("turn_id", turn.record.id.clone()));
-        }
-        self.check_workspace()?;
-        let bound = ExecutionLimits::of(&self.record).next_turn(&self.record)?;
+    }
+
+    /// Records the admitted turn with `turn.started` and sends its prompt.
+    async fn start_turn(
+        &mut self,
+        prompt: Prompt,
+        bound: Option<(Duration, TurnFailureReason)>,
+    ) -> Result<TurnRecord, EngineError> {
         let turn_number = self.record.turn_count + 1;
         let record = TurnRecord {
             id: uuid::Uuid::now_v7().to_string(),
@@ -249,10 +285,8 @@ impl Actor {
             return Ok(Ending::Continue);
         }
         self.run_turn_effects(effects).await?;
-        if let Some((prompt, reply)) = self.queued_start.take() {
-            let started = self.start_turn(prompt).await;
-            let _ = reply.send(started);
-        }
+        let effects = self.admit(StartInput::TurnSettled);
+        self.run_start_effects(effects, None).await?;
         Ok(Ending::Continue)
     }
 

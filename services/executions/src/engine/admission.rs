@@ -167,9 +167,10 @@ impl Engine {
         limits.turn_deadline = limits.turn_deadline.or(self.config.default_turn_deadline);
         let credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
         let workspace = workspace.display().to_string();
-        let (start, home) = match load_session_id {
-            None => (SessionStart::New, None),
+        let (start, home, _claim) = match load_session_id {
+            None => (SessionStart::New, None, None),
             Some(session_id) => {
+                let claim = self.claim_session(tenant_id, &session_id).await?;
                 let recorded = self
                     .recorded_session(
                         tenant_id,
@@ -186,6 +187,7 @@ impl Engine {
                         recovery: false,
                     },
                     Some(recorded),
+                    Some(claim),
                 )
             }
         };
@@ -258,9 +260,10 @@ impl Engine {
         .await
     }
 
-    /// The home of the tenant's recorded session, after checking that loading it keeps
-    /// its identity: the same workspace, and the recorded model, parameters and mode
-    /// (adopted when the request names none).
+    /// The home of the tenant's recorded session (claimed by the caller, so no live
+    /// execution has it), after checking that loading it keeps its identity: the same
+    /// workspace, and the recorded model, parameters and mode (adopted when the request
+    /// names none).
     async fn recorded_session(
         &self,
         tenant_id: &str,
@@ -274,13 +277,6 @@ impl Engine {
             EngineError::not_found(Reason::SessionNotFound, format!("no recorded session `{session_id}`"))
                 .with("session_id", session_id)
         })?;
-        if !recorded.state.is_terminal() {
-            return Err(EngineError::precondition(
-                Reason::SessionInUse,
-                format!("session `{session_id}` is open in execution `{}`", recorded.id),
-            )
-            .with("execution_id", recorded.id));
-        }
         let mismatch = |field: &str, detail: String| {
             EngineError::precondition(Reason::SessionIdentityMismatch, detail).with("field", field)
         };
@@ -401,6 +397,7 @@ impl Engine {
             )
             .with("state", record.state.as_str()));
         };
+        let _claim = self.claim_session(tenant_id, &session_id).await?;
         self.config
             .workspace_policy
             .check(std::path::Path::new(&record.workspace))
@@ -493,6 +490,7 @@ impl Engine {
         } = binding;
         let head = self.store.head_sequence(&record.id).await?;
         let mut events = EventWriter::new(self.execution_store(), record.id.clone(), record.generation, head)
+            .with_heads(&self.heads)
             .with_metrics(self.metrics.clone())
             .with_redactor(redactor.clone());
         let recovery = matches!(start, SessionStart::Load { recovery: true, .. });

@@ -33,6 +33,12 @@ impl Engine {
     ) -> Result<(Vec<ExecutionRecord>, String), EngineError> {
         let limit = page_limit(page_size)?;
         let after = (!page_token.is_empty()).then_some(page_token);
+        // A token is a session id this list returned: one of the tenant's sessions.
+        if let Some(session_id) = after
+            && self.store.find_session(tenant_id, session_id).await?.is_none()
+        {
+            return Err(not_a_page_token());
+        }
         let page = self.store.list_sessions(tenant_id, after, limit).await?;
         let next = if page.len() as i64 == limit {
             page.last().and_then(|e| e.session_id.clone()).unwrap_or_default()
@@ -71,12 +77,15 @@ impl Engine {
         page_size: i64,
         page_token: &str,
     ) -> Result<(Vec<TurnRecord>, String, UsageTotal), EngineError> {
-        self.get_execution(tenant_id, execution_id).await?;
+        let execution = self.get_execution(tenant_id, execution_id).await?;
         let limit = page_limit(page_size)?;
-        let after = if page_token.is_empty() {
-            0
-        } else {
-            page_token.parse::<i64>().map_err(|_| not_a_page_token())?
+        // A token is the number of a turn this list returned: one the execution has.
+        let after = match page_token {
+            "" => 0,
+            token => match token.parse::<i64>() {
+                Ok(number) if (1..=execution.turn_count).contains(&number) => number,
+                _ => return Err(not_a_page_token()),
+            },
         };
         let page = self.store.list_turns(tenant_id, execution_id, after, limit).await?;
         let next = if page.len() as i64 == limit {
@@ -302,9 +311,15 @@ impl Engine {
                     })
                     .await;
                 match answered {
-                    Err(e) if e.reason == Reason::ExecutionNotReady => Err(not_pending(
-                        &engine.get_interaction(&tenant_id, &command.interaction_id).await?,
-                    )),
+                    // Refused as not pending only when it is not: one still pending lives
+                    // on another replica (the refusal names it) or waits for a recovery.
+                    Err(e) if e.reason == Reason::ExecutionNotReady => {
+                        let now = engine.get_interaction(&tenant_id, &command.interaction_id).await?;
+                        Err(match now.state {
+                            InteractionState::Pending => e,
+                            _ => not_pending(&now),
+                        })
+                    }
                     other => other,
                 }
             })

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actor::Command;
 use crate::config::EngineConfig;
+use crate::heads::HeadBus;
 use crate::limits::ExecutionLimits;
 use crate::metrics::Metrics;
 use cursor_runner_domain::error::EngineError;
@@ -93,8 +94,20 @@ pub(super) struct ExecutionHandle {
 
 pub(super) type InFlight = watch::Receiver<Option<Result<Value, EngineError>>>;
 
+/// The open event streams of each execution on this replica.
+pub(super) type OpenStreams = Arc<Mutex<HashMap<String, usize>>>;
+
+/// The sessions being opened in this process, by tenant.
+pub(super) type OpeningSessions = Arc<Mutex<std::collections::HashSet<(String, String)>>>;
+
 pub struct Engine {
     pub(super) store: Arc<dyn Store>,
+    /// Every execution's head that a stream here watches or a writer here moves.
+    pub(super) heads: Arc<HeadBus>,
+    /// Open event streams per execution (`streams::MAX_STREAMS_PER_EXECUTION`).
+    pub(super) open_streams: OpenStreams,
+    /// Sessions a load or recovery is opening now (`sessions::SessionClaim`).
+    pub(super) opening_sessions: OpeningSessions,
     pub(super) config: Arc<EngineConfig>,
     pub(super) executions: Arc<Mutex<HashMap<String, ExecutionHandle>>>,
     pub(super) in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::actor::Command;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
+use crate::heads::{Feed, HeadBus, follow_announcements};
 use crate::metrics::Metrics;
 use crate::ownership;
 use crate::retention::{self};
@@ -43,16 +44,28 @@ impl Engine {
             predecessors = registration.predecessors.len() - 1,
             "registered as a replica"
         );
+        // Renewing from now on: settling what the predecessors left may outlast one lease.
+        let heartbeat = ownership::heartbeat(Arc::downgrade(&store), config.replica.renew_every());
         // Sweeps what a SIGKILLed previous incarnation left running, before anything launches.
         config.guardian = Some(Guardian::start(GuardianConfig {
             state_dir: config.state_dir.clone(),
             agent_init: config.agent_init.clone(),
             pid_namespace: config.pid_namespace,
+            lease: Some(ownership::agent_deadline(store.lease())),
         }));
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::new());
         let pool = Pool::start(config.pool.clone(), config.launch_settings(), metrics.clone());
+        // PostgreSQL may have other replicas writing: deaf until its announcements are heard.
+        let feed = if store.backend() == "postgres" {
+            Feed::Deaf
+        } else {
+            Feed::Local
+        };
         let engine = Arc::new(Self {
+            heads: Arc::new(HeadBus::new(feed)),
+            opening_sessions: Default::default(),
+            open_streams: Default::default(),
             store,
             config,
             executions: Arc::new(Mutex::new(HashMap::new())),
@@ -71,7 +84,11 @@ impl Engine {
         }
         let mut background = vec![
             tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine))),
-            ownership::heartbeat(Arc::downgrade(&engine.store), engine.config.replica.renew_every()),
+            tokio::spawn(follow_announcements(
+                Arc::downgrade(&engine.heads),
+                engine.store.clone(),
+            )),
+            heartbeat,
         ];
         if let Some(retention) = engine.config.retention {
             background.push(retention::start(
@@ -295,6 +312,37 @@ impl Engine {
         }
     }
 
+    /// Resolves once this replica's ownership lease has ended (never, for the embedded
+    /// store's): from then on the store refuses every owner write and each actor stops
+    /// its agent by itself.
+    pub async fn lease_lost(&self) {
+        ownership::lease_ended(&mut self.store.lease()).await;
+    }
+
+    /// Whether this replica's ownership lease has ended.
+    pub fn lease_has_ended(&self) -> bool {
+        ownership::lease_has_ended(&self.store.lease())
+    }
+
+    /// Stops serving after the lease ended, writing nothing (the store would refuse it; the
+    /// successor under this name settles what this replica owned): the background tasks
+    /// stop, and each actor's agent and every pooled process is stopped before this returns.
+    pub async fn stop_fenced(&self) {
+        for task in self.background.lock().drain(..) {
+            task.abort();
+        }
+        self.end_streams();
+        self.pool.drain();
+        let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
+            self.executions.lock().values().map(|h| h.commands.clone()).collect();
+        for commands in handles {
+            // Each actor stops its agent on the lease's end by itself; its queue closes once
+            // it has.
+            let _ = tokio::time::timeout(self.config.stop_grace * 2, commands.closed()).await;
+        }
+        self.pool.stopped(self.config.stop_grace * 2).await;
+    }
+
     pub(super) async fn ask_actor<T>(
         &self,
         tenant_id: &str,
@@ -308,6 +356,9 @@ impl Engine {
             .get(&record.id)
             .map(|h| (h.commands.clone(), h.redactor.clone()));
         let not_ready = || {
+            if self.lease_has_ended() {
+                return ownership::fenced_refusal();
+            }
             EngineError::precondition(
                 Reason::ExecutionNotReady,
                 format!("execution `{}` is {}", record.id, record.state),
@@ -351,9 +402,19 @@ impl Engine {
     }
 
     /// Settles what `predecessor` left live, by the same rule and in the same one batch
-    /// per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]).
+    /// per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]), once
+    /// each execution is claimed: the owner fence lets only its owner write it.
     pub(super) async fn recover_after_restart(&self, predecessor: &str) -> Result<(), EngineError> {
         for execution in self.store.list_live_executions_of(predecessor).await? {
+            if !self
+                .store
+                .claim_execution(&execution.id, execution.generation, predecessor)
+                .await?
+            {
+                tracing::warn!(execution_id = %execution.id, "the execution moved on before it could be claimed at start-up; left as found");
+                continue;
+            }
+            crate::failpoint::failpoint("settling_a_predecessors_execution").await;
             let recorded = execution.state;
             let mut interactions = Vec::new();
             for state in [InteractionState::Pending, InteractionState::Answered] {
@@ -394,6 +455,7 @@ impl Engine {
             )?;
             let head = self.store.head_sequence(&execution.id).await?;
             let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head)
+                .with_heads(&self.heads)
                 .with_metrics(self.metrics.clone());
             if !events.commit(settled.writes, settled.events).await? {
                 tracing::warn!(execution_id = %execution.id, "the execution moved on while it was settled at start-up; left as found");

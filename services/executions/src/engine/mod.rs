@@ -6,6 +6,8 @@ mod calls;
 mod data;
 mod idempotency;
 mod lifecycle;
+mod sessions;
 mod streams;
 
 pub use data::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
+pub use streams::MAX_STREAMS_PER_EXECUTION;

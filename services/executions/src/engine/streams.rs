@@ -11,16 +11,58 @@ use tokio::sync::{mpsc, watch};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 use super::data::*;
+use crate::heads::{Feed, HeadBus, STREAM_POLL_WHILE_DEAF, advance_to};
 
 /// Events read from the store per page while replaying.
 const REPLAY_PAGE: i64 = 512;
 
-/// Stream items buffered per subscriber before the reader waits for it.
-const SUBSCRIBER_BUFFER: usize = 256;
+/// Stream items buffered per subscriber before its tail waits for it: a subscriber that
+/// stops reading holds at most this many events (then the transport's window) in memory.
+const SUBSCRIBER_BUFFER: usize = 32;
 
-/// How often a stream whose execution has no live writer looks for a new one (a
-/// recovery) and re-reads the store.
-const WRITER_POLL: Duration = Duration::from_secs(1);
+/// Open event streams one execution may have on one replica: with [`SUBSCRIBER_BUFFER`],
+/// what idle subscribers can hold in memory per execution is bounded.
+pub const MAX_STREAMS_PER_EXECUTION: usize = 32;
+
+/// One open stream of an execution, counted until dropped.
+struct StreamSlot {
+    open: OpenStreams,
+    execution_id: String,
+}
+
+impl StreamSlot {
+    fn take(open: &OpenStreams, execution_id: &str) -> Result<Self, EngineError> {
+        let mut counts = open.lock();
+        let count = counts.entry(execution_id.to_owned()).or_default();
+        if *count >= MAX_STREAMS_PER_EXECUTION {
+            return Err(EngineError::new(
+                ErrorKind::ResourceExhausted,
+                Reason::StreamsExhausted,
+                format!(
+                    "execution `{execution_id}` has {MAX_STREAMS_PER_EXECUTION} open event streams, as many as it may"
+                ),
+            )
+            .with("max_streams", MAX_STREAMS_PER_EXECUTION.to_string()));
+        }
+        *count += 1;
+        Ok(Self {
+            open: open.clone(),
+            execution_id: execution_id.to_owned(),
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut counts = self.open.lock();
+        if let Some(count) = counts.get_mut(&self.execution_id) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.execution_id);
+            }
+        }
+    }
+}
 
 impl Engine {
     /// Replays committed events after `after_sequence`, then tails live ones.
@@ -37,7 +79,10 @@ impl Engine {
                 "after_sequence must not be negative",
             ));
         }
+        // Held before the head is read: any commit after the read moves it.
+        let held = self.heads.head(&record.id, 0);
         let head = self.store.head_sequence(&record.id).await?;
+        advance_to(&held, head);
         if after_sequence > head {
             return Err(EngineError::new(
                 ErrorKind::OutOfRange,
@@ -51,27 +96,23 @@ impl Engine {
         {
             return Err(events_pruned(after_sequence, oldest));
         }
-        let executions = self.executions.clone();
-        let live_head = move |id: &str| executions.lock().get(id).map(|h| h.head.clone());
-        // Not live here: its head does not move, unless a recovery gives it a writer.
-        let head_rx = live_head(&record.id).unwrap_or_else(|| watch::channel(head).1);
-        let writer_gone = head_rx.has_changed().is_err();
+        let slot = StreamSlot::take(&self.open_streams, &record.id)?;
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let open_stream = self.metrics.stream_opened();
-        let execution_id = record.id.clone();
         let tail = Tail {
             store: self.store.clone(),
             cursor: after_sequence,
-            head: head_rx,
-            writer_gone,
-            live_head: Box::new(move || live_head(&execution_id)),
+            head: held.subscribe(),
+            _held: held,
+            feed: self.heads.feed(),
+            _bus: self.heads.clone(),
             execution_id: record.id,
             heartbeat: self.config.heartbeat_interval,
             closing: self.closing_streams.subscribe(),
             tx,
         };
         tokio::spawn(async move {
-            let _open_stream = open_stream;
+            let _open = (open_stream, slot);
             tail.run().await;
         });
         Ok(rx)
@@ -112,15 +153,18 @@ impl Engine {
 /// One subscriber's tail: pages committed events after its cursor from the store, says
 /// when it caught up, then waits for the execution's head to pass the cursor (or sends a
 /// heartbeat). It reads only what is committed, so it never exposes more than the store has.
+/// The head moves wherever the execution is written: by its writer here, or by the
+/// database's announcement of another replica's commit (`heads`).
 struct Tail {
     store: Arc<dyn Store>,
     execution_id: String,
     cursor: i64,
     head: watch::Receiver<i64>,
-    /// The head's writer is gone (or there was none): poll for a new one.
-    writer_gone: bool,
-    /// The live writer's head for the execution, if it has one now (a recovery may bring one).
-    live_head: Box<dyn Fn() -> Option<watch::Receiver<i64>> + Send>,
+    /// Keeps the execution's head on the bus while this stream lives.
+    _held: Arc<watch::Sender<i64>>,
+    feed: watch::Receiver<Feed>,
+    /// Keeps `feed`'s sender alive for as long as this stream lives.
+    _bus: Arc<HeadBus>,
     heartbeat: Duration,
     /// Flips when the service ends every stream.
     closing: watch::Receiver<bool>,
@@ -174,32 +218,28 @@ impl Tail {
         }
     }
 
-    /// Waits until the head passes the cursor (or a writer-less stream should page the
-    /// store again), sending heartbeats while idle. False: the stream is over.
+    /// Waits until the head passes the cursor, or the store may hold what nobody
+    /// announced (the announcements are down, came back, or a heartbeat passed while they
+    /// were up), sending heartbeats while idle. False: the stream is over.
     async fn wait_for_more(&mut self) -> bool {
         loop {
             if *self.head.borrow_and_update() > self.cursor {
                 return true;
             }
+            let feed = *self.feed.borrow_and_update();
             tokio::select! {
-                changed = self.head.changed(), if !self.writer_gone => {
-                    if changed.is_err() {
-                        // The execution's writer is gone; a recovery may bring another.
-                        self.writer_gone = true;
-                    }
-                }
-                () = tokio::time::sleep(WRITER_POLL), if self.writer_gone => {
-                    if let Some(fresh) = (self.live_head)().filter(|rx| rx.has_changed().is_ok()) {
-                        self.head = fresh;
-                        self.writer_gone = false;
-                    }
-                    // Page the store once more either way.
-                    return true;
-                }
+                // This tail holds the head's sender: it never closes.
+                _ = self.head.changed() => {}
+                _ = self.feed.changed() => return true,
+                () = tokio::time::sleep(STREAM_POLL_WHILE_DEAF), if feed == Feed::Deaf => return true,
                 () = tokio::time::sleep(self.heartbeat) => {
                     let beat = StreamItem::Heartbeat { head_sequence: self.cursor };
                     if self.tx.send(Ok(beat)).await.is_err() {
                         return false;
+                    }
+                    // A lost announcement costs at most one heartbeat.
+                    if feed != Feed::Local {
+                        return true;
                     }
                 }
                 () = self.tx.closed() => return false,
@@ -235,6 +275,8 @@ fn events_pruned(after_sequence: i64, oldest: i64) -> EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::EventWriter;
+    use cursor_runner_activity::{ActivityPayload, NoticeScope, ProviderNotice};
     use cursor_runner_domain::state::ExecutionState;
     use cursor_runner_store::{EventRecord, ExecutionRecord, MemoryStore};
 
@@ -267,34 +309,44 @@ mod tests {
         store
     }
 
+    const HEARTBEAT: Duration = Duration::from_secs(10);
+
     struct Subscriber {
         rx: mpsc::Receiver<Result<StreamItem, EngineError>>,
-        head: watch::Sender<i64>,
+        bus: Arc<HeadBus>,
         closing: watch::Sender<bool>,
     }
 
-    /// A tail after `cursor` whose live writer's head is at `head`.
-    fn subscribe(store: &Arc<dyn Store>, cursor: i64, head: i64) -> Subscriber {
-        let (head_tx, head_rx) = watch::channel(head);
+    /// A tail after `cursor` of an execution whose head is at `head`, on a bus whose
+    /// announcements are in `feed`'s state.
+    fn subscribe_with(store: &Arc<dyn Store>, cursor: i64, head: i64, feed: Feed) -> Subscriber {
+        let bus = Arc::new(HeadBus::new(feed));
+        let held = bus.head(EXECUTION, head);
         let (closing_tx, closing_rx) = watch::channel(false);
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let tail = Tail {
             store: store.clone(),
             execution_id: EXECUTION.into(),
             cursor,
-            head: head_rx,
-            writer_gone: false,
-            live_head: Box::new(|| None),
-            heartbeat: Duration::from_secs(10),
+            head: held.subscribe(),
+            _held: held,
+            feed: bus.feed(),
+            _bus: bus.clone(),
+            heartbeat: HEARTBEAT,
             closing: closing_rx,
             tx,
         };
         tokio::spawn(tail.run());
         Subscriber {
             rx,
-            head: head_tx,
+            bus,
             closing: closing_tx,
         }
+    }
+
+    /// A tail on a store whose writers are all in this process.
+    fn subscribe(store: &Arc<dyn Store>, cursor: i64, head: i64) -> Subscriber {
+        subscribe_with(store, cursor, head, Feed::Local)
     }
 
     impl Subscriber {
@@ -344,7 +396,7 @@ mod tests {
         let mut stream = subscribe(&store, 0, 1);
         stream.sequences_until_caught_up().await;
         store.append_events(&[event(2)]).await.unwrap();
-        stream.head.send_replace(2);
+        stream.bus.advance(EXECUTION, 2);
         assert_eq!(sequence(stream.next().await), 2);
     }
 
@@ -359,25 +411,68 @@ mod tests {
             stream.next().await,
             StreamItem::Heartbeat { head_sequence: 1 }
         ));
-        stream.head.send_replace(2);
+        stream.bus.advance(EXECUTION, 2);
+        assert_eq!(sequence(stream.next().await), 2);
+    }
+
+    #[tokio::test]
+    async fn a_stream_wakes_when_another_writer_of_its_execution_commits() {
+        let store = store_with_events(1..=1).await;
+        let mut stream = subscribe(&store, 0, 1);
+        stream.sequences_until_caught_up().await;
+        // A recovery's writer, or another replica's commit announced by the database.
+        let mut writer = EventWriter::new(store.clone(), EXECUTION.into(), 1, 1).with_heads(&stream.bus);
+        writer
+            .emit(
+                None,
+                vec![ActivityPayload::ProviderNotice(ProviderNotice::info(
+                    "test",
+                    NoticeScope::Session,
+                    "committed elsewhere",
+                ))],
+            )
+            .await
+            .unwrap();
         assert_eq!(sequence(stream.next().await), 2);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stream_whose_writer_is_gone_pages_the_store_for_what_a_new_one_commits() {
+    async fn while_the_announcements_are_down_a_stream_pages_the_store_before_its_heartbeat() {
         let store = store_with_events(1..=1).await;
-        let Subscriber {
-            mut rx,
-            head,
-            closing: _open,
-        } = subscribe(&store, 0, 1);
-        while !matches!(rx.recv().await.unwrap().unwrap(), StreamItem::CaughtUp { .. }) {}
-        drop(head);
+        let mut stream = subscribe_with(&store, 0, 1, Feed::Deaf);
+        stream.sequences_until_caught_up().await;
         store.append_events(&[event(2)]).await.unwrap();
-        match rx.recv().await.unwrap().unwrap() {
-            StreamItem::Event(e) => assert_eq!(e.sequence, 2),
-            other => panic!("expected event 2 after a writer poll, got {other:?}"),
-        }
+        let started = tokio::time::Instant::now();
+        assert_eq!(sequence(stream.next().await), 2);
+        assert!(started.elapsed() < HEARTBEAT, "found by polling, not by a heartbeat");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_rereads_the_store_when_the_announcements_come_back() {
+        let store = store_with_events(1..=1).await;
+        let mut stream = subscribe_with(&store, 0, 1, Feed::Deaf);
+        stream.sequences_until_caught_up().await;
+        store.append_events(&[event(2)]).await.unwrap();
+        let started = tokio::time::Instant::now();
+        stream.bus.set_feed(Feed::Listening);
+        assert_eq!(sequence(stream.next().await), 2);
+        assert!(
+            started.elapsed() < STREAM_POLL_WHILE_DEAF,
+            "re-read on the change, not by polling"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unannounced_commit_is_read_after_the_next_heartbeat_while_listening() {
+        let store = store_with_events(1..=1).await;
+        let mut stream = subscribe_with(&store, 0, 1, Feed::Listening);
+        stream.sequences_until_caught_up().await;
+        store.append_events(&[event(2)]).await.unwrap();
+        assert!(matches!(
+            stream.next().await,
+            StreamItem::Heartbeat { head_sequence: 1 }
+        ));
+        assert_eq!(sequence(stream.next().await), 2);
     }
 
     #[tokio::test]
@@ -386,6 +481,24 @@ mod tests {
         let mut stream = subscribe(&store, 0, 7);
         let error = stream.rx.recv().await.unwrap().unwrap_err();
         assert_eq!(error.reason, Reason::EventsPruned);
+    }
+
+    #[test]
+    fn an_execution_takes_streams_up_to_its_bound_and_one_more_once_one_closes() {
+        let open = OpenStreams::default();
+        let mut slots: Vec<_> = (0..MAX_STREAMS_PER_EXECUTION)
+            .map(|_| StreamSlot::take(&open, EXECUTION).expect("under the bound"))
+            .collect();
+        let refused = StreamSlot::take(&open, EXECUTION).err().expect("over the bound");
+        assert_eq!(
+            (refused.kind, refused.reason),
+            (ErrorKind::ResourceExhausted, Reason::StreamsExhausted)
+        );
+        assert!(StreamSlot::take(&open, "another").is_ok(), "the bound is per execution");
+        slots.pop();
+        assert!(StreamSlot::take(&open, EXECUTION).is_ok());
+        drop(slots);
+        assert_eq!(open.lock().get(EXECUTION), None, "nothing is kept for closed streams");
     }
 
     #[tokio::test]

@@ -4,9 +4,14 @@
 //! or the clock (`tests/workspace/machine.rs` keeps it so), which is what lets every
 //! state × input be a table test and a crash window be "drop the effects after index k".
 
+#[cfg(test)]
+mod admission_tests;
 pub(crate) mod interaction;
 #[cfg(test)]
 mod interaction_tests;
+pub(crate) mod session;
+#[cfg(test)]
+mod session_tests;
 pub(crate) mod turn;
 #[cfg(test)]
 mod turn_tests;

@@ -3,15 +3,22 @@
 //!
 //! One enum for the phase instead of a deadline, a bound and a cause kept side by side, so
 //! a turn cannot be both, and what the service cancelled it for travels with the cancel.
+//!
+//! Before a turn exists, [`Admission`] decides whether a `StartTurn` may start one, and
+//! holds a `replace_active` start until the turn it replaces has settled.
 
 use std::time::Duration;
 
 use cursor_runner_activity::TurnFailureReason;
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::prompt::{Prompt, PromptCapabilities};
 use cursor_runner_domain::settlement::{Loss, PromptOutcome, TurnEnd, interruption_message, prompt_end};
 use cursor_runner_domain::state::TurnState;
+use cursor_runner_store::ExecutionRecord;
 use tokio::time::Instant;
 
 use super::interaction::EndReason;
+use crate::limits::ExecutionLimits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TurnPhase {
@@ -208,4 +215,164 @@ impl Turn {
             TurnEffect::SettleLoss(Loss::CancelTimedOut { cause, message }),
         ]
     }
+}
+
+/// Whose `StartTurn` an admission answers: the call in hand, or the replacement queued
+/// until the turn it replaces settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Starter {
+    Caller,
+    Queued,
+}
+
+/// What a start is admitted against, read off the execution as each input arrives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StartFacts<'a> {
+    /// The execution as it stands: its limits, turns and active time bound the next turn.
+    pub(crate) record: &'a ExecutionRecord,
+    pub(crate) capabilities: PromptCapabilities,
+    pub(crate) draining: bool,
+    /// The turn in progress (running, or cancelled and not yet settled).
+    pub(crate) active_turn: Option<&'a str>,
+}
+
+#[derive(Debug)]
+pub(crate) enum StartInput {
+    StartTurn {
+        prompt: Prompt,
+        replace_active: bool,
+    },
+    /// What the workspace check the machine asked for found.
+    WorkspaceChecked(Result<(), EngineError>),
+    /// The turn in progress settled on its prompt's answer.
+    TurnSettled,
+}
+
+/// What the runtime does for a start, in order. `CheckWorkspace` is always last: its
+/// outcome comes back as `WorkspaceChecked` before anything else happens.
+#[derive(Debug, PartialEq)]
+pub(crate) enum StartEffect {
+    /// Check the workspace policy (it reads the workspace: I/O).
+    CheckWorkspace,
+    Refuse(Starter, EngineError),
+    /// Hold the caller's reply until the queued replacement starts or is refused.
+    Queue,
+    /// Cancel the turn in progress (through the turn's own machine).
+    Cancel(CancelCause),
+    /// Record the turn and send its prompt, bounded by `bound`; the result goes to `starter`.
+    Start {
+        starter: Starter,
+        prompt: Prompt,
+        bound: Option<(Duration, TurnFailureReason)>,
+    },
+}
+
+/// A start waiting on its workspace check.
+#[derive(Debug)]
+enum Checking {
+    /// `replace_active` over a turn in progress: queued once the workspace passes.
+    Replacement(Prompt),
+    Start(Starter, Prompt),
+}
+
+/// `StartTurn`'s admission: draining, a turn in progress, a `replace_active` start queued
+/// behind the turn it cancels, the workspace policy and the bounds before spend.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    /// The prompt of a `replace_active` start, started once the replaced turn settles.
+    queued: Option<Prompt>,
+    checking: Option<Checking>,
+}
+
+impl Admission {
+    pub(crate) fn has_queued(&self) -> bool {
+        self.queued.is_some()
+    }
+
+    pub(crate) fn handle(&mut self, input: StartInput, facts: StartFacts<'_>) -> Vec<StartEffect> {
+        match input {
+            StartInput::StartTurn {
+                prompt,
+                replace_active: true,
+            } if facts.active_turn.is_some() => self.replace(prompt, facts),
+            StartInput::StartTurn { prompt, .. } => self.admit(Starter::Caller, prompt, facts),
+            StartInput::WorkspaceChecked(checked) => match (self.checking.take(), checked) {
+                (None, _) => Vec::new(),
+                (Some(Checking::Replacement(_)), Err(refusal)) => vec![StartEffect::Refuse(Starter::Caller, refusal)],
+                (Some(Checking::Start(starter, _)), Err(refusal)) => vec![StartEffect::Refuse(starter, refusal)],
+                (Some(Checking::Replacement(prompt)), Ok(())) => {
+                    // The bounds only tighten while the replaced turn runs: one that already
+                    // refuses the next turn refuses it before the running one is touched.
+                    if let Err(exhausted) = ExecutionLimits::of(facts.record).next_turn(facts.record) {
+                        return vec![StartEffect::Refuse(Starter::Caller, exhausted)];
+                    }
+                    self.queued = Some(prompt);
+                    vec![
+                        StartEffect::Queue,
+                        StartEffect::Cancel(CancelCause::Interrupted(TurnFailureReason::ReplacedByNewTurn)),
+                    ]
+                }
+                (Some(Checking::Start(starter, prompt)), Ok(())) => {
+                    match ExecutionLimits::of(facts.record).next_turn(facts.record) {
+                        Ok(bound) => vec![StartEffect::Start { starter, prompt, bound }],
+                        Err(exhausted) => vec![StartEffect::Refuse(starter, exhausted)],
+                    }
+                }
+            },
+            StartInput::TurnSettled => match self.queued.take() {
+                Some(prompt) => self.admit(Starter::Queued, prompt, facts),
+                None => Vec::new(),
+            },
+        }
+    }
+
+    /// One replacement at a time, on content the agent takes, never during a drain:
+    /// everything that does not wait on the turn in progress settling is checked before
+    /// it is touched, in a plain start's order, so a refused replacement leaves it
+    /// running; the bounds are checked after the workspace (as for a plain start) and again
+    /// at the queued start.
+    fn replace(&mut self, prompt: Prompt, facts: StartFacts<'_>) -> Vec<StartEffect> {
+        let refused = if let Err(refused) = refused_outright(&prompt, facts) {
+            refused
+        } else if self.queued.is_some() {
+            EngineError::precondition(
+                Reason::TurnActive,
+                "another turn is already waiting to replace the running one",
+            )
+        } else {
+            self.checking = Some(Checking::Replacement(prompt));
+            return vec![StartEffect::CheckWorkspace];
+        };
+        vec![StartEffect::Refuse(Starter::Caller, refused)]
+    }
+
+    /// A turn starts only on content the agent takes, outside a drain, with no turn in
+    /// progress, in a workspace the policy admits and within the execution's bounds —
+    /// refused in that order.
+    fn admit(&mut self, starter: Starter, prompt: Prompt, facts: StartFacts<'_>) -> Vec<StartEffect> {
+        let refused = if let Err(refused) = refused_outright(&prompt, facts) {
+            refused
+        } else if let Some(turn_id) = facts.active_turn {
+            EngineError::precondition(Reason::TurnActive, format!("turn `{turn_id}` is still running"))
+                .with("turn_id", turn_id)
+        } else {
+            self.checking = Some(Checking::Start(starter, prompt));
+            return vec![StartEffect::CheckWorkspace];
+        };
+        vec![StartEffect::Refuse(starter, refused)]
+    }
+}
+
+/// What refuses any start, whatever the turn in progress: content the agent does not
+/// take, then a drain.
+fn refused_outright(prompt: &Prompt, facts: StartFacts<'_>) -> Result<(), EngineError> {
+    prompt.check_supported(facts.capabilities)?;
+    if facts.draining {
+        return Err(EngineError::new(
+            ErrorKind::Unavailable,
+            Reason::Draining,
+            "the service is draining: it starts no new turns",
+        ));
+    }
+    Ok(())
 }

@@ -24,6 +24,7 @@ pub struct MemoryStore {
     tables: Arc<Mutex<Tables>>,
     replicas: Arc<Mutex<Replicas>>,
     observer: Arc<OnceLock<Arc<dyn StoreObserver>>>,
+    fence: Arc<OwnerFence>,
 }
 
 impl MemoryStore {
@@ -34,6 +35,29 @@ impl MemoryStore {
     /// Runs one operation on the rows as one atomic step, reported to the observer.
     fn run<T>(&self, operation: &'static str, step: impl FnOnce(&mut Tables) -> T) -> StoreResult<T> {
         self.try_run(operation, |tables| Ok(step(tables)))
+    }
+
+    /// [`Self::try_run`] for an owner write: refused before it touches a row once the
+    /// lease's local deadline has passed, as the SQL stores refuse it without a round trip.
+    fn owner_write<T>(
+        &self,
+        operation: &'static str,
+        step: impl FnOnce(&mut Tables) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        self.try_run(operation, |tables| {
+            self.fence.owner_write_allowed()?;
+            step(tables)
+        })
+    }
+
+    /// Publishes what a registration or heartbeat sent at `sent_at` found (`None`: the
+    /// lease ended) to the rows the fence checks and to the lease watch.
+    fn publish(&self, sent_at: tokio::time::Instant, terms: LeaseTerms, lease_until_ms: Option<i64>) {
+        match lease_until_ms {
+            Some(_) => self.fence.renewed(sent_at, terms, true),
+            None => self.fence.lost(),
+        }
+        self.tables.lock().my_lease_until_ms = Some(lease_until_ms.unwrap_or(i64::MIN));
     }
 
     /// [`Self::run`] for an operation that can be refused.
@@ -65,15 +89,31 @@ impl Store for MemoryStore {
     /// Nothing another process could share (like `sqlite::memory:`): every earlier
     /// incarnation is a predecessor.
     async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+        let sent_at = tokio::time::Instant::now();
         let registration = self.replicas.lock().register(name, terms)?;
         self.run("register_replica", |t| t.me = registration.incarnation.clone())?;
+        self.publish(sent_at, terms, Some(registration.lease_until_ms));
         Ok(registration)
     }
     async fn renew_replica_lease(&self) -> StoreResult<Renewal> {
-        self.replicas.lock().renew()
+        let sent_at = tokio::time::Instant::now();
+        let (renewal, terms) = {
+            let mut replicas = self.replicas.lock();
+            (replicas.renew()?, replicas.terms())
+        };
+        match (renewal, terms) {
+            (Renewal::Held { lease_until_ms }, Some(terms)) => self.publish(sent_at, terms, Some(lease_until_ms)),
+            _ => self.fence.lost(),
+        }
+        Ok(renewal)
+    }
+    fn lease(&self) -> tokio::sync::watch::Receiver<Lease> {
+        self.fence.subscribe()
     }
     async fn end_replica(&self) -> StoreResult<()> {
         self.replicas.lock().end();
+        self.fence.lost();
+        self.tables.lock().my_lease_until_ms = Some(i64::MIN);
         Ok(())
     }
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
@@ -105,14 +145,23 @@ impl Store for MemoryStore {
     }
 
     async fn insert_execution(&self, execution: &ExecutionRecord) -> StoreResult<()> {
-        self.try_run("insert_execution", |t| t.insert_execution(execution))
+        self.owner_write("insert_execution", |t| t.insert_execution(execution))
     }
     async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool> {
-        self.run("update_execution", |t| t.update_execution(expected_state, execution))
+        self.owner_write(
+            "update_execution",
+            |t| Ok(t.update_execution(expected_state, execution)),
+        )
     }
     async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
-        self.run("advance_generation", |t| {
-            t.advance_generation(tenant_id, execution_id, expected)
+        self.owner_write("advance_generation", |t| {
+            Ok(t.advance_generation(tenant_id, execution_id, expected))
+        })
+    }
+    async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
+        let from_live = self.replicas.lock().lease_live(from);
+        self.owner_write("claim_execution", |t| {
+            Ok(t.claim_execution(execution_id, generation, from, from_live))
         })
     }
     async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
@@ -144,10 +193,10 @@ impl Store for MemoryStore {
     }
 
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {
-        self.try_run("insert_turn", |t| t.insert_turn(turn))
+        self.owner_write("insert_turn", |t| t.insert_turn(turn))
     }
     async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool> {
-        self.run("settle_turn", |t| t.settle_turn(turn))
+        self.owner_write("settle_turn", |t| Ok(t.settle_turn(turn)))
     }
     async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
         self.run("get_turn", |t| t.get_turn(tenant_id, id))
@@ -165,15 +214,15 @@ impl Store for MemoryStore {
     }
 
     async fn insert_interaction(&self, interaction: &InteractionRecord) -> StoreResult<()> {
-        self.try_run("insert_interaction", |t| t.insert_interaction(interaction))
+        self.owner_write("insert_interaction", |t| t.insert_interaction(interaction))
     }
     async fn transition_interaction(
         &self,
         expected_state: InteractionState,
         next: &InteractionRecord,
     ) -> StoreResult<bool> {
-        self.run("transition_interaction", |t| {
-            t.transition_interaction(expected_state, next)
+        self.owner_write("transition_interaction", |t| {
+            Ok(t.transition_interaction(expected_state, next))
         })
     }
     async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
@@ -184,10 +233,10 @@ impl Store for MemoryStore {
     }
 
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
-        self.try_run("append_events", |t| t.append_events(events))
+        self.owner_write("append_events", |t| t.append_events(events))
     }
     async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
-        self.try_run("commit", |t| t.commit(batch))
+        self.owner_write("commit", |t| t.commit(batch))
     }
     async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
         self.run("read_events", |t| t.read_events(execution_id, after_sequence, limit))

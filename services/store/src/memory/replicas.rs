@@ -72,6 +72,18 @@ impl Replicas {
         })
     }
 
+    /// This store's lease terms, once registered.
+    pub(super) fn terms(&self) -> Option<LeaseTerms> {
+        self.me.as_ref().map(|(_, terms)| *terms)
+    }
+
+    /// Whether `incarnation`'s lease is live now.
+    pub(super) fn lease_live(&self, incarnation: &str) -> bool {
+        self.rows
+            .get(incarnation)
+            .is_some_and(|row| !row.ended && row.lease_until_ms > now_ms())
+    }
+
     pub(super) fn end(&mut self) {
         if let Some((incarnation, _)) = &self.me
             && let Some(row) = self.rows.get_mut(incarnation)

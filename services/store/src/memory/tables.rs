@@ -23,6 +23,9 @@ pub(super) struct Tables {
     owners: HashMap<String, String>,
     /// The incarnation this store writes as owner (`""` until it registers).
     pub(super) me: String,
+    /// The end of `me`'s lease on this store's clock (`replicas.lease_until_ms`); `None`
+    /// until it registers, when writes are fenced by generation only.
+    pub(super) my_lease_until_ms: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -120,7 +123,26 @@ impl Tables {
         done.len() as u64
     }
 
+    /// Whether `me`'s lease is live now (no replica registered: no owner fence).
+    fn my_lease_live(&self) -> bool {
+        self.my_lease_until_ms.is_none_or(|until| until > now_ms())
+    }
+
+    /// The owner fence on an execution row: `OWNED` without its generation.
+    fn owner_is_me(&self, execution_id: &str) -> bool {
+        self.my_lease_until_ms.is_none()
+            || (self.owner_of(execution_id) == Some(self.me.as_str()) && self.my_lease_live())
+    }
+
+    /// `OWNED(execution, generation)`, like the SQL predicate.
+    fn owned(&self, execution_id: &str, generation: i64) -> bool {
+        self.executions.get(execution_id).map(|e| e.generation) == Some(generation) && self.owner_is_me(execution_id)
+    }
+
     pub(super) fn insert_execution(&mut self, e: &ExecutionRecord) -> StoreResult<()> {
+        if !self.my_lease_live() {
+            return Err(StoreError::Fenced);
+        }
         if self.executions.contains_key(&e.id) {
             return Err(StoreError::Duplicate);
         }
@@ -138,6 +160,10 @@ impl Tables {
         if row.generation != e.generation || row.state != expected_state {
             return false;
         }
+        if !self.owner_is_me(&e.id) {
+            return false;
+        }
+        let row = self.executions.get_mut(&e.id).expect("found above");
         row.state = e.state;
         row.session_id = e.session_id.clone();
         row.active_turn_id = e.active_turn_id.clone();
@@ -156,6 +182,9 @@ impl Tables {
     }
 
     pub(super) fn advance_generation(&mut self, tenant_id: &str, execution_id: &str, expected: i64) -> bool {
+        if !self.my_lease_live() {
+            return false;
+        }
         match self.executions.get_mut(execution_id) {
             Some(row) if row.tenant_id == tenant_id && row.generation == expected => {
                 row.generation += 1;
@@ -197,11 +226,13 @@ impl Tables {
     }
 
     pub(super) fn find_session(&self, tenant_id: &str, session_id: &str) -> Option<ExecutionRecord> {
-        self.executions
+        let mut of_the_session = self
+            .executions
             .values()
             .rev()
-            .find(|e| e.tenant_id == tenant_id && e.session_id.as_deref() == Some(session_id))
-            .cloned()
+            .filter(|e| e.tenant_id == tenant_id && e.session_id.as_deref() == Some(session_id));
+        let newest = of_the_session.clone().next();
+        of_the_session.find(|e| !e.state.is_terminal()).or(newest).cloned()
     }
 
     pub(super) fn list_sessions(
@@ -223,13 +254,24 @@ impl Tables {
         newest.into_values().take(take(limit)).cloned().collect()
     }
 
-    /// Fenced like the SQL insert: only at the execution's current generation.
-    fn at_generation(&self, execution_id: &str, generation: i64) -> bool {
-        self.executions.get(execution_id).map(|e| e.generation) == Some(generation)
+    /// Like the SQL claim: a live execution of `from`, whose lease has ended, becomes `me`'s.
+    pub(super) fn claim_execution(&mut self, execution_id: &str, generation: i64, from: &str, from_live: bool) -> bool {
+        let claimable = self
+            .executions
+            .get(execution_id)
+            .is_some_and(|e| e.generation == generation && !e.state.is_terminal())
+            && self.owner_of(execution_id) == Some(from)
+            && !from_live
+            && self.my_lease_until_ms.is_some()
+            && self.my_lease_live();
+        if claimable {
+            self.owners.insert(execution_id.to_owned(), self.me.clone());
+        }
+        claimable
     }
 
     pub(super) fn insert_turn(&mut self, t: &TurnRecord) -> StoreResult<()> {
-        if !self.at_generation(&t.execution_id, t.generation) {
+        if !self.owned(&t.execution_id, t.generation) {
             return Err(StoreError::Fenced);
         }
         let taken = self
@@ -246,11 +288,11 @@ impl Tables {
     /// Settles a `running` turn of the record's generation, while that is still the
     /// execution's.
     pub(super) fn settle_turn(&mut self, t: &TurnRecord) -> bool {
-        let current = self.executions.get(&t.execution_id).map(|e| e.generation);
+        let owned = self.owned(&t.execution_id, t.generation);
         let Some(row) = self.turns.get_mut(&t.id) else {
             return false;
         };
-        if row.generation != t.generation || row.state != TurnState::Running || current != Some(t.generation) {
+        if row.generation != t.generation || row.state != TurnState::Running || !owned {
             return false;
         }
         row.state = t.state;
@@ -285,7 +327,7 @@ impl Tables {
     }
 
     pub(super) fn insert_interaction(&mut self, i: &InteractionRecord) -> StoreResult<()> {
-        if !self.at_generation(&i.execution_id, i.generation) {
+        if !self.owned(&i.execution_id, i.generation) {
             return Err(StoreError::Fenced);
         }
         if !self.turns.contains_key(&i.turn_id) {
@@ -304,11 +346,14 @@ impl Tables {
     }
 
     pub(super) fn transition_interaction(&mut self, expected_state: InteractionState, i: &InteractionRecord) -> bool {
+        let owned = self
+            .interactions
+            .get(&i.id)
+            .is_some_and(|row| self.owned(&row.execution_id, i.generation));
         let Some(row) = self.interactions.get_mut(&i.id) else {
             return false;
         };
-        let execution_generation = self.executions.get(&row.execution_id).map(|e| e.generation);
-        if row.generation != i.generation || row.state != expected_state || execution_generation != Some(i.generation) {
+        if row.generation != i.generation || row.state != expected_state || !owned {
             return false;
         }
         row.state = i.state;
@@ -347,7 +392,7 @@ impl Tables {
         let Some((execution_id, generation)) = one_execution_and_generation(events)? else {
             return Ok(());
         };
-        if self.executions.get(execution_id).map(|e| e.generation) != Some(generation) {
+        if !self.owned(execution_id, generation) {
             return Err(StoreError::Fenced);
         }
         let mut keys = HashSet::new();

@@ -11,17 +11,20 @@ use crate::contract::*;
 impl SqlStore {
     pub(super) async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
         let fence = one_execution_and_generation(&batch.events)?;
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| {
             let mut tx = pool.begin().await?;
             let mut landed = true;
             for write in &batch.writes {
                 let affected = match write {
-                    Write::InsertTurn(turn) => insert_turn_on!(&mut *tx, turn),
-                    Write::InsertInteraction(interaction) => insert_interaction_on!(&mut *tx, interaction),
-                    Write::Execution { expected_state, record } => update_execution_on!(&mut *tx, expected_state, record),
-                    Write::SettleTurn(turn) => settle_turn_on!(&mut *tx, turn),
+                    Write::InsertTurn(turn) => insert_turn_on!(&mut *tx, sql, turn, me),
+                    Write::InsertInteraction(interaction) => insert_interaction_on!(&mut *tx, sql, interaction, me),
+                    Write::Execution { expected_state, record } => {
+                        update_execution_on!(&mut *tx, sql, expected_state, record, me)
+                    }
+                    Write::SettleTurn(turn) => settle_turn_on!(&mut *tx, sql, turn, me),
                     Write::Interaction { expected_state, record } => {
-                        transition_interaction_on!(&mut *tx, expected_state, record)
+                        transition_interaction_on!(&mut *tx, sql, expected_state, record, me)
                     }
                 };
                 if affected != 1 {
@@ -30,7 +33,7 @@ impl SqlStore {
                 }
             }
             if landed && let Some((execution_id, generation)) = fence {
-                landed = append_events_on!(&mut *tx, &batch.events, execution_id, generation) > 0;
+                landed = append_events_on!(&mut *tx, sql, &batch.events, execution_id, generation, me) > 0;
             }
             if landed {
                 tx.commit().await?;

@@ -9,8 +9,10 @@ use sqlx::{PgPool, SqlitePool};
 use std::str::FromStr;
 use std::sync::Arc;
 
+use super::fence::{Dialect, Statements};
 use super::identity::Identity;
 use crate::contract::*;
+use crate::replica::OwnerFence;
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -31,16 +33,23 @@ pub(super) enum Pool {
 /// backend), timing each attempt for the observer under the name of the method it is in (a
 /// `Store` method: a small closed set), and retrying transient failures as the store's
 /// [`Patience`] says. `on_pool!(@attempts …)` yields `(outcome, retried)` for the methods
-/// that must tell "already there" after a retry from a real conflict.
+/// that must tell "already there" after a retry from a real conflict; `on_pool!(@owner_write
+/// …)` is that for an owner write, which is refused locally ([`StoreError::Fenced`], no
+/// round trip) before each attempt once this replica's lease has passed its local deadline.
 macro_rules! on_pool {
     ($self:ident, |$pool:ident| $body:expr) => {{ on_pool!(@attempts $self, |$pool| $body).0? }};
-    (@attempts $self:ident, |$pool:ident| $body:expr) => {{
+    (@attempts $self:ident, |$pool:ident| $body:expr) => {{ on_pool!(@checked $self, $crate::contract::StoreResult::<()>::Ok(()), |$pool| $body) }};
+    (@owner_write $self:ident, |$pool:ident| $body:expr) => {{
+        on_pool!(@checked $self, $self.shared.fence.owner_write_allowed(), |$pool| $body)
+    }};
+    (@checked $self:ident, $check:expr, |$pool:ident| $body:expr) => {{
         fn here() {}
         let operation = $crate::sql::connection::operation_name(std::any::type_name_of_val(&here));
         let mut attempts = $crate::retry::Attempts::new($self.patience, std::time::Instant::now());
         loop {
             let started = std::time::Instant::now();
             let outcome: $crate::contract::StoreResult<_> = async {
+                $check?;
                 Ok(match &$self.shared.pool {
                     $crate::sql::connection::Pool::Postgres($pool) => $body,
                     $crate::sql::connection::Pool::Sqlite($pool) => $body,
@@ -81,6 +90,10 @@ pub(super) struct Shared {
     pub(super) observer: std::sync::OnceLock<Arc<dyn StoreObserver>>,
     /// This process as a replica: its locks, and the incarnation it writes as owner.
     pub(super) identity: Identity,
+    /// The owner writes' statements, as this backend spells them.
+    pub(super) statements: Statements,
+    /// The lease watch every owner write checks before any I/O.
+    pub(super) fence: OwnerFence,
 }
 
 impl SqlStore {
@@ -123,11 +136,17 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(redact_url(url)));
         };
+        let dialect = match pool {
+            Pool::Postgres(_) => Dialect::POSTGRES,
+            Pool::Sqlite(_) => Dialect::SQLITE,
+        };
         let store = Self {
             shared: Arc::new(Shared {
                 pool,
                 observer: std::sync::OnceLock::new(),
                 identity,
+                statements: Statements::new(dialect),
+                fence: OwnerFence::default(),
             }),
             patience: Patience::None,
         };

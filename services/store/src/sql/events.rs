@@ -5,11 +5,11 @@ use super::connection::{SqlStore, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
-/// The fenced append run on `$executor`, a pool or an open transaction: one statement,
-/// the rows go in only while the execution's generation is theirs, so a superseded writer
+/// The fenced append run on `$executor`, a pool or an open transaction, as `$me`: one
+/// statement, the rows go in only behind the owner fence (`OWNED`), so a superseded writer
 /// can never append (no extra round trip). Evaluates to the rows affected (0: fenced).
 macro_rules! append_events_on {
-    ($executor:expr, $events:expr, $execution_id:expr, $generation:expr) => {{
+    ($executor:expr, $sql:expr, $events:expr, $execution_id:expr, $generation:expr, $me:expr) => {{
         let mut builder = sqlx::QueryBuilder::new(
             "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) SELECT * FROM (",
         );
@@ -26,12 +26,8 @@ macro_rules! append_events_on {
                 .push_bind(e.emitted_at_ms)
                 .push_bind(&e.payload);
         });
-        builder
-            .push(") AS appended WHERE EXISTS (SELECT 1 FROM executions WHERE id = ")
-            .push_bind($execution_id)
-            .push(" AND generation = ")
-            .push_bind($generation)
-            .push(")");
+        builder.push(") AS appended WHERE ");
+        $sql.push_owned(&mut builder, $execution_id, $generation, $me);
         builder.build().execute($executor).await?.rows_affected()
     }};
 }
@@ -42,8 +38,9 @@ impl SqlStore {
         let Some((execution_id, generation)) = one_execution_and_generation(events)? else {
             return Ok(());
         };
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
         let (outcome, retried) =
-            on_pool!(@attempts self, |pool| append_events_on!(pool, events, execution_id, generation));
+            on_pool!(@owner_write self, |pool| append_events_on!(pool, sql, events, execution_id, generation, me));
         match outcome {
             // The attempt that failed committed: the rows are ours (one writer per
             // execution assigns these sequences).

@@ -1,55 +1,50 @@
 //! Execution rows: insert, the compare-and-set update, the generation fence, reads,
 //! and the sessions recorded on them.
 
-use super::connection::{SqlStore, already_there_after_retry, on_pool};
+use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use crate::contract::*;
 use crate::records::*;
 use cursor_runner_domain::state::ExecutionState;
 
 const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms";
 
-/// The execution compare-and-set (on its generation and `$expected_state`) run on
-/// `$executor`, a pool or an open transaction; evaluates to the rows affected.
+/// The execution compare-and-set (on its generation and `$expected_state`, behind the
+/// owner fence) run on `$executor`, a pool or an open transaction, as `$me`; evaluates to
+/// the rows affected.
 macro_rules! update_execution_on {
-    ($executor:expr, $expected_state:expr, $e:expr) => {{
+    ($executor:expr, $sql:expr, $expected_state:expr, $e:expr, $me:expr) => {{
         let e: &$crate::records::ExecutionRecord = $e;
-        sqlx::query(
-            "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
-             exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
-             credential_name = $13, active_ms = $14 \
-             WHERE id = $15 AND generation = $16 AND state = $17",
-        )
-        .bind(e.state.as_str())
-        .bind(&e.session_id)
-        .bind(&e.active_turn_id)
-        .bind(e.turn_count)
-        .bind(e.pid)
-        .bind(e.exit_code)
-        .bind(e.exit_signal)
-        .bind(&e.failure_reason)
-        .bind(&e.failure_message)
-        .bind(e.updated_at_ms)
-        .bind(&e.lease)
-        .bind(&e.session_config)
-        .bind(&e.credential_name)
-        .bind(e.active_ms)
-        .bind(&e.id)
-        .bind(e.generation)
-        .bind($expected_state.as_str())
-        .execute($executor)
-        .await?
-        .rows_affected()
+        sqlx::query(sqlx::AssertSqlSafe($sql.update_execution.as_str()))
+            .bind(e.state.as_str())
+            .bind(&e.session_id)
+            .bind(&e.active_turn_id)
+            .bind(e.turn_count)
+            .bind(e.pid)
+            .bind(e.exit_code)
+            .bind(e.exit_signal)
+            .bind(&e.failure_reason)
+            .bind(&e.failure_message)
+            .bind(e.updated_at_ms)
+            .bind(&e.lease)
+            .bind(&e.session_config)
+            .bind(&e.credential_name)
+            .bind(e.active_ms)
+            .bind(&e.id)
+            .bind(e.generation)
+            .bind($expected_state.as_str())
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
     }};
 }
 pub(super) use update_execution_on;
 
 impl SqlStore {
     pub(super) async fn insert_execution(&self, e: &ExecutionRecord) -> StoreResult<()> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| {
-            sqlx::query(
-            "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms, owner_incarnation) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
-        )
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| {
+            sqlx::query(sqlx::AssertSqlSafe(sql.insert_execution.as_str()))
         .bind(&e.id)
         .bind(&e.tenant_id)
         .bind(e.state.as_str())
@@ -77,11 +72,12 @@ impl SqlStore {
         .bind(e.active_ms)
         // The replica that inserts an execution owns it.
         .bind(self.shared.identity.me())
+        .bind(me)
         .execute(pool)
         .await?
         .rows_affected()
         });
-        already_there_after_retry(outcome, retried)
+        inserted_unless_fenced(outcome, retried)
     }
 
     pub(super) async fn update_execution(
@@ -89,7 +85,9 @@ impl SqlStore {
         expected_state: ExecutionState,
         e: &ExecutionRecord,
     ) -> StoreResult<bool> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| update_execution_on!(pool, expected_state, e));
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) =
+            on_pool!(@owner_write self, |pool| update_execution_on!(pool, sql, expected_state, e, me));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `e`.
@@ -137,7 +135,8 @@ impl SqlStore {
 
     pub(super) async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND session_id = $2 ORDER BY id DESC LIMIT 1"
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND session_id = $2 \
+             ORDER BY CASE WHEN state IN ('closed', 'failed', 'lost') THEN 1 ELSE 0 END, id DESC LIMIT 1"
         );
         Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
             .bind(tenant_id)
@@ -171,21 +170,54 @@ impl SqlStore {
         execution_id: &str,
         expected: i64,
     ) -> StoreResult<bool> {
-        let n = on_pool!(self, |pool| {
-            sqlx::query(
-                "UPDATE executions SET generation = generation + 1, owner_incarnation = $4 \
-                 WHERE tenant_id = $1 AND id = $2 AND generation = $3",
-            )
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, _) = on_pool!(@owner_write self, |pool| {
+            sqlx::query(sqlx::AssertSqlSafe(sql.advance_generation.as_str()))
             .bind(tenant_id)
             .bind(execution_id)
             .bind(expected)
             // The new lease's process is this replica's.
             .bind(self.shared.identity.me())
+            .bind(me)
             .execute(pool)
             .await?
             .rows_affected()
         });
-        Ok(n == 1)
+        Ok(outcome? == 1)
+    }
+
+    pub(super) async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
+        let sql = &self.shared.statements;
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| {
+            sqlx::query(sqlx::AssertSqlSafe(sql.claim_execution.as_str()))
+                .bind(execution_id)
+                .bind(generation)
+                .bind(self.shared.identity.me())
+                .bind(from)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the row is already ours.
+            _ if retried => {
+                Ok(self.owner_at(execution_id, generation).await?.as_deref() == Some(self.shared.identity.me()))
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The owner of an execution at `generation`, to tell whether a retried claim had landed.
+    async fn owner_at(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
+        let row: Option<(String,)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT owner_incarnation FROM executions WHERE id = $1 AND generation = $2"
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_optional(pool)
+        .await?);
+        Ok(row.map(|(owner,)| owner))
     }
 
     /// An execution's state and update time at `generation`, to tell whether a retried

@@ -74,6 +74,12 @@ impl Identity {
         }
     }
 
+    /// The `$me` of the owner fence: this incarnation once registered; `None` before, when
+    /// writes are fenced by generation only.
+    pub(super) fn fence_owner(&self) -> Option<&str> {
+        self.registered.get().map(|r| r.incarnation.as_str())
+    }
+
     /// The incarnation this store writes as owner ([`LEGACY_INCARNATION`] until registered).
     pub(super) fn me(&self) -> &str {
         self.registered

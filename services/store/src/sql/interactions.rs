@@ -5,73 +5,68 @@ use crate::contract::*;
 use crate::records::*;
 use cursor_runner_domain::state::InteractionState;
 
-/// The interaction compare-and-set (on its state and generation, and its execution's)
-/// run on `$executor`, a pool or an open transaction; evaluates to the rows affected.
+/// The interaction compare-and-set (on its state and generation, behind the owner fence)
+/// run on `$executor`, a pool or an open transaction, as `$me`; evaluates to the rows
+/// affected.
 macro_rules! transition_interaction_on {
-    ($executor:expr, $expected_state:expr, $i:expr) => {{
+    ($executor:expr, $sql:expr, $expected_state:expr, $i:expr, $me:expr) => {{
         let i: &$crate::records::InteractionRecord = $i;
-        sqlx::query(
-            "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
-             reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
-             WHERE id = $9 AND generation = $10 AND state = $11 \
-             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = interactions.execution_id AND e.generation = $10)",
-        )
-        .bind(i.state.as_str())
-        .bind(&i.outcome)
-        .bind(&i.answer_request_id)
-        .bind(&i.answer_fingerprint)
-        .bind(&i.reason)
-        .bind(&i.delivery)
-        .bind(i.replay_allowed)
-        .bind(i.updated_at_ms)
-        .bind(&i.id)
-        .bind(i.generation)
-        .bind($expected_state.as_str())
-        .execute($executor)
-        .await?
-        .rows_affected()
+        sqlx::query(sqlx::AssertSqlSafe($sql.transition_interaction.as_str()))
+            .bind(i.state.as_str())
+            .bind(&i.outcome)
+            .bind(&i.answer_request_id)
+            .bind(&i.answer_fingerprint)
+            .bind(&i.reason)
+            .bind(&i.delivery)
+            .bind(i.replay_allowed)
+            .bind(i.updated_at_ms)
+            .bind(&i.id)
+            .bind(i.generation)
+            .bind($expected_state.as_str())
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
     }};
 }
 pub(super) use transition_interaction_on;
 
-/// The interaction insert, fenced by the execution's generation, run on `$executor` (a
-/// pool or an open transaction); evaluates to the rows affected (0: fenced).
+/// The interaction insert, behind the owner fence, run on `$executor` (a pool or an open
+/// transaction) as `$me`; evaluates to the rows affected (0: fenced).
 macro_rules! insert_interaction_on {
-    ($executor:expr, $i:expr) => {{
+    ($executor:expr, $sql:expr, $i:expr, $me:expr) => {{
         let i: &$crate::records::InteractionRecord = $i;
-        sqlx::query(
-            "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 \
-             WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = $2 AND e.generation = $4)"
-        )
-    .bind(&i.id)
-    .bind(&i.execution_id)
-    .bind(&i.tenant_id)
-    .bind(i.generation)
-    .bind(&i.turn_id)
-    .bind(&i.native_request_id)
-    .bind(i.kind.as_str())
-    .bind(i.state.as_str())
-    .bind(&i.etag)
-    .bind(&i.request)
-    .bind(&i.outcome)
-    .bind(&i.answer_request_id)
-    .bind(&i.answer_fingerprint)
-    .bind(&i.reason)
-    .bind(&i.delivery)
-    .bind(i.replay_allowed)
-    .bind(i.created_at_ms)
-    .bind(i.updated_at_ms)
-    .execute($executor)
-    .await?
-    .rows_affected()
+        sqlx::query(sqlx::AssertSqlSafe($sql.insert_interaction.as_str()))
+            .bind(&i.id)
+            .bind(&i.execution_id)
+            .bind(&i.tenant_id)
+            .bind(i.generation)
+            .bind(&i.turn_id)
+            .bind(&i.native_request_id)
+            .bind(i.kind.as_str())
+            .bind(i.state.as_str())
+            .bind(&i.etag)
+            .bind(&i.request)
+            .bind(&i.outcome)
+            .bind(&i.answer_request_id)
+            .bind(&i.answer_fingerprint)
+            .bind(&i.reason)
+            .bind(&i.delivery)
+            .bind(i.replay_allowed)
+            .bind(i.created_at_ms)
+            .bind(i.updated_at_ms)
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
     }};
 }
 pub(super) use insert_interaction_on;
 
 impl SqlStore {
     pub(super) async fn insert_interaction(&self, i: &InteractionRecord) -> StoreResult<()> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| insert_interaction_on!(pool, i));
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| insert_interaction_on!(pool, sql, i, me));
         inserted_unless_fenced(outcome, retried)
     }
 
@@ -80,7 +75,9 @@ impl SqlStore {
         expected_state: InteractionState,
         i: &InteractionRecord,
     ) -> StoreResult<bool> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| transition_interaction_on!(pool, expected_state, i));
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) =
+            on_pool!(@owner_write self, |pool| transition_interaction_on!(pool, sql, expected_state, i, me));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already `next`.

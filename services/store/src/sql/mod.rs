@@ -8,6 +8,7 @@ mod batch;
 mod connection;
 mod events;
 mod executions;
+mod fence;
 mod idempotency;
 mod identity;
 mod interactions;
@@ -52,6 +53,9 @@ impl Store for SqlStore {
     async fn renew_replica_lease(&self) -> StoreResult<Renewal> {
         SqlStore::renew_replica_lease(self).await
     }
+    fn lease(&self) -> tokio::sync::watch::Receiver<Lease> {
+        self.shared.fence.subscribe()
+    }
     async fn end_replica(&self) -> StoreResult<()> {
         SqlStore::end_replica(self).await
     }
@@ -94,6 +98,9 @@ impl Store for SqlStore {
         limit: i64,
     ) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_executions(self, tenant_id, after_id, limit).await
+    }
+    async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
+        SqlStore::claim_execution(self, execution_id, generation, from).await
     }
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_live_executions_of(self, owner_incarnation).await
@@ -157,6 +164,12 @@ impl Store for SqlStore {
     }
     async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {
         SqlStore::head_sequence(self, execution_id).await
+    }
+    async fn listen_for_heads(&self) -> StoreResult<Option<crate::notify::HeadListener>> {
+        match &self.shared.pool {
+            Pool::Postgres(pool) => Ok(Some(crate::notify::HeadListener::listen(pool).await?)),
+            Pool::Sqlite(_) => Ok(None),
+        }
     }
     async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>> {
         SqlStore::oldest_sequence(self, execution_id).await

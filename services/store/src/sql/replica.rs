@@ -10,10 +10,6 @@ use super::identity::{Held, Registered, Target, lock_file, locked_connection};
 use crate::contract::{StoreError, StoreResult};
 use crate::replica::*;
 
-/// `DB_NOW_MS`, the one lease clock, per backend.
-const PG_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
-const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
-
 /// Runs one statement on the identity connection (PostgreSQL) or the pool (SQLite).
 macro_rules! on_identity {
     ($self:ident, $connection:expr, |$executor:ident| $body:expr) => {{
@@ -27,10 +23,7 @@ macro_rules! on_identity {
 
 impl SqlStore {
     fn now_ms_sql(&self) -> &'static str {
-        match self.shared.pool {
-            Pool::Postgres(_) => PG_NOW_MS,
-            Pool::Sqlite(_) => SQLITE_NOW_MS,
-        }
+        self.shared.statements.dialect.now_ms
     }
 
     /// The lease length to add to the database's now; `None` on SQLite, whose lease never
@@ -55,6 +48,7 @@ impl SqlStore {
             Target::Unshared => (None, None),
         };
         let incarnation = uuid::Uuid::now_v7().to_string();
+        let sent_at = tokio::time::Instant::now();
         let now = self.now_ms_sql();
         // On PostgreSQL only same-name predecessors are known dead (their name lock is ours);
         // on SQLite the file lock proves every earlier process is gone.
@@ -104,6 +98,7 @@ impl SqlStore {
             (None, Some(file)) => Held::SqliteFile(file),
             (None, None) => Held::Unshared,
         };
+        self.shared.fence.renewed(sent_at, terms, lease_ms.is_some());
         let _ = identity.registered.set(Registered {
             incarnation: incarnation.clone(),
             name: name.to_owned(),
@@ -117,7 +112,23 @@ impl SqlStore {
         })
     }
 
+    /// One heartbeat, published to the lease watch: held, the local deadline moves to when
+    /// it was sent plus the lease less the margin; lost, every owner write is refused.
     pub(super) async fn renew_replica_lease(&self) -> StoreResult<Renewal> {
+        let sent_at = tokio::time::Instant::now();
+        let renewal = self.renew_lease().await?;
+        match (renewal, self.shared.identity.registered.get()) {
+            (Renewal::Held { .. }, Some(me)) => {
+                self.shared
+                    .fence
+                    .renewed(sent_at, me.terms, self.lease_ms(me.terms).is_some())
+            }
+            _ => self.shared.fence.lost(),
+        }
+        Ok(renewal)
+    }
+
+    async fn renew_lease(&self) -> StoreResult<Renewal> {
         let identity = &self.shared.identity;
         let Some(me) = identity.registered.get() else {
             return Err(StoreError::Database("no replica registered to renew".into()));
@@ -237,6 +248,8 @@ impl SqlStore {
             return Ok(());
         };
         let mut held = identity.held.lock().await;
+        // Nothing this incarnation writes as owner lands any more, even if the end fails.
+        self.shared.fence.lost();
         let now = self.now_ms_sql();
         let end = format!(
             "UPDATE replicas SET state = 'ended', \

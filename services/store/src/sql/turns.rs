@@ -7,71 +7,66 @@ use crate::records::*;
 
 const TURN_COLUMNS: &str = "id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage";
 
-/// The turn settlement (compare-and-set from `running`, fenced by the execution's
-/// generation) run on `$executor`, a pool or an open transaction; evaluates to the rows
-/// affected.
+/// The turn settlement (compare-and-set from `running`, behind the owner fence) run on
+/// `$executor`, a pool or an open transaction, as `$me`; evaluates to the rows affected.
 macro_rules! settle_turn_on {
-    ($executor:expr, $t:expr) => {{
+    ($executor:expr, $sql:expr, $t:expr, $me:expr) => {{
         let t: &$crate::records::TurnRecord = $t;
-        sqlx::query(
-            "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
-             WHERE id = $7 AND generation = $8 AND state = 'running' \
-             AND EXISTS (SELECT 1 FROM executions e WHERE e.id = turns.execution_id AND e.generation = $8)",
-        )
-        .bind(t.state.as_str())
-        .bind(&t.stop_reason)
-        .bind(&t.failure_reason)
-        .bind(&t.failure_message)
-        .bind(t.ended_at_ms)
-        .bind(&t.usage)
-        .bind(&t.id)
-        .bind(t.generation)
-        .execute($executor)
-        .await?
-        .rows_affected()
+        sqlx::query(sqlx::AssertSqlSafe($sql.settle_turn.as_str()))
+            .bind(t.state.as_str())
+            .bind(&t.stop_reason)
+            .bind(&t.failure_reason)
+            .bind(&t.failure_message)
+            .bind(t.ended_at_ms)
+            .bind(&t.usage)
+            .bind(&t.id)
+            .bind(t.generation)
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
     }};
 }
 pub(super) use settle_turn_on;
 
-/// The turn insert, fenced by the execution's generation, run on `$executor` (a pool or
-/// an open transaction); evaluates to the rows affected (0: fenced).
+/// The turn insert, behind the owner fence, run on `$executor` (a pool or an open
+/// transaction) as `$me`; evaluates to the rows affected (0: fenced).
 macro_rules! insert_turn_on {
-    ($executor:expr, $t:expr) => {{
+    ($executor:expr, $sql:expr, $t:expr, $me:expr) => {{
         let t: &$crate::records::TurnRecord = $t;
-        sqlx::query(
-            "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
-             WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = $2 AND e.generation = $4)"
-        )
-    .bind(&t.id)
-    .bind(&t.execution_id)
-    .bind(&t.tenant_id)
-    .bind(t.generation)
-    .bind(t.turn_number)
-    .bind(t.state.as_str())
-    .bind(&t.stop_reason)
-    .bind(&t.failure_reason)
-    .bind(&t.failure_message)
-    .bind(t.started_at_ms)
-    .bind(t.ended_at_ms)
-    .bind(&t.credential_name)
-    .bind(&t.session_config)
-    .bind(&t.usage)
-    .execute($executor)
-    .await?
-    .rows_affected()
+        sqlx::query(sqlx::AssertSqlSafe($sql.insert_turn.as_str()))
+            .bind(&t.id)
+            .bind(&t.execution_id)
+            .bind(&t.tenant_id)
+            .bind(t.generation)
+            .bind(t.turn_number)
+            .bind(t.state.as_str())
+            .bind(&t.stop_reason)
+            .bind(&t.failure_reason)
+            .bind(&t.failure_message)
+            .bind(t.started_at_ms)
+            .bind(t.ended_at_ms)
+            .bind(&t.credential_name)
+            .bind(&t.session_config)
+            .bind(&t.usage)
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
     }};
 }
 pub(super) use insert_turn_on;
 
 impl SqlStore {
     pub(super) async fn insert_turn(&self, t: &TurnRecord) -> StoreResult<()> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| insert_turn_on!(pool, t));
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| insert_turn_on!(pool, sql, t, me));
         inserted_unless_fenced(outcome, retried)
     }
 
     pub(super) async fn settle_turn(&self, t: &TurnRecord) -> StoreResult<bool> {
-        let (outcome, retried) = on_pool!(@attempts self, |pool| settle_turn_on!(pool, t));
+        let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| settle_turn_on!(pool, sql, t, me));
         match outcome? {
             1 => Ok(true),
             // The attempt that failed may have committed: then the row is already ours.

@@ -16,6 +16,7 @@ on_every_backend!(
     advance_generation_is_compare_and_set,
     live_executions_of_an_owner_are_its_starting_ready_or_closing_ones,
     a_session_is_found_at_its_newest_execution,
+    a_session_is_found_where_it_is_open_before_a_newer_ended_execution,
     sessions_list_one_newest_execution_each_by_session_id,
     operations_are_observed_by_their_method_name,
 );
@@ -196,6 +197,23 @@ fn of_session(id: &str, session: &str) -> ExecutionRecord {
         session_id: Some(session.into()),
         ..execution(id)
     }
+}
+
+async fn a_session_is_found_where_it_is_open_before_a_newer_ended_execution(store: Arc<dyn Store>) {
+    let ended = |id: &str, session: &str, state: ExecutionState| ExecutionRecord {
+        state,
+        ..of_session(id, session)
+    };
+    for e in [
+        of_session("exec-1", "s-a"),
+        ended("exec-2", "s-a", ExecutionState::Closed),
+        ended("exec-3", "s-b", ExecutionState::Lost),
+        ended("exec-4", "s-b", ExecutionState::Closed),
+    ] {
+        store.insert_execution(&e).await.unwrap();
+    }
+    assert_eq!(store.find_session(TENANT, "s-a").await.unwrap().unwrap().id, "exec-1");
+    assert_eq!(store.find_session(TENANT, "s-b").await.unwrap().unwrap().id, "exec-4");
 }
 
 async fn a_session_is_found_at_its_newest_execution(store: Arc<dyn Store>) {

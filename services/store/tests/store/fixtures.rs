@@ -110,5 +110,6 @@ pub fn terms() -> LeaseTerms {
     LeaseTerms {
         length: std::time::Duration::from_secs(60),
         renew_timeout: std::time::Duration::from_secs(2),
+        self_fence_margin: std::time::Duration::from_secs(2),
     }
 }

@@ -24,6 +24,7 @@ fn lease(length: Duration) -> LeaseTerms {
     LeaseTerms {
         length,
         renew_timeout: Duration::from_secs(2),
+        self_fence_margin: Duration::ZERO,
     }
 }
 
@@ -350,6 +351,7 @@ async fn postgres_a_renewal_held_up_past_its_timeout_fails_and_neither_it_nor_a_
     let terms = LeaseTerms {
         length: Duration::from_secs(60),
         renew_timeout,
+        self_fence_margin: Duration::from_secs(2),
     };
     let registered = store.register_replica("a", terms).await.unwrap();
     // Another session holds the replica's row: the heartbeat's UPDATE waits on it.

@@ -1,0 +1,214 @@
+//! Where stream tails learn that an execution's outbox grew: one watch per execution,
+//! moved by this process's own writers after their commit and, on PostgreSQL, by the
+//! database's announcements of other replicas' commits (`store::HeadListener`). A head
+//! only ever moves forward, and only to a sequence already committed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use cursor_runner_store::{HeadNotice, Store};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+/// How long the announcements may stay down before listening again (and how often a tail
+/// pages the store meanwhile, see [`Feed::Deaf`]).
+pub const STREAM_POLL_WHILE_DEAF: Duration = Duration::from_secs(1);
+
+/// Whether heads moved elsewhere reach this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// Every writer of the store is in this process: its own heads are all there is.
+    Local,
+    /// Other replicas' commits are announced as they land.
+    Listening,
+    /// The announcements are down (not yet up, or lost): tails page the store every
+    /// [`STREAM_POLL_WHILE_DEAF`] until they are back.
+    Deaf,
+}
+
+/// The heads of the executions someone watches or writes here.
+pub struct HeadBus {
+    heads: Mutex<HashMap<String, Weak<watch::Sender<i64>>>>,
+    feed: watch::Sender<Feed>,
+    /// Executions written by a writer in this process ([`LocalWriter`]).
+    local_writers: LocalWriters,
+}
+
+type LocalWriters = Arc<Mutex<HashMap<String, usize>>>;
+
+/// An execution this process writes, for as long as this lives: its head moves by its
+/// writer only, once each commit has returned, never first by the database's
+/// announcement of that commit (so what a stream shows, the writer has finished: its
+/// metrics count it, its next step follows it).
+pub struct LocalWriter {
+    writers: LocalWriters,
+    execution_id: String,
+}
+
+impl Drop for LocalWriter {
+    fn drop(&mut self) {
+        let mut writers = self.writers.lock();
+        if let Some(count) = writers.get_mut(&self.execution_id) {
+            *count -= 1;
+            if *count == 0 {
+                writers.remove(&self.execution_id);
+            }
+        }
+    }
+}
+
+impl HeadBus {
+    pub fn new(feed: Feed) -> Self {
+        Self {
+            heads: Mutex::new(HashMap::new()),
+            feed: watch::Sender::new(feed),
+            local_writers: LocalWriters::default(),
+        }
+    }
+
+    /// The head of `execution_id` for its writer in this process, and the mark that it
+    /// writes here ([`LocalWriter`]).
+    pub fn writer_head(&self, execution_id: &str, at_least: i64) -> (Arc<watch::Sender<i64>>, LocalWriter) {
+        *self.local_writers.lock().entry(execution_id.to_owned()).or_default() += 1;
+        let mark = LocalWriter {
+            writers: self.local_writers.clone(),
+            execution_id: execution_id.to_owned(),
+        };
+        (self.head(execution_id, at_least), mark)
+    }
+
+    /// The head of `execution_id`, at least `at_least`. It lives while a writer or a
+    /// tail holds it; each holder sees every later advance.
+    pub fn head(&self, execution_id: &str, at_least: i64) -> Arc<watch::Sender<i64>> {
+        let mut heads = self.heads.lock();
+        let head = match heads.get(execution_id).and_then(Weak::upgrade) {
+            Some(head) => head,
+            None => {
+                // Forget the heads nobody holds any more before adding one.
+                heads.retain(|_, head| head.strong_count() > 0);
+                let head = Arc::new(watch::Sender::new(at_least));
+                heads.insert(execution_id.to_owned(), Arc::downgrade(&head));
+                head
+            }
+        };
+        advance_to(&head, at_least);
+        head
+    }
+
+    /// The database announced that events of `execution_id` up to `head` are committed.
+    /// Nothing to do for an execution whose head nobody here holds, or that a writer here
+    /// writes (it moves the head itself).
+    pub fn advance(&self, execution_id: &str, head: i64) {
+        if self.local_writers.lock().contains_key(execution_id) {
+            return;
+        }
+        let held = self.heads.lock().get(execution_id).and_then(Weak::upgrade);
+        if let Some(held) = held {
+            advance_to(&held, head);
+        }
+    }
+
+    pub fn feed(&self) -> watch::Receiver<Feed> {
+        self.feed.subscribe()
+    }
+
+    pub(crate) fn set_feed(&self, feed: Feed) {
+        self.feed
+            .send_if_modified(|current| std::mem::replace(current, feed) != feed);
+    }
+}
+
+/// Moves `head` forward to `to`; never back (announcements may arrive late or twice).
+pub fn advance_to(head: &watch::Sender<i64>, to: i64) {
+    head.send_if_modified(|current| {
+        let moved = to > *current;
+        if moved {
+            *current = to;
+        }
+        moved
+    });
+}
+
+/// Feeds `bus` from the database's announcements for as long as the bus lives: listens,
+/// and listens again after a loss. Ends at once for a store whose writers are all here.
+pub async fn follow_announcements(bus: Weak<HeadBus>, store: Arc<dyn Store>) {
+    loop {
+        let listened = store.listen_for_heads().await;
+        let Some(live) = bus.upgrade() else { return };
+        let mut listener = match listened {
+            Ok(Some(listener)) => listener,
+            Ok(None) => return live.set_feed(Feed::Local),
+            Err(e) => {
+                live.set_feed(Feed::Deaf);
+                tracing::warn!(error = %e, "cannot listen for event heads; streams poll the store meanwhile");
+                drop(live);
+                tokio::time::sleep(STREAM_POLL_WHILE_DEAF).await;
+                continue;
+            }
+        };
+        // Listening now, maybe after a loss: tails re-read what went unannounced.
+        live.set_feed(Feed::Listening);
+        drop(live);
+        loop {
+            let notice = listener.next().await;
+            let Some(live) = bus.upgrade() else { return };
+            match notice {
+                HeadNotice::Advanced { execution_id, head } => live.advance(&execution_id, head),
+                HeadNotice::Lost(why) => {
+                    live.set_feed(Feed::Deaf);
+                    tracing::warn!(error = %why, "lost the event-head listener; streams poll the store until it is back");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_moves_forward_only() {
+        let bus = HeadBus::new(Feed::Local);
+        let head = bus.head("e", 5);
+        bus.advance("e", 3);
+        assert_eq!(*head.borrow(), 5);
+        bus.advance("e", 9);
+        assert_eq!(*head.borrow(), 9);
+    }
+
+    #[test]
+    fn a_writer_and_a_tail_of_one_execution_share_its_head() {
+        let bus = HeadBus::new(Feed::Local);
+        let writer = bus.head("e", 2);
+        let tail = bus.head("e", 0);
+        let mut watching = tail.subscribe();
+        advance_to(&writer, 4);
+        assert!(watching.has_changed().unwrap());
+        assert_eq!(*watching.borrow_and_update(), 4);
+    }
+
+    #[test]
+    fn an_announcement_of_an_execution_written_here_moves_nothing_until_its_writer_is_gone() {
+        let bus = HeadBus::new(Feed::Listening);
+        let (head, writing) = bus.writer_head("e", 1);
+        bus.advance("e", 5);
+        assert_eq!(*head.borrow(), 1, "its writer moves it, after its commit returns");
+        drop(writing);
+        bus.advance("e", 5);
+        assert_eq!(*head.borrow(), 5);
+        assert!(bus.local_writers.lock().is_empty());
+    }
+
+    #[test]
+    fn an_announcement_for_a_head_nobody_holds_is_dropped_and_nothing_is_kept() {
+        let bus = HeadBus::new(Feed::Listening);
+        drop(bus.head("gone", 1));
+        bus.advance("gone", 7);
+        bus.advance("never-watched", 7);
+        assert_eq!(*bus.head("gone", 0).borrow(), 0);
+        assert_eq!(bus.heads.lock().len(), 1);
+    }
+}

@@ -1,0 +1,158 @@
+//! The owner fence's SQL (`docs/scale-out.md` §2): every owner write lands only while its
+//! execution is at the write's generation, owned by this incarnation (`$me`), whose lease
+//! is live on the database's clock; on PostgreSQL the check also takes `FOR SHARE` on the
+//! execution row, so a claim of that row waits for every owner transaction in flight and
+//! then sees its rows. `$me` is NULL for a store with no replica registered: its writes are
+//! fenced by generation only. The clock and the lock are the only SQL text the backends do
+//! not share; the statements are built once per store.
+
+/// `DB_NOW_MS`, the one lease clock, per backend.
+pub(super) const PG_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+pub(super) const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/// `FOR SHARE`, not `FOR KEY SHARE`: only it blocks the `FOR NO KEY UPDATE` a plain
+/// `UPDATE` of the execution row (a claim) takes.
+const PG_OWNER_LOCK: &str = " FOR SHARE OF e";
+
+/// One backend's spelling of the fence's clock and lock.
+#[derive(Clone, Copy)]
+pub(super) struct Dialect {
+    pub(super) now_ms: &'static str,
+    lock: &'static str,
+}
+
+impl Dialect {
+    pub(super) const POSTGRES: Self = Self {
+        now_ms: PG_NOW_MS,
+        lock: PG_OWNER_LOCK,
+    };
+    pub(super) const SQLITE: Self = Self {
+        now_ms: SQLITE_NOW_MS,
+        lock: "",
+    };
+
+    /// Whether `me`'s lease is live now.
+    pub(super) fn live_lease(&self, me: &str) -> String {
+        format!(
+            "EXISTS (SELECT 1 FROM replicas r WHERE r.incarnation = {me} AND r.lease_until_ms > {now})",
+            now = self.now_ms
+        )
+    }
+
+    /// The owner predicate on an execution row's own columns (no row lock: an `UPDATE` of
+    /// the row locks it itself).
+    pub(super) fn owner_is(&self, me: &str) -> String {
+        format!(
+            "({me} IS NULL OR (owner_incarnation = {me} AND {live}))",
+            live = self.live_lease(me)
+        )
+    }
+
+    /// `OWNED(execution, generation)`, locking the execution row on PostgreSQL.
+    pub(super) fn owned(&self, execution: &str, generation: &str, me: &str) -> String {
+        format!(
+            "EXISTS (SELECT 1 FROM executions e WHERE e.id = {execution} AND e.generation = {generation} \
+             AND ({me} IS NULL OR (e.owner_incarnation = {me} AND {live})){lock})",
+            live = self.live_lease(me),
+            lock = self.lock
+        )
+    }
+}
+
+/// The fenced owner writes' statements, as one backend spells them.
+pub(super) struct Statements {
+    pub(super) dialect: Dialect,
+    pub(super) insert_turn: String,
+    pub(super) settle_turn: String,
+    pub(super) insert_interaction: String,
+    pub(super) transition_interaction: String,
+    pub(super) update_execution: String,
+    pub(super) insert_execution: String,
+    pub(super) advance_generation: String,
+    pub(super) claim_execution: String,
+}
+
+impl Statements {
+    pub(super) fn new(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            insert_turn: format!(
+                "INSERT INTO turns (id, execution_id, tenant_id, generation, turn_number, state, stop_reason, failure_reason, failure_message, started_at_ms, ended_at_ms, credential_name, session_config, usage) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 WHERE {}",
+                dialect.owned("$2", "$4", "$15")
+            ),
+            settle_turn: format!(
+                "UPDATE turns SET state = $1, stop_reason = $2, failure_reason = $3, failure_message = $4, ended_at_ms = $5, usage = $6 \
+                 WHERE id = $7 AND generation = $8 AND state = 'running' AND {}",
+                dialect.owned("turns.execution_id", "$8", "$9")
+            ),
+            insert_interaction: format!(
+                "INSERT INTO interactions (id, execution_id, tenant_id, generation, turn_id, native_request_id, kind, state, etag, request, outcome, answer_request_id, answer_fingerprint, reason, delivery, replay_allowed, created_at_ms, updated_at_ms) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 WHERE {}",
+                dialect.owned("$2", "$4", "$19")
+            ),
+            transition_interaction: format!(
+                "UPDATE interactions SET state = $1, outcome = $2, answer_request_id = $3, answer_fingerprint = $4, \
+                 reason = $5, delivery = $6, replay_allowed = $7, updated_at_ms = $8 \
+                 WHERE id = $9 AND generation = $10 AND state = $11 AND {}",
+                dialect.owned("interactions.execution_id", "$10", "$12")
+            ),
+            update_execution: format!(
+                "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
+                 exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
+                 credential_name = $13, active_ms = $14 \
+                 WHERE id = $15 AND generation = $16 AND state = $17 AND {}",
+                dialect.owner_is("$18")
+            ),
+            // `$26` is the owner written, `$27` the fence's `$me` (NULL: no replica registered).
+            insert_execution: format!(
+                "INSERT INTO executions (id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms, owner_incarnation) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26 \
+                 WHERE $27 IS NULL OR {}",
+                dialect.live_lease("$27")
+            ),
+            advance_generation: format!(
+                "UPDATE executions SET generation = generation + 1, owner_incarnation = $4 \
+                 WHERE tenant_id = $1 AND id = $2 AND generation = $3 AND ($5 IS NULL OR {})",
+                dialect.live_lease("$5")
+            ),
+            claim_execution: format!(
+                "UPDATE executions SET owner_incarnation = $3 \
+                 WHERE id = $1 AND generation = $2 AND owner_incarnation = $4 AND state IN ('starting', 'ready', 'closing') \
+                 AND NOT {dead} AND {live}",
+                dead = dialect.live_lease("$4"),
+                live = dialect.live_lease("$3")
+            ),
+        }
+    }
+}
+
+impl Statements {
+    /// Pushes `OWNED(execution, generation)` onto a statement being built (the event
+    /// append, whose parameters are numbered as they are pushed).
+    pub(super) fn push_owned<'t, DB: sqlx::Database>(
+        &self,
+        builder: &mut sqlx::QueryBuilder<DB>,
+        execution_id: &'t str,
+        generation: i64,
+        me: Option<&'t str>,
+    ) where
+        &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+        i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+        Option<&'t str>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    {
+        let Dialect { now_ms, lock } = self.dialect;
+        builder
+            .push("EXISTS (SELECT 1 FROM executions e WHERE e.id = ")
+            .push_bind(execution_id)
+            .push(" AND e.generation = ")
+            .push_bind(generation)
+            .push(" AND (")
+            .push_bind(me)
+            .push(" IS NULL OR (e.owner_incarnation = ")
+            .push_bind(me)
+            .push(" AND EXISTS (SELECT 1 FROM replicas r WHERE r.incarnation = ")
+            .push_bind(me)
+            .push(format!(" AND r.lease_until_ms > {now_ms}))){lock})"));
+    }
+}
