@@ -34,5 +34,5 @@ pub use connection::{
 pub use framing::{FrameReader, MAX_FRAME_BYTES, ReadFrame};
 pub use message::{
     AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
-    RequestId, RpcError, classify,
+    RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,
 };

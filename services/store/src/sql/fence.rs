@@ -6,8 +6,10 @@
 //! fenced by generation only. The clock and the lock are the only SQL text the backends do
 //! not share; the statements are built once per store.
 
-/// `DB_NOW_MS`, the one lease clock, per backend.
-pub(super) const PG_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+/// `DB_NOW_MS`, the one lease clock, per backend. Truncated to the millisecond, as the
+/// store's `now_ms` is: a cast to `BIGINT` would round, putting the database up to half a
+/// millisecond ahead of a process reading the same clock.
+pub(super) const PG_NOW_MS: &str = "FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 pub(super) const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /// `FOR SHARE`, not `FOR KEY SHARE`: only it blocks the `FOR NO KEY UPDATE` a plain
