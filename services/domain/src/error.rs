@@ -122,6 +122,7 @@ reasons! {
     SessionIdentityMismatch => "SESSION_IDENTITY_MISMATCH": "A session load or recovery asked for another workspace, model, parameters, mode or MCP servers than the session was recorded with; metadata names the field.",
     SessionInUse => "SESSION_IN_USE": "The recorded session is still open in a live execution; close it first.",
     ExecutionNotRecoverable => "EXECUTION_NOT_RECOVERABLE": "RecoverExecution needs an execution that lost its agent (`lost`) and had a session; the message names its state.",
+    OwnerLost => "OWNER_LOST": "Not a call's error: why an execution is `lost` when the replica that owned it stopped renewing its ownership lease (it died, froze or lost the database) and another replica took it over. Its turn failed `provider_lost`, its pending questions expired `provider_process_lost`; `RecoverExecution` starts it again.",
     ExecutionFenced => "EXECUTION_FENCED": "The execution's generation moved on (its process was replaced): this agent's writes are refused and it was stopped.",
     Internal => "INTERNAL": "An internal invariant failed; the message says which.",
 }

@@ -27,6 +27,10 @@ pub enum Loss {
     },
     /// The service restarted: the agents of its previous incarnation died with it.
     ServiceRestarted,
+    /// The replica that owned the execution stopped renewing its ownership lease (it died,
+    /// froze or lost the database), and another replica took the execution over: its agent
+    /// is gone or about to be (its `agent-init` kills it at the lease's end).
+    OwnerLost,
 }
 
 /// How a live interaction ends.
@@ -114,6 +118,9 @@ pub struct ExecutionEnd {
 
 const SERVICE_RESTARTED: &str = "service_restarted";
 const RESTARTED_MESSAGE: &str = "the service restarted; the agent process is gone";
+/// Paperclip's spelling for an interaction whose agent process is gone.
+const PROVIDER_PROCESS_LOST: &str = "provider_process_lost";
+const OWNER_LOST_MESSAGE: &str = "the replica that ran this execution stopped renewing its ownership lease; another replica took it over and its agent process is gone";
 
 impl Loss {
     /// How an interaction in `state` ends; `None` when it has ended already. Never replayed:
@@ -126,7 +133,7 @@ impl Loss {
             _ => return None,
         };
         let reason = match self {
-            Self::AgentGone { .. } | Self::CancelTimedOut { .. } => "provider_process_lost",
+            Self::AgentGone { .. } | Self::CancelTimedOut { .. } | Self::OwnerLost => PROVIDER_PROCESS_LOST,
             Self::ServiceRestarted => SERVICE_RESTARTED,
         };
         Some(InteractionEnd {
@@ -154,6 +161,11 @@ impl Loss {
                 TurnFailureReason::ProviderLost,
                 RESTARTED_MESSAGE.to_owned(),
             ),
+            Self::OwnerLost => (
+                TurnState::Failed,
+                TurnFailureReason::ProviderLost,
+                OWNER_LOST_MESSAGE.to_owned(),
+            ),
         };
         TurnEnd {
             state,
@@ -164,9 +176,10 @@ impl Loss {
     }
 
     /// Whether the running turn's time counts against the execution's active-time budget:
-    /// not when its agent died with the service, since nobody saw how long it really ran.
+    /// not when its agent died with the service (or with its replica), since nobody saw how
+    /// long it really ran.
     pub fn charges_turn_time(&self) -> bool {
-        !matches!(self, Self::ServiceRestarted)
+        !matches!(self, Self::ServiceRestarted | Self::OwnerLost)
     }
 
     /// How the execution ends: `lost` (a recovery may start it again).
@@ -175,6 +188,10 @@ impl Loss {
             Self::AgentGone { reason, message, .. } => (reason.as_str().to_owned(), Some(message.clone())),
             Self::CancelTimedOut { .. } => ("cancel_timeout".to_owned(), None),
             Self::ServiceRestarted => (SERVICE_RESTARTED.to_owned(), None),
+            Self::OwnerLost => (
+                Reason::OwnerLost.as_str().to_owned(),
+                Some(OWNER_LOST_MESSAGE.to_owned()),
+            ),
         };
         ExecutionEnd {
             state: ExecutionState::Lost,
@@ -237,12 +254,18 @@ mod tests {
                 "{state}"
             );
             assert_eq!(Loss::ServiceRestarted.interaction_end(state), when_restarted, "{state}");
+            assert_eq!(Loss::OwnerLost.interaction_end(state), when_agent_gone, "{state}");
         }
     }
 
     #[test]
     fn every_ending_is_a_transition_of_its_state_machine() {
-        for loss in [agent_exited(), cancel_timed_out(None), Loss::ServiceRestarted] {
+        for loss in [
+            agent_exited(),
+            cancel_timed_out(None),
+            Loss::ServiceRestarted,
+            Loss::OwnerLost,
+        ] {
             for &state in InteractionState::ALL {
                 if let Some(ending) = loss.interaction_end(state) {
                     assert!(state.can_become(ending.state), "{state} → {}", ending.state);
@@ -292,6 +315,23 @@ mod tests {
             (execution.state, execution.reason.as_str()),
             (ExecutionState::Lost, "service_restarted")
         );
+    }
+
+    #[test]
+    fn a_takeover_fails_the_turn_as_provider_lost_and_ends_the_execution_owner_lost() {
+        let turn = Loss::OwnerLost.turn_end();
+        assert_eq!(
+            (turn.state, turn.failure),
+            (TurnState::Failed, Some(TurnFailureReason::ProviderLost))
+        );
+        assert!(turn.message.unwrap().contains("ownership lease"));
+        assert!(!Loss::OwnerLost.charges_turn_time(), "nobody saw how long it ran");
+        let execution = Loss::OwnerLost.execution_end();
+        assert_eq!(
+            (execution.state, execution.reason.as_str()),
+            (ExecutionState::Lost, "OWNER_LOST")
+        );
+        assert!(execution.message.unwrap().contains("took it over"));
     }
 
     #[test]

@@ -173,12 +173,14 @@ pub trait Store: Send + Sync + 'static {
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>>;
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
+    /// Only this incarnation's own `in_flight` claim, while its lease is live: past it, a
+    /// survivor may have completed the key, and that outcome stands.
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;
     /// Drops a claim whose call failed before it changed anything, so a retry may run.
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
     /// Completes every claim `claimed_by` that incarnation still `in_flight` with
-    /// `response`: at start-up, when the calls that made them died with a predecessor. The
-    /// number completed.
+    /// `response`, unless its lease is live: the calls that made them died with it (a
+    /// predecessor at start-up, a replica taken over). The number completed.
     async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64>;
     /// Deletes at most `limit` completed keys created before `created_before_ms` (never one
     /// in flight); the number deleted.
@@ -208,6 +210,11 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool>;
     /// The live executions `owner_incarnation` owns (at start-up: those a predecessor left).
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>>;
+    /// The incarnations other than this one (and the pre-scale-out one) whose lease has
+    /// ended on the database's clock, no live process serves under their name (a restart
+    /// under it settles them itself), and which still own a live execution or hold a call
+    /// in flight: what a surviving replica takes over. Empty until this store registers.
+    async fn abandoned_incarnations(&self) -> StoreResult<Vec<String>>;
     /// The tenant's execution that has the agent session `session_id` open (one that is
     /// not closed, failed or lost), else its newest one that ran it.
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>>;

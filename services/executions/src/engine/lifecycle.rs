@@ -1,13 +1,12 @@
-//! The engine's life: start-up (settling what a previous incarnation left), health, drain
-//! and shutdown, and the background tasks it runs.
+//! The engine's life: start-up (settling what a previous incarnation left, then scanning for
+//! replicas to take over), health, drain and shutdown, and the background tasks it runs.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_activity::Redactor;
-use cursor_runner_store::{ExecutionOwner, ExecutionRecord, InteractionQuery, Patience, Store, now_ms};
+use cursor_runner_store::{ExecutionOwner, ExecutionRecord, Patience, Store};
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{Guardian, GuardianConfig};
 
@@ -15,19 +14,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::actor::Command;
 use crate::config::EngineConfig;
-use crate::events::EventWriter;
 use crate::heads::{Feed, HeadBus, follow_announcements};
 use crate::metrics::Metrics;
 use crate::ownership;
 use crate::retention::{self};
-use crate::settlement::{self, LiveTurn};
-use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
-use cursor_runner_domain::settlement::Loss;
-use cursor_runner_domain::state::{InteractionState, TurnState};
+use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_pool::{Pool, PoolStatus, ProfileStatus};
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
 use super::data::*;
+use super::takeover::take_over_abandoned_every;
 
 impl Engine {
     /// Registers this process as a replica and settles what its predecessors left live
@@ -82,6 +78,10 @@ impl Engine {
             engine.recover_after_restart(predecessor).await?;
             engine.complete_abandoned_calls(predecessor).await?;
         }
+        let takeover = tokio::spawn(take_over_abandoned_every(
+            Arc::downgrade(&engine),
+            engine.config.replica.renew_every(),
+        ));
         let mut background = vec![
             tokio::spawn(sample_outbox_lag(Arc::downgrade(&engine))),
             tokio::spawn(follow_announcements(
@@ -89,6 +89,7 @@ impl Engine {
                 engine.store.clone(),
             )),
             heartbeat,
+            takeover,
         ];
         if let Some(retention) = engine.config.retention {
             background.push(retention::start(
@@ -376,92 +377,6 @@ impl Engine {
             .map_err(|_| not_ready())?;
         // The actor's refusals may quote the agent (e.g. a configuration it refused).
         rx.await.map_err(|_| not_ready())?.map_err(|e| e.redacted(&redactor))
-    }
-
-    /// A key `predecessor` left `in_flight` belongs to a call that died with it: it gets a
-    /// final, typed outcome, so a retry is neither refused for ever ("in flight
-    /// elsewhere") nor run a second time. Keys other replicas hold are theirs.
-    pub(super) async fn complete_abandoned_calls(&self, predecessor: &str) -> Result<(), EngineError> {
-        let interrupted = EngineError::new(
-            ErrorKind::Aborted,
-            Reason::RequestInterrupted,
-            "the service stopped while this call ran; what it had begun was settled at restart; \
-             send a new request_id to try again",
-        );
-        let completed = self
-            .store
-            .complete_abandoned_idempotency(predecessor, &interrupted.to_json())
-            .await?;
-        if completed > 0 {
-            tracing::warn!(
-                completed,
-                "calls interrupted by the previous incarnation were completed as REQUEST_INTERRUPTED"
-            );
-        }
-        Ok(())
-    }
-
-    /// Settles what `predecessor` left live, by the same rule and in the same one batch
-    /// per execution as an actor whose agent is gone ([`Loss::ServiceRestarted`]), once
-    /// each execution is claimed: the owner fence lets only its owner write it.
-    pub(super) async fn recover_after_restart(&self, predecessor: &str) -> Result<(), EngineError> {
-        for execution in self.store.list_live_executions_of(predecessor).await? {
-            if !self
-                .store
-                .claim_execution(&execution.id, execution.generation, predecessor)
-                .await?
-            {
-                tracing::warn!(execution_id = %execution.id, "the execution moved on before it could be claimed at start-up; left as found");
-                continue;
-            }
-            crate::failpoint::failpoint("settling_a_predecessors_execution").await;
-            let recorded = execution.state;
-            let mut interactions = Vec::new();
-            for state in [InteractionState::Pending, InteractionState::Answered] {
-                interactions.extend(
-                    self.store
-                        .list_interactions(&InteractionQuery {
-                            tenant_id: execution.tenant_id.clone(),
-                            execution_id: Some(execution.id.clone()),
-                            state: Some(state),
-                            after_id: None,
-                            limit: i64::MAX,
-                        })
-                        .await?,
-                );
-            }
-            // In the order they were asked (ids are time-ordered UUIDv7).
-            interactions.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-            let turn = match &execution.active_turn_id {
-                Some(turn_id) => self
-                    .store
-                    .get_turn(&execution.tenant_id, turn_id)
-                    .await?
-                    .filter(|turn| turn.state == TurnState::Running)
-                    .map(|record| LiveTurn {
-                        record,
-                        closing: Vec::new(),
-                    }),
-                None => None,
-            };
-            let settled = settlement::settle(
-                &Loss::ServiceRestarted,
-                &execution,
-                recorded,
-                interactions,
-                turn,
-                &Redactor::default(),
-                now_ms(),
-            )?;
-            let head = self.store.head_sequence(&execution.id).await?;
-            let mut events = EventWriter::new(self.store.clone(), execution.id.clone(), execution.generation, head)
-                .with_heads(&self.heads)
-                .with_metrics(self.metrics.clone());
-            if !events.commit(settled.writes, settled.events).await? {
-                tracing::warn!(execution_id = %execution.id, "the execution moved on while it was settled at start-up; left as found");
-            }
-        }
-        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@ mod idempotency;
 mod lifecycle;
 mod sessions;
 mod streams;
+mod takeover;
 
 pub use data::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
 pub use streams::MAX_STREAMS_PER_EXECUTION;

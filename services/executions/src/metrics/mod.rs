@@ -39,6 +39,7 @@ pub struct Metrics {
     lease_duration: Family<LeaseKindLabel, Histogram>,
     fenced_writes: Family<WhatLabel, Counter>,
     events_pruned: Counter,
+    takeovers: Counter,
     turn_duration: Family<StateLabel, Histogram>,
     agent_start: Family<PhaseLabel, Histogram>,
     interaction_wait: Family<KindStateLabels, Histogram>,
@@ -241,6 +242,12 @@ impl Metrics {
             "Acknowledged events past the retention period deleted from the outbox",
             events_pruned.clone(),
         );
+        let takeovers = Counter::default();
+        registry.register(
+            "takeovers",
+            "Executions this replica took over from a replica whose ownership lease ended (each settled lost, OWNER_LOST)",
+            takeovers.clone(),
+        );
         let store_reachable = Gauge::default();
         registry.register(
             "store_reachable",
@@ -336,6 +343,7 @@ impl Metrics {
             unconsumed_fields,
             unconsumed_series: parking_lot::Mutex::new(std::collections::HashSet::new()),
             events_pruned,
+            takeovers,
             turn_duration,
             agent_start,
             interaction_wait,
@@ -515,6 +523,10 @@ impl Metrics {
 
     pub(crate) fn draining(&self) {
         self.draining.set(1);
+    }
+
+    pub(crate) fn taken_over(&self) {
+        self.takeovers.inc();
     }
 
     pub(crate) fn events_pruned(&self, count: u64) {

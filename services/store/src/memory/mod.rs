@@ -136,8 +136,13 @@ impl Store for MemoryStore {
         self.run("release_idempotency", |t| t.release_idempotency(key))
     }
     async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64> {
+        let live = self.replicas.lock().lease_live(claimed_by);
         self.run("complete_abandoned_idempotency", |t| {
-            t.complete_abandoned_idempotency(claimed_by, response)
+            if live {
+                0
+            } else {
+                t.complete_abandoned_idempotency(claimed_by, response)
+            }
         })
     }
     async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {
@@ -178,6 +183,21 @@ impl Store for MemoryStore {
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
         self.run("list_live_executions_of", |t| {
             t.list_live_executions_of(owner_incarnation)
+        })
+    }
+    async fn abandoned_incarnations(&self) -> StoreResult<Vec<String>> {
+        let candidates = {
+            let replicas = self.replicas.lock();
+            if replicas.terms().is_none() {
+                return Ok(Vec::new());
+            }
+            replicas.ended_elsewhere()
+        };
+        self.run("abandoned_incarnations", |t| {
+            candidates
+                .into_iter()
+                .filter(|incarnation| t.holds_live_work(incarnation))
+                .collect()
         })
     }
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {

@@ -84,6 +84,28 @@ impl Replicas {
             .is_some_and(|row| !row.ended && row.lease_until_ms > now_ms())
     }
 
+    /// Incarnations other than this one and the pre-scale-out one whose lease has ended
+    /// and under whose name no live incarnation serves (the SQL candidates of a takeover).
+    pub(super) fn ended_elsewhere(&self) -> Vec<String> {
+        let me = self.me.as_ref().map(|(incarnation, _)| incarnation.as_str());
+        let live_names: Vec<&str> = self
+            .rows
+            .iter()
+            .filter(|(incarnation, _)| self.lease_live(incarnation))
+            .map(|(_, row)| row.name.as_str())
+            .collect();
+        self.rows
+            .iter()
+            .filter(|(incarnation, row)| {
+                Some(incarnation.as_str()) != me
+                    && incarnation.as_str() != LEGACY_INCARNATION
+                    && !self.lease_live(incarnation)
+                    && !live_names.contains(&row.name.as_str())
+            })
+            .map(|(incarnation, _)| incarnation.clone())
+            .collect()
+    }
+
     pub(super) fn end(&mut self) {
         if let Some((incarnation, _)) = &self.me
             && let Some(row) = self.rows.get_mut(incarnation)

@@ -77,7 +77,12 @@ impl Tables {
     }
 
     pub(super) fn complete_idempotency(&mut self, key: &IdempotencyKey, response: &serde_json::Value) {
-        if let Some(row) = self.idempotency.get_mut(key) {
+        let mine = self.me.is_empty() || self.my_lease_live();
+        if let Some(row) = self.idempotency.get_mut(key)
+            && row.response.is_none()
+            && row.claimed_by == self.me
+            && mine
+        {
             row.response = Some(response.clone());
         }
     }
@@ -88,6 +93,7 @@ impl Tables {
         }
     }
 
+    /// Completes `claimed_by`'s keys in flight; the caller has checked its lease ended.
     pub(super) fn complete_abandoned_idempotency(&mut self, claimed_by: &str, response: &serde_json::Value) -> u64 {
         let mut completed = 0;
         for row in self
@@ -214,6 +220,17 @@ impl Tables {
             .filter(|e| !e.state.is_terminal() && self.owner_of(&e.id) == Some(owner_incarnation))
             .cloned()
             .collect()
+    }
+
+    /// Whether `incarnation` owns a live execution or holds a call in flight.
+    pub(super) fn holds_live_work(&self, incarnation: &str) -> bool {
+        self.executions
+            .values()
+            .any(|e| !e.state.is_terminal() && self.owner_of(&e.id) == Some(incarnation))
+            || self
+                .idempotency
+                .values()
+                .any(|row| row.response.is_none() && row.claimed_by == incarnation)
     }
 
     /// The incarnation owning an execution, of the tenant's.

@@ -4,6 +4,7 @@
 use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use crate::contract::*;
 use crate::records::*;
+use crate::replica::LEGACY_INCARNATION;
 use cursor_runner_domain::state::ExecutionState;
 
 const EXECUTION_COLUMNS: &str = "id, tenant_id, state, generation, workspace, session_id, active_turn_id, turn_count, pid, exit_code, exit_signal, failure_reason, failure_message, acked_sequence, created_at_ms, updated_at_ms, approval_policy, interaction_wait_limit_ms, lease, session_config, credential_name, turn_deadline_ms, max_turns, max_active_ms, active_ms";
@@ -131,6 +132,31 @@ impl SqlStore {
             .bind(owner_incarnation)
             .fetch_all(pool)
             .await?))
+    }
+
+    pub(super) async fn abandoned_incarnations(&self) -> StoreResult<Vec<String>> {
+        let Some(me) = self.shared.identity.registered.get().map(|r| r.incarnation.clone()) else {
+            return Ok(Vec::new());
+        };
+        let dialect = self.shared.statements.dialect;
+        let sql = format!(
+            "SELECT d.incarnation FROM replicas d \
+             WHERE d.incarnation <> $1 AND d.incarnation <> $2 AND NOT {dead_live} \
+             AND NOT EXISTS (SELECT 1 FROM replicas s WHERE s.name = d.name AND s.lease_until_ms > {now}) \
+             AND (EXISTS (SELECT 1 FROM executions e WHERE e.owner_incarnation = d.incarnation \
+                          AND e.state IN ('starting', 'ready', 'closing')) \
+                  OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.claimed_by = d.incarnation \
+                             AND k.state = 'in_flight')) \
+             ORDER BY d.incarnation",
+            dead_live = dialect.live_lease("d.incarnation"),
+            now = dialect.now_ms
+        );
+        let found: Vec<(String,)> = on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(&me)
+            .bind(LEGACY_INCARNATION)
+            .fetch_all(pool)
+            .await?);
+        Ok(found.into_iter().map(|(incarnation,)| incarnation).collect())
     }
 
     pub(super) async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {

@@ -77,17 +77,23 @@ impl SqlStore {
         key: &IdempotencyKey,
         response: &serde_json::Value,
     ) -> StoreResult<()> {
-        on_pool!(self, |pool| sqlx::query(
+        // Only this incarnation's own claim, while its lease is live: once it has ended, a
+        // survivor may have completed the key as interrupted, and that outcome stands.
+        let sql = format!(
             "UPDATE idempotency_keys SET state = 'done', response = $4 \
-             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3"
-        )
-        .bind(&key.tenant_id)
-        .bind(&key.operation)
-        .bind(&key.request_id)
-        .bind(response.to_string())
-        .execute(pool)
-        .await?
-        .rows_affected());
+             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 AND state = 'in_flight' \
+             AND claimed_by = $5 AND ($5 = '' OR {live})",
+            live = self.shared.statements.dialect.live_lease("$5")
+        );
+        on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind(response.to_string())
+            .bind(self.shared.identity.me())
+            .execute(pool)
+            .await?
+            .rows_affected());
         Ok(())
     }
 
@@ -111,14 +117,18 @@ impl SqlStore {
         claimed_by: &str,
         response: &serde_json::Value,
     ) -> StoreResult<u64> {
-        Ok(on_pool!(self, |pool| sqlx::query(
-            "UPDATE idempotency_keys SET state = 'done', response = $1 WHERE state = 'in_flight' AND claimed_by = $2"
-        )
-        .bind(response.to_string())
-        .bind(claimed_by)
-        .execute(pool)
-        .await?
-        .rows_affected()))
+        // Never a live incarnation's: its calls are still running.
+        let sql = format!(
+            "UPDATE idempotency_keys SET state = 'done', response = $1 \
+             WHERE state = 'in_flight' AND claimed_by = $2 AND NOT {live}",
+            live = self.shared.statements.dialect.live_lease("$2")
+        );
+        Ok(on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(response.to_string())
+            .bind(claimed_by)
+            .execute(pool)
+            .await?
+            .rows_affected()))
     }
 
     pub(super) async fn prune_idempotency(&self, created_before_ms: i64, limit: i64) -> StoreResult<u64> {

@@ -105,6 +105,9 @@ impl Store for SqlStore {
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_live_executions_of(self, owner_incarnation).await
     }
+    async fn abandoned_incarnations(&self) -> StoreResult<Vec<String>> {
+        SqlStore::abandoned_incarnations(self).await
+    }
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
         SqlStore::find_session(self, tenant_id, session_id).await
     }

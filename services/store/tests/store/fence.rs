@@ -156,10 +156,10 @@ fn assert_all_refused(outcomes: &[(&'static str, bool)]) {
 
 /// Ends `incarnation`'s lease on the database's clock only, as a freeze past it would:
 /// this process's local deadline is still ahead, so every write reaches the database.
-async fn end_lease_in_database(url: &str, incarnation: &str) {
+pub(crate) async fn end_lease_in_database(url: &str, incarnation: &str) {
     let mut connection = sqlx::PgConnection::connect(url).await.unwrap();
     sqlx::query(
-        "UPDATE replicas SET lease_until_ms = (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT - 1 \
+        "UPDATE replicas SET lease_until_ms = FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT - 1 \
          WHERE incarnation = $1",
     )
     .bind(incarnation)

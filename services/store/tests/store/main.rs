@@ -33,5 +33,6 @@ mod interactions;
 mod notify;
 mod replicas;
 mod schema;
+mod takeover;
 mod turns;
 mod unknown_state;

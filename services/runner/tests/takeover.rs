@@ -1,0 +1,256 @@
+//! Takeover (`docs/scale-out.md` stage 3): real `serve` replicas on one PostgreSQL with
+//! short ownership leases. When a replica dies (SIGKILL) or freezes (SIGSTOP) past its
+//! lease, and no process serves under its name, one survivor takes each of its live
+//! executions over exactly once: the turn fails `provider_lost`, its questions expire
+//! `provider_process_lost` (never replayed), the execution is `lost` / `OWNER_LOST`, and
+//! every stream shows those endings once, after what the dead owner wrote, with no gap.
+
+use std::net::SocketAddr;
+
+use cursor_runner_e2e::*;
+use nix::sys::signal::Signal;
+use proto as pb;
+use serde_json::Value;
+use sqlx::Connection;
+
+/// Short, so a test waits one out; four renewals (and takeover scans) fit in it.
+const LEASE_MS: u64 = 2_000;
+/// `serve`'s exit status when its lease is lost (`runner::replica::LEASE_LOST_EXIT`).
+const LEASE_LOST_EXIT: i32 = 75;
+
+/// `serve` as replica `name`, its agents scripted by `scenario`, its `/metrics` on the
+/// returned address.
+fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, scenario: &str) -> (ServiceProcess, SocketAddr) {
+    let metrics = free_address();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url,
+        state_dir: dirs.root.path(),
+        scenario,
+        record: &dirs.record,
+        env: vec![
+            ("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()),
+            ("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LEASE_MS.to_string()),
+            ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()),
+        ],
+        args: Vec::new(),
+    });
+    (service, metrics)
+}
+
+/// Executions this replica took over, from its `/metrics`.
+fn taken_over(metrics: SocketAddr) -> u64 {
+    scrape_metrics(metrics)
+        .lines()
+        .find_map(|line| line.strip_prefix("cursor_runner_takeovers_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("cursor_runner_takeovers_total is exposed")
+}
+
+/// An execution on `client`'s replica whose turn has asked a question and, per `scenario`,
+/// waits on it or talks on; the question's `runtime_request.created` payload.
+async fn question_pending(client: &mut Client, dirs: &ServiceDirs, tag: &str) -> (pb::Execution, Value) {
+    let execution = create_execution_in(client, &dirs.workspace, &format!("create-{tag}")).await;
+    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
+    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
+        .await
+        .unwrap();
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    (execution, created)
+}
+
+/// The execution's whole stream, read through `client` until it is caught up after the
+/// turn settled: each sequence once, from 1 with no gap, and one settlement.
+async fn settled_stream(client: &mut Client, execution_id: &str) -> Vec<pb::ActivityEvent> {
+    let mut events = Subscriber::open(client, execution_id, 0).await.unwrap();
+    let mut seen = events.until_turn_settles().await;
+    seen.extend(events.until_caught_up().await);
+    let sequences: Vec<i64> = seen.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        (1..=seen.len() as i64).collect::<Vec<_>>(),
+        "every event once, in order, with no gap"
+    );
+    seen
+}
+
+fn count(events: &[pb::ActivityEvent], event_type: &str) -> usize {
+    events.iter().filter(|e| e.event_type == event_type).count()
+}
+
+/// The takeover's endings, each once: the question expired as the agent's loss (never
+/// replayable), the turn failed `provider_lost`, last.
+fn assert_taken_over_once(events: &[pb::ActivityEvent]) {
+    assert_eq!(count(events, "turn.failed"), 1, "{:?}", types(events));
+    assert_eq!(count(events, "runtime_request.expired"), 1, "{:?}", types(events));
+    let expired = events
+        .iter()
+        .find(|e| e.event_type == "runtime_request.expired")
+        .map(payload)
+        .unwrap();
+    assert_eq!(expired["reason"], "provider_process_lost");
+    assert_eq!(expired["replayAllowed"], false);
+    let last = events.iter().rev().find(|e| is_settlement(&e.event_type)).unwrap();
+    assert_eq!(
+        (last.event_type.as_str(), payload(last)["failureReason"].as_str()),
+        ("turn.failed", Some("provider_lost"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_killed_mid_turn_with_a_pending_question_is_taken_over_exactly_once() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs: Vec<ServiceDirs> = (0..3).map(|_| ServiceDirs::new()).collect();
+    let (a, _) = replica(&database.url, &dirs[0], "replica-a", "question_then_talks_on.json");
+    let mut a_client = a.client().await;
+    let (execution, created) = question_pending(&mut a_client, &dirs[0], "a").await;
+    let agents = descendants_of(a.child.id() as i32);
+    let (b, b_metrics) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
+    let (c, c_metrics) = replica(&database.url, &dirs[2], "replica-c", "demo.json");
+    let (mut b_client, mut c_client) = (b.client().await, c.client().await);
+
+    a.kill();
+    let lost = execution_in_state(&mut b_client, &execution.execution_id, pb::ExecutionState::Lost).await;
+    assert_eq!(lost.failure_reason, "OWNER_LOST");
+    assert!(
+        ["replica-b", "replica-c"].contains(&lost.owner_replica.as_str()),
+        "a survivor owns it now: {}",
+        lost.owner_replica
+    );
+    let question = get_interaction(&mut c_client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(
+        (question.state, question.reason.as_str(), question.replay_allowed),
+        (pb::InteractionState::Expired as i32, "provider_process_lost", false)
+    );
+    let refused = b_client
+        .answer_interaction(one_question_answer(&created, "answer-late", "pg"))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refused), "INTERACTION_NOT_PENDING");
+    until_all_gone("the dead owner's agents", &agents).await;
+
+    let through_b = settled_stream(&mut b_client, &execution.execution_id).await;
+    assert_taken_over_once(&through_b);
+    // Several scans later, nobody settled it again.
+    tokio::time::sleep(std::time::Duration::from_millis(LEASE_MS)).await;
+    let through_c = settled_stream(&mut c_client, &execution.execution_id).await;
+    assert_eq!(types(&through_c), types(&through_b));
+    assert_eq!(taken_over(b_metrics) + taken_over(c_metrics), 1);
+    b.stop();
+    c.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_survivors_racing_settle_each_of_several_executions_exactly_once() {
+    const EXECUTIONS: usize = 4;
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs: Vec<ServiceDirs> = (0..3).map(|_| ServiceDirs::new()).collect();
+    let (a, _) = replica(&database.url, &dirs[0], "replica-a", "demo.json");
+    let mut a_client = a.client().await;
+    let mut executions = Vec::new();
+    for n in 0..EXECUTIONS {
+        executions.push(question_pending(&mut a_client, &dirs[0], &format!("a{n}")).await.0);
+    }
+    let (b, b_metrics) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
+    let (c, c_metrics) = replica(&database.url, &dirs[2], "replica-c", "demo.json");
+    let (mut b_client, mut c_client) = (b.client().await, c.client().await);
+
+    a.kill();
+    for execution in &executions {
+        execution_in_state(&mut c_client, &execution.execution_id, pb::ExecutionState::Lost).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(LEASE_MS)).await;
+    for execution in &executions {
+        assert_taken_over_once(&settled_stream(&mut b_client, &execution.execution_id).await);
+    }
+    assert_eq!(
+        taken_over(b_metrics) + taken_over(c_metrics),
+        EXECUTIONS as u64,
+        "each execution was taken over by exactly one survivor"
+    );
+    b.stop();
+    c.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_by_its_owners_death_resumes_on_a_survivor_from_its_cursor_with_no_gap_or_duplicate() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs: Vec<ServiceDirs> = (0..2).map(|_| ServiceDirs::new()).collect();
+    let (a, _) = replica(&database.url, &dirs[0], "replica-a", "question_then_talks_on.json");
+    let mut a_client = a.client().await;
+    let (execution, _) = question_pending(&mut a_client, &dirs[0], "a").await;
+    let mut on_a = Subscriber::open(&mut a_client, &execution.execution_id, 0)
+        .await
+        .unwrap();
+    let mut cursor = 0;
+    for _ in 0..20 {
+        cursor = on_a.next_event().await.sequence;
+    }
+    let (b, _) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
+    let mut b_client = b.client().await;
+
+    a.kill();
+    let mut on_b = Subscriber::open(&mut b_client, &execution.execution_id, cursor)
+        .await
+        .unwrap();
+    let resumed = on_b.until_turn_settles().await;
+    let sequences: Vec<i64> = resumed.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        (cursor + 1..=cursor + resumed.len() as i64).collect::<Vec<_>>(),
+        "the events after the cursor, each once, with no gap"
+    );
+    assert_taken_over_once(&resumed);
+    b.stop();
+    database.drop_database().await;
+}
+
+/// The head of an execution's events in the database.
+async fn head(url: &str, execution_id: &str) -> i64 {
+    let mut database = sqlx::PgConnection::connect(url).await.unwrap();
+    let (head,): (Option<i64>,) = sqlx::query_as("SELECT MAX(sequence) FROM events WHERE execution_id = $1")
+        .bind(execution_id)
+        .fetch_one(&mut database)
+        .await
+        .unwrap();
+    head.unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_frozen_past_its_lease_is_taken_over_and_writes_nothing_once_it_wakes() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs: Vec<ServiceDirs> = (0..2).map(|_| ServiceDirs::new()).collect();
+    let (mut a, _) = replica(&database.url, &dirs[0], "replica-a", "question_then_talks_on.json");
+    let mut a_client = a.client().await;
+    let (execution, _) = question_pending(&mut a_client, &dirs[0], "a").await;
+    let (b, _) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
+    let mut b_client = b.client().await;
+
+    // A partition, as the owner sees it: it is frozen with writes due every 20 ms.
+    a.signal(Signal::SIGSTOP);
+    execution_in_state(&mut b_client, &execution.execution_id, pb::ExecutionState::Lost).await;
+    let settled = settled_stream(&mut b_client, &execution.execution_id).await;
+    assert_taken_over_once(&settled);
+    let at_takeover = head(&database.url, &execution.execution_id).await;
+    a.signal(Signal::SIGCONT);
+
+    assert_eq!(
+        a.exit_status().await.code(),
+        Some(LEASE_LOST_EXIT),
+        "the woken owner finds its lease gone and exits"
+    );
+    assert_eq!(
+        head(&database.url, &execution.execution_id).await,
+        at_takeover,
+        "nothing the woken owner had queued landed after the takeover"
+    );
+    let after = get_execution(&mut b_client, &execution.execution_id).await;
+    assert_eq!(
+        (after.state, after.owner_replica.as_str()),
+        (pb::ExecutionState::Lost as i32, "replica-b")
+    );
+    b.stop();
+    database.drop_database().await;
+}
