@@ -101,7 +101,7 @@ reasons! {
     ProtocolError => "PROTOCOL_ERROR": "The agent answered with a JSON-RPC error or a malformed result.",
     ServiceShuttingDown => "SERVICE_SHUTTING_DOWN": "The service is shutting down; open streams end with this and the sequence to resume after.",
     StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
-    ReplicaFenced => "REPLICA_FENCED": "The replica serving the execution lost its ownership lease (it could not renew it in time): it wrote nothing more, stopped its agents and exits for its successor to settle what it owned. Retry after `RetryInfo`, on the replica's restart.",
+    ReplicaFenced => "REPLICA_FENCED": "The replica serving the execution lost its ownership lease (it could not renew it in time): it wrote nothing more, stopped its agents and exits; its restart, or another replica, settles what it owned. Retry after `RetryInfo`.",
     Draining => "DRAINING": "The service is draining (`Drain` or SIGTERM): it takes no new executions or turns; retry on another replica.",
     EventsPruned => "EVENTS_PRUNED": "`after_sequence` is below the oldest event still kept: the events after it were acknowledged and pruned past the retention period. Metadata `oldest_sequence`; resume from `oldest_sequence - 1`.",
     BudgetExhausted => "BUDGET_EXHAUSTED": "The execution's limits allow no further turn: its `max_turns` are used, or its `max_active_time` is spent (limits come from `CreateExecution`, capped by the tenant's policy). Nothing was sent to the agent.",

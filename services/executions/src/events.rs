@@ -121,7 +121,7 @@ impl EventWriter {
         }
         let records = self.records(payloads.iter().map(|p| (turn_id, p)));
         if let Err(e) = self.store.append_events(&records).await {
-            if matches!(e, StoreError::Fenced) {
+            if matches!(e, StoreError::Fenced | StoreError::LeaseEnded) {
                 self.fenced = true;
                 if let Some(metrics) = &self.metrics {
                     metrics.fenced_write("event", records.len() as u64);

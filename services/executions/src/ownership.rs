@@ -7,7 +7,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use cursor_runner_domain::error::{EngineError, ErrorKind, REPLICA_FENCED_RETRY_AFTER, Reason};
+use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_store::{Lease, LeaseTerms, Registration, Renewal, Store, StoreError};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -234,15 +234,10 @@ pub fn lease_has_ended(lease: &watch::Receiver<Lease>) -> bool {
     !lease.borrow().held_at(Instant::now())
 }
 
-/// The refusal of a call this replica can no longer serve because its lease ended.
+/// The refusal of a call this replica can no longer serve because its lease ended (the
+/// store's own, so a call refused before or at the store reads the same).
 pub fn fenced_refusal() -> EngineError {
-    EngineError::new(
-        ErrorKind::Unavailable,
-        Reason::ReplicaFenced,
-        "this replica lost its ownership lease: it writes nothing more and is exiting; its restart settles \
-         the executions it owned",
-    )
-    .retry_after(REPLICA_FENCED_RETRY_AFTER)
+    StoreError::LeaseEnded.into()
 }
 
 #[cfg(test)]

@@ -25,6 +25,10 @@ pub enum StoreError {
     /// lease (another process, or another replica) owns it now.
     #[error("the execution's generation moved on; this write was refused")]
     Fenced,
+    /// This replica's ownership lease passed its local deadline without a renewal: it
+    /// writes nothing more (the refusal is local, with no round trip).
+    #[error("this replica lost its ownership lease: it writes nothing more and is exiting")]
+    LeaseEnded,
     #[error("migration failed: {0}")]
     Migration(String),
     #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]
@@ -106,12 +110,12 @@ pub(crate) fn one_execution_and_generation(events: &[EventRecord]) -> StoreResul
 }
 
 impl crate::replica::OwnerFence {
-    /// [`StoreError::Fenced`] once the lease's local deadline has passed (no round trip).
+    /// [`StoreError::LeaseEnded`] once the lease's local deadline has passed (no round trip).
     pub(crate) fn owner_write_allowed(&self) -> StoreResult<()> {
         if self.held_now() {
             Ok(())
         } else {
-            Err(StoreError::Fenced)
+            Err(StoreError::LeaseEnded)
         }
     }
 }

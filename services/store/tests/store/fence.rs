@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cursor_runner_domain::{EngineError, ErrorKind, Reason};
 use cursor_runner_store::*;
 use sqlx::Connection;
 
@@ -29,12 +30,12 @@ async fn owned(store: &dyn Store) -> Owned {
     }
 }
 
-/// Whether a write landed: a refusal is `Ok(false)` from a compare-and-set or
-/// [`StoreError::Fenced`]; any other error fails the test.
+/// Whether a write landed: a refusal is `Ok(false)` from a compare-and-set,
+/// [`StoreError::Fenced`], or [`StoreError::LeaseEnded`]; any other error fails the test.
 fn landed<T>(what: &str, outcome: StoreResult<T>, written: impl FnOnce(T) -> bool) -> bool {
     match outcome {
         Ok(value) => written(value),
-        Err(StoreError::Fenced) => false,
+        Err(StoreError::Fenced | StoreError::LeaseEnded) => false,
         Err(e) => panic!("{what}: {e}"),
     }
 }
@@ -226,6 +227,14 @@ async fn a_write_past_the_local_deadline_is_refused_though_the_database_lease_is
     assert!(!store.lease().borrow().held_at(tokio::time::Instant::now()));
     assert_all_refused(&every_owner_write(&*store, &o).await);
     nothing_moved(&*store, &o).await;
+    // A caller learns the replica is going away (retry elsewhere, later), not that its
+    // execution was handed on.
+    let refused = EngineError::from(store.insert_turn(&turn(&o.execution, "e-turn-9", 9)).await.unwrap_err());
+    assert_eq!(
+        (refused.kind, refused.reason),
+        (ErrorKind::Unavailable, Reason::ReplicaFenced)
+    );
+    assert!(refused.retry_after.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
