@@ -6,13 +6,24 @@ use cursor_runner_e2e::*;
 use nix::sys::signal::Signal;
 
 fn service(database_url: &str, dirs: &ServiceDirs, scenario: &str, drain_deadline_secs: u32) -> ServiceProcess {
+    service_with(database_url, dirs, scenario, drain_deadline_secs, Vec::new())
+}
+
+/// [`service`] with more of the service's environment.
+fn service_with(
+    database_url: &str,
+    dirs: &ServiceDirs,
+    scenario: &str,
+    drain_deadline_secs: u32,
+    env: Vec<(String, String)>,
+) -> ServiceProcess {
     ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
         state_dir: dirs.root.path(),
         scenario,
         record: &dirs.record,
-        env: Vec::new(),
+        env,
         args: vec!["--drain-deadline-secs".into(), drain_deadline_secs.to_string()],
     })
 }
@@ -71,6 +82,34 @@ async fn a_second_sigterm_forces_the_drain() {
     let record = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(record.state, proto::ExecutionState::Closed as i32);
     assert!(!process_alive(record.pid.unwrap()));
+    second.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_drain_that_outlasts_the_ownership_lease_still_closes_every_execution_itself() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    // The shortest lease, and an agent only SIGKILL ends (after the stop grace): closing
+    // it outlasts the lease unless the replica goes on renewing while it closes.
+    let lease = vec![("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), "1000".to_owned())];
+    let mut first = service_with(&database.url, &dirs, "stubborn.json", 600, lease);
+    let mut client = first.client().await;
+    let execution = create_execution_in(&mut client, &dirs.workspace, "create-stubborn").await;
+    first.signal(Signal::SIGTERM);
+    first.wait_for_stderr("draining");
+    first.signal(Signal::SIGTERM);
+    let status = first.exit_status().await;
+    assert!(status.success(), "{status:?}");
+
+    let second = service(&database.url, &dirs, "stubborn.json", 1);
+    let mut client = second.client().await;
+    let record = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(
+        (record.state, record.failure_reason.as_str()),
+        (proto::ExecutionState::Closed as i32, ""),
+        "closed by its own replica, not settled by the next start-up"
+    );
     second.stop();
     database.drop_database().await;
 }

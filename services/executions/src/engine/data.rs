@@ -119,6 +119,10 @@ pub struct Engine {
     pub(super) drained: watch::Sender<bool>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) pool: Pool,
-    /// Background tasks (retention sweep, lag sampler), stopped at shutdown.
+    /// Background tasks (retention sweep, lag sampler, takeover scan), stopped first at
+    /// shutdown.
     pub(super) background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The lease's heartbeat, stopped last at shutdown: closing the executions writes, and
+    /// only a live lease lets it.
+    pub(super) heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }

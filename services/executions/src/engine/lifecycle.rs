@@ -72,6 +72,7 @@ impl Engine {
             metrics,
             pool,
             background: Mutex::new(Vec::new()),
+            heartbeat: Mutex::new(Some(heartbeat)),
         });
         engine.store.observe_with(engine.metrics.clone());
         for predecessor in &registration.predecessors {
@@ -88,7 +89,6 @@ impl Engine {
                 Arc::downgrade(&engine.heads),
                 engine.store.clone(),
             )),
-            heartbeat,
             takeover,
         ];
         if let Some(retention) = engine.config.retention {
@@ -295,17 +295,23 @@ impl Engine {
         self.pool.drain();
         let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
             self.executions.lock().values().map(|h| h.commands.clone()).collect();
+        // All at once: each close may wait out an agent's stop ladder.
+        let mut closes = tokio::task::JoinSet::new();
         for commands in handles {
-            let (reply, rx) = oneshot::channel();
-            if commands
-                .send((Command::Close { reply }, tracing::Span::current()))
-                .await
-                .is_ok()
-            {
-                let _ = rx.await;
-            }
+            let span = tracing::Span::current();
+            closes.spawn(async move {
+                let (reply, rx) = oneshot::channel();
+                if commands.send((Command::Close { reply }, span)).await.is_ok() {
+                    let _ = rx.await;
+                }
+            });
         }
+        closes.join_all().await;
         self.pool.stopped(self.config.stop_grace * 2).await;
+        // Renewed until every close has written its settlement.
+        if let Some(heartbeat) = self.heartbeat.lock().take() {
+            heartbeat.abort();
+        }
         // A clean exit: this incarnation owns nothing live any more; its successor under
         // the same name need not wait for anything.
         if let Err(e) = self.store.end_replica().await {
@@ -329,7 +335,7 @@ impl Engine {
     /// successor under this name settles what this replica owned): the background tasks
     /// stop, and each actor's agent and every pooled process is stopped before this returns.
     pub async fn stop_fenced(&self) {
-        for task in self.background.lock().drain(..) {
+        for task in self.background.lock().drain(..).chain(self.heartbeat.lock().take()) {
             task.abort();
         }
         self.end_streams();

@@ -58,8 +58,16 @@ impl SqlStore {
              VALUES ($1, $2, NULL, 'serving', '{{}}', {now}, {now}, COALESCE({now} + $3, {max})) RETURNING lease_until_ms",
             max = i64::MAX
         );
-        let predecessors_sql = "SELECT incarnation FROM replicas \
-             WHERE state <> 'ended' AND incarnation <> $1 AND (name = $2 OR NOT $3) ORDER BY incarnation";
+        // An ended one too, while it still owns live work: it exited with rows its closing
+        // could not settle (and, under this name, nobody else takes them over).
+        let predecessors_sql = "SELECT incarnation FROM replicas r \
+             WHERE incarnation <> $1 AND incarnation <> '' AND (name = $2 OR NOT $3) \
+             AND (state <> 'ended' \
+                  OR EXISTS (SELECT 1 FROM executions e WHERE e.owner_incarnation = r.incarnation \
+                             AND e.state IN ('starting', 'ready', 'closing')) \
+                  OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.claimed_by = r.incarnation \
+                             AND k.state = 'in_flight')) \
+             ORDER BY incarnation";
         let end_sql = format!(
             "UPDATE replicas SET state = 'ended', \
              lease_until_ms = CASE WHEN lease_until_ms < {now} THEN lease_until_ms ELSE {now} END \

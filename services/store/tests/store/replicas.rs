@@ -393,3 +393,21 @@ async fn postgres_a_renewal_held_up_past_its_timeout_fails_and_neither_it_nor_a_
     drop((store, other));
     scratch.remove().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_predecessor_that_ended_while_it_still_owned_live_work_is_a_predecessor_of_its_successor() {
+    let (scratch, url) = Scratch::postgres().await;
+    let first = SqlStore::connect(&url).await.unwrap();
+    let ended = first.register_replica("a", terms()).await.unwrap();
+    execution_with_turn(&first, "e").await;
+    // Its clean exit ends it, though closing its execution was refused.
+    first.end_replica().await.unwrap();
+    drop(first);
+    let successor = register_when_free(&SqlStore::connect(&url).await.unwrap(), "a").await;
+    assert!(
+        successor.predecessors.contains(&ended.incarnation),
+        "its successor settles what it left: {:?}",
+        successor.predecessors
+    );
+    scratch.remove().await;
+}
