@@ -21,6 +21,7 @@ on_both_backends!(
     a_parameter_or_mode_echoed_differently_fails_admission_naming_the_option,
     an_older_build_refusing_the_mode_after_the_model_records_the_model_it_switched_to,
     a_set_model_refused_for_a_value_its_model_does_not_offer_changes_nothing,
+    a_model_switch_refused_for_a_value_the_new_model_does_not_offer_is_undone,
 );
 
 fn request(
@@ -492,5 +493,46 @@ async fn a_set_model_refused_for_a_value_its_model_does_not_offer_changes_nothin
     assert_eq!(config_calls(&service), calls_before, "nothing was sent to the agent");
     let after = get_execution(&mut client, &created.execution_id).await;
     assert_eq!(config(&after), config(&created), "the configuration is the one before");
+    service.shutdown().await;
+}
+
+/// A `SetModel` to another model whose parameter value that model does not offer (known
+/// only once the agent has switched) is refused, and the switch is undone: the agent is
+/// put back on the model and parameters it had, and the record says so.
+async fn a_model_switch_refused_for_a_value_the_new_model_does_not_offer_is_undone(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let created = client
+        .create_execution(request(
+            &service,
+            "create-1",
+            "gpt-x",
+            &[("effort", "xhigh"), ("fast", "false")],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap();
+    let refused = client
+        .set_model(proto::SetModelRequest {
+            request_id: "model-1".into(),
+            execution_id: created.execution_id.clone(),
+            model: "claude-y".into(),
+            model_parameters: parameters(&[("effort", "xhigh")]),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "MODEL_UNAVAILABLE");
+    assert_eq!(error_metadata(&refused, "undone").as_deref(), Some("true"));
+    let after = get_execution(&mut client, &created.execution_id).await;
+    assert_eq!(config(&after), config(&created), "the configuration is the one before");
+    let calls = config_calls(&service);
+    assert_eq!(
+        calls.iter().rev().take(3).rev().cloned().collect::<Vec<_>>(),
+        ["model=\"gpt-x\"", "effort=\"xhigh\"", "fast=\"false\""],
+        "the agent was put back on what it had: {calls:?}"
+    );
     service.shutdown().await;
 }

@@ -134,7 +134,13 @@ impl Actor {
             self.require_ask_mode(&mut request)?;
         }
         let applied = match steps {
-            ConfigChange::Request(request) => self.configure(&request, AGENT_CALL_LIMIT).await,
+            ConfigChange::Request(request) => {
+                let before = self.in_effect();
+                match self.configure(&request, AGENT_CALL_LIMIT).await {
+                    Err(refusal) => Err(self.undo(before, refusal).await),
+                    applied => applied,
+                }
+            }
             ConfigChange::Option { config_id, value } => match Ladder::option(self.offer(), config_id, value) {
                 Err(refusal) => Err(refusal),
                 Ok(step) => {
@@ -150,6 +156,31 @@ impl Actor {
         // What the agent reports is recorded even when a change was refused half-way.
         self.save_record().await?;
         applied.map(|()| self.record.clone())
+    }
+
+    /// The configuration in effect, as recorded.
+    fn in_effect(&self) -> Option<SessionConfig> {
+        self.record.session_config.as_deref().and_then(SessionConfig::from_json)
+    }
+
+    /// A change refused half-way (a model switched, then a parameter value the new model
+    /// does not offer) is undone, so a refused call changes nothing; `refusal` says whether
+    /// that worked (metadata `undone`). If the agent refuses the undo too, the record keeps
+    /// what it reports.
+    async fn undo(&mut self, before: Option<SessionConfig>, refusal: EngineError) -> EngineError {
+        let Some(request) = before
+            .zip(self.in_effect())
+            .and_then(|(before, now)| Ladder::undo(&before, &now))
+        else {
+            return refusal;
+        };
+        match self.configure(&request, AGENT_CALL_LIMIT).await {
+            Ok(()) => refusal.with("undone", "true"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the agent refused to undo a configuration change refused half-way");
+                refusal.with("undone", "false")
+            }
+        }
     }
 
     /// The model catalog, by `machine::session`'s catalog ladder. Cursor is asked off

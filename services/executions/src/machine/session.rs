@@ -152,6 +152,25 @@ impl Ladder {
         }
     }
 
+    /// What puts the agent back on `before` when a change refused half-way left it on
+    /// `now`: after a model switch, that model with every parameter it had (a switch resets
+    /// them to the model's defaults); else only the parameters that moved; and the mode,
+    /// if it moved. `None` when nothing moved.
+    pub(crate) fn undo(before: &SessionConfig, now: &SessionConfig) -> Option<ConfigRequest> {
+        let switched = before.model != now.model;
+        let request = ConfigRequest {
+            model: if switched { before.model.clone() } else { None },
+            parameters: before
+                .parameters
+                .iter()
+                .filter(|(id, value)| switched || now.parameters.get(*id) != Some(*value))
+                .map(|(id, value)| (id.clone(), value.clone()))
+                .collect(),
+            mode: before.mode.clone().filter(|mode| now.mode.as_ref() != Some(mode)),
+        };
+        (!request.steps().is_empty()).then_some(request)
+    }
+
     /// `SetConfigOption`: one option by its id, only through `configOptions`; refused
     /// before anything is sent to an agent without them.
     pub(crate) fn option(offer: Offer<'_>, config_id: String, value: String) -> Result<ConfigStep, EngineError> {

@@ -497,3 +497,39 @@ fn the_catalog_asks_cursor_and_falls_back_to_the_session_only_when_the_method_is
         assert_eq!(catalog(agent.offer(), answer, limit).unwrap_err().reason, reason);
     }
 }
+
+fn config(model: &str, parameters: &[(&str, &str)], mode: &str) -> SessionConfig {
+    SessionConfig {
+        model: Some(model.to_owned()),
+        parameters: parameters
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        mode: Some(mode.to_owned()),
+        ..SessionConfig::default()
+    }
+}
+
+#[test]
+fn a_change_refused_half_way_is_undone_by_the_steps_that_moved() {
+    let before = config("gpt-x", &[("effort", "xhigh"), ("fast", "false")], "agent");
+    let steps = |now: &SessionConfig| Ladder::undo(&before, now).map(|r| r.steps());
+    let owned = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    assert_eq!(steps(&before), None, "nothing moved");
+    assert_eq!(
+        steps(&config("claude-y", &[("effort", "low")], "agent")),
+        Some(owned(&[("model", "gpt-x"), ("effort", "xhigh"), ("fast", "false")])),
+        "a switch back restores every parameter the model had"
+    );
+    assert_eq!(
+        steps(&config("gpt-x", &[("effort", "low"), ("fast", "false")], "agent")),
+        Some(owned(&[("effort", "xhigh")])),
+        "on the same model, only what moved"
+    );
+    assert_eq!(
+        steps(&config("gpt-x", &[("effort", "xhigh"), ("fast", "false")], "ask")),
+        Some(owned(&[("mode", "agent")]))
+    );
+}
