@@ -148,7 +148,44 @@ enum Waiter {
     InOrder,
 }
 
-type PendingTable = Mutex<HashMap<i64, Waiter>>;
+/// How many requests given up on (their callers timed out) are remembered, so that a late
+/// answer to one is dropped quietly rather than reported as an unknown id; an older one's
+/// late answer is reported as unmatched.
+pub const GIVEN_UP_REMEMBERED: usize = 64;
+
+/// Our requests awaiting an answer, and the latest ones given up on.
+#[derive(Default)]
+struct Pending {
+    waiters: HashMap<i64, Waiter>,
+    given_up: std::collections::VecDeque<i64>,
+}
+
+impl Pending {
+    fn give_up(&mut self, id: i64) {
+        if self.waiters.remove(&id).is_some() {
+            if self.given_up.len() == GIVEN_UP_REMEMBERED {
+                self.given_up.pop_front();
+            }
+            self.given_up.push_back(id);
+        }
+    }
+
+    /// The waiter for a response to `id`; `Err(())` when it was given up on.
+    fn answered(&mut self, id: i64) -> Result<Option<Waiter>, ()> {
+        match self.waiters.remove(&id) {
+            Some(waiter) => Ok(Some(waiter)),
+            None => match self.given_up.iter().position(|given_up| *given_up == id) {
+                Some(at) => {
+                    self.given_up.remove(at);
+                    Err(())
+                }
+                None => Ok(None),
+            },
+        }
+    }
+}
+
+type PendingTable = Mutex<Pending>;
 
 struct Shared {
     out: mpsc::Sender<Outgoing>,
@@ -176,6 +213,18 @@ type Tap = Option<Arc<dyn WireTap>>;
 fn tap_line(tap: &Tap, direction: Direction, line: &[u8]) {
     if let Some(tap) = tap {
         tap.line(direction, line);
+    }
+}
+
+/// Removes a caller's waiter when its [`AcpConnection::request`] ends, answered or not.
+struct Forget<'a> {
+    shared: &'a Shared,
+    id: i64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.shared.pending.lock().give_up(self.id);
     }
 }
 
@@ -208,7 +257,7 @@ impl AcpConnection {
         let shared = Arc::new(Shared {
             out: out_tx,
             stalled: stalled.clone(),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Pending::default()),
             next_id: AtomicI64::new(1),
             tap: tap.clone(),
         });
@@ -223,11 +272,15 @@ impl AcpConnection {
         let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
         let line = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         let (tx, rx) = oneshot::channel();
-        self.pending().insert(id, Waiter::Caller(tx));
-        if let Err(e) = send_flushed(&self.shared.out, line).await {
-            self.pending().remove(&id);
-            return Err(e);
-        }
+        self.pending().waiters.insert(id, Waiter::Caller(tx));
+        // A caller that gives up (a timeout drops this future) leaves no waiter behind: its
+        // late answer is an unmatched response, and the table stays as small as what is
+        // really awaited.
+        let _forget = Forget {
+            shared: &self.shared,
+            id,
+        };
+        send_flushed(&self.shared.out, line).await?;
         match rx.await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(AcpError::Rpc(error)),
@@ -245,9 +298,9 @@ impl AcpConnection {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let params = serde_json::to_value(params).map_err(|e| AcpError::Encode(e.to_string()))?;
         let line = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
-        self.pending().insert(id, Waiter::InOrder);
+        self.pending().waiters.insert(id, Waiter::InOrder);
         if let Err(e) = send_queued(&self.shared.out, line).await {
-            self.pending().remove(&id);
+            self.pending().waiters.remove(&id);
             return Err(e);
         }
         Ok(id)
@@ -266,7 +319,7 @@ impl AcpConnection {
         let _ = self.shared.out.send(Outgoing::CloseStdin).await;
     }
 
-    fn pending(&self) -> parking_lot::MutexGuard<'_, HashMap<i64, Waiter>> {
+    fn pending(&self) -> parking_lot::MutexGuard<'_, Pending> {
         self.shared.pending.lock()
     }
 }
@@ -368,7 +421,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let next = tokio::select! {
             next = reader.next_frame() => next,
             () = &mut stopped_reading => {
-                shared.pending.lock().clear();
+                shared.pending.lock().waiters.clear();
                 let limit = AGENT_WRITE_STALL_LIMIT;
                 let _ = inbound.send(Inbound::StoppedReading { limit }).await;
                 return;
@@ -408,8 +461,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
                 Classified::Response { id, result } => {
                     let waiter = match &id {
-                        RequestId::Number(n) => shared.pending.lock().remove(n),
-                        _ => None,
+                        RequestId::Number(n) => shared.pending.lock().answered(*n),
+                        _ => Ok(None),
+                    };
+                    let Ok(waiter) = waiter else {
+                        tracing::debug!(%id, "a late answer to a request given up on");
+                        continue;
                     };
                     match (waiter, id) {
                         (Some(Waiter::Caller(waiter)), _) => {
@@ -427,7 +484,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             continue;
         }
     };
-    shared.pending.lock().clear();
+    shared.pending.lock().waiters.clear();
     let _ = inbound.send(Inbound::Closed { truncated_last_line }).await;
 }
 
@@ -503,6 +560,51 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_given_up_on_leaves_no_waiter_and_its_late_answer_is_unmatched() {
+        let (conn, mut inbound, mut peer) = pair();
+        for _ in 0..3 {
+            let given_up = tokio::time::timeout(
+                std::time::Duration::from_millis(20),
+                conn.request("cursor/list_available_models", json!({})),
+            )
+            .await;
+            assert!(given_up.is_err());
+        }
+        assert_eq!(
+            conn.shared.pending.lock().waiters.len(),
+            0,
+            "nothing waits for the answers"
+        );
+        let first = peer.recv().await;
+        peer.send(json!({"jsonrpc":"2.0","id":first["id"],"result":{}})).await;
+        peer.send(json!({"jsonrpc":"2.0","id":first["id"],"result":{}})).await;
+        assert!(
+            matches!(inbound.recv().await, Some(Inbound::UnmatchedResponse { .. })),
+            "the late answer passes quietly; a second answer to the same id is unmatched"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_latest_requests_given_up_on_are_remembered() {
+        let (conn, mut inbound, mut peer) = pair();
+        for _ in 0..=GIVEN_UP_REMEMBERED {
+            let call = conn.request("x", json!({}));
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(1), call).await;
+        }
+        // Ids count from 1: the first was given up on longest ago.
+        let (oldest, newest) = (1, i64::try_from(GIVEN_UP_REMEMBERED).unwrap() + 1);
+        peer.send(json!({"jsonrpc":"2.0","id":newest,"result":{}})).await;
+        peer.send(json!({"jsonrpc":"2.0","id":oldest,"result":{}})).await;
+        assert!(matches!(
+            inbound.recv().await,
+            Some(Inbound::UnmatchedResponse {
+                id: RequestId::Number(1)
+            })
+        ));
+        assert_eq!(conn.shared.pending.lock().given_up.len(), GIVEN_UP_REMEMBERED - 1);
     }
 
     #[tokio::test]
