@@ -10,7 +10,6 @@ pub mod credential;
 mod engine;
 mod events;
 mod execution_row;
-mod failpoint;
 mod handshake;
 mod heads;
 pub mod interaction_row;

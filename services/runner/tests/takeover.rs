@@ -21,18 +21,31 @@ const LEASE_LOST_EXIT: i32 = 75;
 /// `serve` as replica `name`, its agents scripted by `scenario`, its `/metrics` on the
 /// returned address.
 fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, scenario: &str) -> (ServiceProcess, SocketAddr) {
+    replica_with(database_url, dirs, name, scenario, Vec::new())
+}
+
+/// [`replica`] with more of the service's environment.
+fn replica_with(
+    database_url: &str,
+    dirs: &ServiceDirs,
+    name: &str,
+    scenario: &str,
+    more_env: Vec<(String, String)>,
+) -> (ServiceProcess, SocketAddr) {
     let metrics = free_address();
+    let mut env = vec![
+        ("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()),
+        ("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LEASE_MS.to_string()),
+        ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()),
+    ];
+    env.extend(more_env);
     let service = ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
         state_dir: dirs.root.path(),
         scenario,
         record: &dirs.record,
-        env: vec![
-            ("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()),
-            ("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LEASE_MS.to_string()),
-            ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()),
-        ],
+        env,
         args: Vec::new(),
     });
     (service, metrics)
@@ -251,6 +264,47 @@ async fn an_owner_frozen_past_its_lease_is_taken_over_and_writes_nothing_once_it
         (after.state, after.owner_replica.as_str()),
         (pb::ExecutionState::Lost as i32, "replica-b")
     );
+    b.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_frozen_inside_a_transaction_is_taken_over_once_the_database_ends_that_transaction() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs: Vec<ServiceDirs> = (0..2).map(|_| ServiceDirs::new()).collect();
+    // Every batch of replica-a stops inside its transaction, before its commit.
+    let hold = vec![("CURSOR_RUNNER_FAILPOINT".to_owned(), "holding_a_batch_open".to_owned())];
+    let (a, _) = replica_with(&database.url, &dirs[0], "replica-a", "demo.json", hold);
+    let mut a_client = a.client().await;
+    let execution = create_execution_in(&mut a_client, &dirs[0].workspace, "create-a").await;
+    // The turn's batch (the turn, the execution pointing at it, `turn.started`) locks the
+    // execution row and stops there; then the process freezes with it open.
+    let held = tokio::spawn({
+        let id = execution.execution_id.clone();
+        async move { start_turn(&mut a_client, &id, "turn-a").await }
+    });
+    a.wait_for_stderr("failpoint reached: holding_a_batch_open");
+    a.signal(Signal::SIGSTOP);
+    let (b, _) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
+    let mut b_client = b.client().await;
+
+    let lost = execution_in_state(&mut b_client, &execution.execution_id, pb::ExecutionState::Lost).await;
+    assert_eq!(
+        (
+            lost.failure_reason.as_str(),
+            lost.owner_replica.as_str(),
+            lost.turn_count
+        ),
+        ("OWNER_LOST", "replica-b", 0),
+        "taken over once the frozen transaction was ended, and nothing of it committed"
+    );
+    let mut events = Subscriber::open(&mut b_client, &execution.execution_id, 0)
+        .await
+        .unwrap();
+    let shown = events.until_caught_up().await;
+    assert_eq!(count(&shown, "turn.started"), 0, "{:?}", types(&shown));
+    held.abort();
+    a.kill();
     b.stop();
     database.drop_database().await;
 }

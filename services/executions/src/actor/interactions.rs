@@ -8,7 +8,6 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::failpoint::failpoint;
 use crate::interaction_row::not_pending;
 use crate::machine::Now;
 use crate::machine::interaction::{Committed, Effect, EndReason, Input, Interaction, Observation};
@@ -19,6 +18,7 @@ use cursor_runner_domain::interaction::{
     cancelled_result,
 };
 use cursor_runner_domain::state::InteractionState;
+use cursor_runner_store::failpoint::failpoint;
 
 use super::data::*;
 

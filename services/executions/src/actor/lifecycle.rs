@@ -7,7 +7,6 @@ use cursor_runner_store::{ExecutionRecord, Patience, StoreError, Write, now_ms};
 use cursor_runner_supervisor::ExitProof;
 
 use crate::execution_row;
-use crate::failpoint::failpoint;
 use crate::ownership;
 use crate::settlement::{self, LiveTurn};
 use crate::turn_row;
@@ -15,6 +14,7 @@ use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::settlement::{Loss, TurnEnd};
 use cursor_runner_domain::state::{ExecutionState, TurnState};
 use cursor_runner_pool::exit_message;
+use cursor_runner_store::failpoint::failpoint;
 
 use super::data::*;
 use super::launch::fail_execution;

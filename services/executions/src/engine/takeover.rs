@@ -57,7 +57,7 @@ impl Engine {
                 tracing::warn!(execution_id = %execution.id, "the execution moved on before it could be claimed at start-up; left as found");
                 continue;
             }
-            crate::failpoint::failpoint("settling_a_predecessors_execution").await;
+            cursor_runner_store::failpoint::failpoint("settling_a_predecessors_execution").await;
             self.settle_claimed(&execution, &Loss::ServiceRestarted).await?;
         }
         Ok(())

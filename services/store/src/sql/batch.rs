@@ -36,6 +36,7 @@ impl SqlStore {
                 landed = append_events_on!(&mut *tx, sql, &batch.events, execution_id, generation, me) > 0;
             }
             if landed {
+                crate::failpoint::failpoint("holding_a_batch_open").await;
                 tx.commit().await?;
             } else {
                 tx.rollback().await?;

@@ -23,6 +23,15 @@ const PG_MAX_CONNECTIONS: u32 = 8;
 /// How long an operation waits for a connection before it fails `Unavailable`: while the
 /// database is down, a caller gets a typed answer it can retry instead of its own deadline.
 const PG_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the server lets one of the pool's sessions sit idle inside a transaction
+/// before it ends that session (`idle_in_transaction_session_timeout`). Every transaction
+/// here sends its statements back to back, so only a frozen process (SIGSTOP, a paused
+/// VM) idles: its open transaction would otherwise hold the execution row it locked
+/// `FOR SHARE`, and a survivor's takeover claim would wait on it for ever. The frozen
+/// owner's transaction is rolled back, never committed; under the self-fence margin
+/// (2 s), so it is gone before the lease ends on the database's clock. A live process
+/// stalled this long mid-transaction loses the connection and retries the transaction.
+pub const IDLE_IN_TRANSACTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) enum Pool {
     Postgres(PgPool),
@@ -107,11 +116,12 @@ impl SqlStore {
             // timeout and then reports only "pool timed out"; one direct connection first
             // fails at once with the server's real answer.
             PgConnection::connect_with(&options).await?.close().await?;
+            let idle_limit = format!("{}ms", IDLE_IN_TRANSACTION_LIMIT.as_millis());
             Pool::Postgres(
                 PgPoolOptions::new()
                     .max_connections(PG_MAX_CONNECTIONS)
                     .acquire_timeout(PG_ACQUIRE_TIMEOUT)
-                    .connect_with(options)
+                    .connect_with(options.options([("idle_in_transaction_session_timeout", idle_limit.as_str())]))
                     .await?,
             )
         } else if url.starts_with("sqlite:") {

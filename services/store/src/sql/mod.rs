@@ -15,7 +15,7 @@ mod interactions;
 mod replica;
 mod turns;
 
-pub use connection::SqlStore;
+pub use connection::{IDLE_IN_TRANSACTION_LIMIT, SqlStore};
 
 use async_trait::async_trait;
 use std::sync::Arc;

@@ -1,11 +1,12 @@
-//! Named crash windows for the runner's crash tests (feature `failpoints`).
+//! Named crash windows for the runner's crash tests (feature `failpoints`), in the
+//! store (the innermost crate that has one) so that a window can sit inside a transaction.
 
 /// Test-only windows: with the `failpoints` feature, a point named in
 /// `CURSOR_RUNNER_FAILPOINT` announces itself on stderr and then holds the calling task
 /// for good (so a test can SIGKILL the service exactly there), or for
 /// `CURSOR_RUNNER_FAILPOINT_PAUSE_MS` if that is set (so a test can act inside the
 /// window and watch the service go on). Without the feature it compiles to nothing.
-pub(crate) async fn failpoint(name: &str) {
+pub async fn failpoint(name: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("CURSOR_RUNNER_FAILPOINT").as_deref() == Ok(name) {
         eprintln!("failpoint reached: {name}");
