@@ -459,24 +459,24 @@ async fn an_older_build_refusing_the_mode_after_the_model_records_the_model_it_s
     service.shutdown().await;
 }
 
+/// An execution created on `gpt-x` with `parameters`.
+async fn created_on_gpt_x(client: &mut Client, service: &TestService, parameters: Parameters<'_>) -> proto::Execution {
+    client
+        .create_execution(request(service, "create-1", "gpt-x", parameters))
+        .await
+        .unwrap()
+        .into_inner()
+        .execution
+        .unwrap()
+}
+
 /// A `SetModel` refused because the model does not offer one of its parameter values
 /// changes nothing: no step is sent before every value is known to be offered (the model
 /// stays, so its options are known), and the recorded configuration is the one before.
 async fn a_set_model_refused_for_a_value_its_model_does_not_offer_changes_nothing(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
-    let created = client
-        .create_execution(request(
-            &service,
-            "create-1",
-            "gpt-x",
-            &[("effort", "low"), ("fast", "false")],
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let created = created_on_gpt_x(&mut client, &service, &[("effort", "low"), ("fast", "false")]).await;
     let calls_before = config_calls(&service);
     assert_refused(
         client
@@ -502,18 +502,7 @@ async fn a_set_model_refused_for_a_value_its_model_does_not_offer_changes_nothin
 async fn a_model_switch_refused_for_a_value_the_new_model_does_not_offer_is_undone(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
-    let created = client
-        .create_execution(request(
-            &service,
-            "create-1",
-            "gpt-x",
-            &[("effort", "xhigh"), ("fast", "false")],
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .execution
-        .unwrap();
+    let created = created_on_gpt_x(&mut client, &service, &[("effort", "xhigh"), ("fast", "false")]).await;
     let refused = client
         .set_model(proto::SetModelRequest {
             request_id: "model-1".into(),

@@ -37,7 +37,9 @@ pub mod promtool;
 pub mod stream_latency;
 pub mod typescript;
 pub mod verify_throughput;
-pub use service_process::{ServiceDirs, ServiceProcess, ServiceSettings, free_address, http_get, scrape_metrics};
+pub use service_process::{
+    ServiceDirs, ServiceProcess, ServiceSettings, free_address, http_get, replica_env, scrape_metrics,
+};
 
 /// The server every Postgres test uses unless `DATABASE_URL` names another.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

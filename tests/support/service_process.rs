@@ -157,6 +157,37 @@ impl Drop for ServiceProcess {
     }
 }
 
+impl ServiceProcess {
+    /// `binary` (the test's `env!("CARGO_BIN_EXE_cursor-runner")`) serving `database_url`
+    /// from `dirs`, its agents scripted by `scenario`, with `env` added to its environment.
+    pub fn serve_in(
+        binary: &Path,
+        database_url: &str,
+        dirs: &ServiceDirs,
+        scenario: &str,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        Self::start(ServiceSettings {
+            binary,
+            database_url,
+            state_dir: dirs.root.path(),
+            scenario,
+            record: &dirs.record,
+            env,
+            args: Vec::new(),
+        })
+    }
+}
+
+/// The environment that makes `serve` replica `name` of a fleet, with an ownership lease
+/// of `lease_ms`, as Kubernetes gives them.
+pub fn replica_env(name: &str, lease_ms: u64) -> Vec<(String, String)> {
+    vec![
+        ("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()),
+        ("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), lease_ms.to_string()),
+    ]
+}
+
 /// A loopback address nothing listens on now (for a service's gRPC or `/metrics` listener).
 pub fn free_address() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");

@@ -39,15 +39,13 @@ fn service_playing(
     scenario: &str,
     env: Vec<(String, String)>,
 ) -> ServiceProcess {
-    ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+    ServiceProcess::serve_in(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
-        state_dir: dirs.root.path(),
+        dirs,
         scenario,
-        record: &dirs.record,
         env,
-        args: Vec::new(),
-    })
+    )
 }
 
 /// Lines the agents received after the `n`-th `initialize` (0-based), i.e. by the n-th process.

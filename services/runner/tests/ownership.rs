@@ -25,20 +25,15 @@ fn replica(database_url: &str, dirs: &ServiceDirs) -> ServiceProcess {
 
 /// [`replica`] with more of the service's environment.
 fn replica_with(database_url: &str, dirs: &ServiceDirs, more_env: Vec<(String, String)>) -> ServiceProcess {
-    let mut env = vec![
-        ("CURSOR_RUNNER_REPLICA_NAME".to_owned(), "replica-a".to_owned()),
-        ("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LEASE_MS.to_string()),
-    ];
+    let mut env = replica_env("replica-a", LEASE_MS as u64);
     env.extend(more_env);
-    ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+    ServiceProcess::serve_in(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
-        state_dir: dirs.root.path(),
-        scenario: "question_then_talks_on.json",
-        record: &dirs.record,
+        dirs,
+        "question_then_talks_on.json",
         env,
-        args: Vec::new(),
-    })
+    )
 }
 
 /// What the database holds of an execution: its event head, its turn's and its

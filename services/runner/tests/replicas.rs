@@ -39,15 +39,13 @@ fn replica_with(
     if let Some(name) = name {
         env.push(("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()));
     }
-    ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+    ServiceProcess::serve_in(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url,
-        state_dir: dirs.root.path(),
-        scenario: "demo.json",
-        record: &dirs.record,
+        dirs,
+        "demo.json",
         env,
-        args: Vec::new(),
-    })
+    )
 }
 
 /// An execution in `dirs`' workspace whose turn waits on a pending question; its

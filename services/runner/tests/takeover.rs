@@ -33,22 +33,14 @@ fn replica_with(
     more_env: Vec<(String, String)>,
 ) -> (ServiceProcess, SocketAddr) {
     let metrics = free_address();
-    let mut env = vec![
-        ("CURSOR_RUNNER_REPLICA_NAME".to_owned(), name.to_owned()),
-        ("CURSOR_RUNNER_OWNERSHIP_LEASE_MS".to_owned(), LEASE_MS.to_string()),
-        ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()),
-    ];
+    let mut env = replica_env(name, LEASE_MS);
+    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()));
     env.extend(more_env);
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
-        database_url,
-        state_dir: dirs.root.path(),
-        scenario,
-        record: &dirs.record,
-        env,
-        args: Vec::new(),
-    });
-    (service, metrics)
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
+    (
+        ServiceProcess::serve_in(binary, database_url, dirs, scenario, env),
+        metrics,
+    )
 }
 
 /// Executions this replica took over, from its `/metrics`.
