@@ -28,17 +28,7 @@ async fn a_session_recovered_in_an_older_execution_is_in_use_though_a_newer_one_
 ) {
     let service = TestService::start(backend, "recoverable.json").await;
     let mut client = service.client().await;
-    let first = create_execution(&mut client, &service, "create-1").await;
-    let pid = first.pid.unwrap() as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
-    execution_in_state(&mut client, &first.execution_id, proto::ExecutionState::Lost).await;
-    let second = client
-        .create_execution(load_request(&service, "create-2", &first.session_id))
-        .await
-        .expect("the lost execution's session loads into a new one")
-        .into_inner()
-        .execution
-        .unwrap();
+    let (first, second) = lost_then_loaded(&mut client, &service).await;
     close(&mut client, &second.execution_id, "close-2").await;
     recover(&mut client, &first.execution_id, "recover-1")
         .await
@@ -58,17 +48,7 @@ async fn a_session_recovered_in_an_older_execution_is_in_use_though_a_newer_one_
 async fn recovering_an_execution_whose_session_another_live_execution_loaded_is_refused_in_use(backend: Backend) {
     let service = TestService::start(backend, "recoverable.json").await;
     let mut client = service.client().await;
-    let first = create_execution(&mut client, &service, "create-1").await;
-    let pid = first.pid.unwrap() as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
-    execution_in_state(&mut client, &first.execution_id, proto::ExecutionState::Lost).await;
-    let loaded = client
-        .create_execution(load_request(&service, "create-2", &first.session_id))
-        .await
-        .expect("the lost execution's session loads into a new one")
-        .into_inner()
-        .execution
-        .unwrap();
+    let (first, loaded) = lost_then_loaded(&mut client, &service).await;
     let launched = launches(&service);
     assert_refused(
         recover(&mut client, &first.execution_id, "recover-1").await,
@@ -110,6 +90,27 @@ async fn of_concurrent_loads_of_one_session_exactly_one_opens_it(backend: Backen
 }
 
 /// The private home an execution's agent ran in (kept: it holds the session).
+/// An execution whose agent was killed (so it is `lost`), and a new execution that loaded
+/// its session.
+async fn lost_then_loaded(client: &mut Client, service: &TestService) -> (proto::Execution, proto::Execution) {
+    let first = create_execution(client, service, "create-1").await;
+    kill_agent_of(&first);
+    execution_in_state(client, &first.execution_id, proto::ExecutionState::Lost).await;
+    let loaded = client
+        .create_execution(load_request(service, "create-2", &first.session_id))
+        .await
+        .expect("the lost execution's session loads into a new one")
+        .into_inner()
+        .execution
+        .unwrap();
+    (first, loaded)
+}
+
+fn kill_agent_of(execution: &proto::Execution) {
+    let pid = nix::unistd::Pid::from_raw(execution.pid.unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
 fn home_of(service: &TestService, execution: &proto::Execution) -> std::path::PathBuf {
     service
         .state_dir()
@@ -152,8 +153,7 @@ async fn hooks_planted_in_a_kept_home_refuse_recovering_its_execution(backend: B
     let planted = home_of(&service, &execution).join(".claude/settings.json");
     std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
     std::fs::write(&planted, r#"{"hooks": {"PreToolUse": []}}"#).unwrap();
-    let pid = execution.pid.unwrap() as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    kill_agent_of(&execution);
     events.until_turn_settles().await;
     execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     let before = launches(&service);
@@ -205,8 +205,7 @@ async fn recovery_after_the_agent_dies_loads_the_session_under_a_new_generation_
     let mut client = service.client().await;
     let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
-    let pid = execution.pid.unwrap() as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    kill_agent_of(&execution);
     events.until_turn_settles().await;
     let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     assert_eq!(lost.generation, 1);
@@ -453,8 +452,7 @@ async fn a_recovery_applies_the_recorded_model_again_and_checks_its_echo(backend
         .execution
         .unwrap();
     let applied_before = methods_received(&service, "session/set_config_option").len();
-    let pid = nix::unistd::Pid::from_raw(execution.pid.unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    kill_agent_of(&execution);
     execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     let recovered = recover(&mut client, &execution.execution_id, "recover-1")
         .await
