@@ -300,3 +300,89 @@ async fn an_owner_frozen_inside_a_transaction_is_taken_over_once_the_database_en
     b.stop();
     database.drop_database().await;
 }
+
+/// Polls `query` (one boolean) on the database until it holds.
+async fn until_database_says(url: &str, what: &str, query: &'static str) {
+    let mut database = sqlx::PgConnection::connect(url).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (holds,): (bool,) = sqlx::query_as(query).fetch_one(&mut database).await.unwrap();
+        if holds {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_key_a_survivor_ended_while_its_owner_was_frozen_gets_the_outcome_every_retry_gets() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs: Vec<ServiceDirs> = (0..2).map(|_| ServiceDirs::new()).collect();
+    let (mut a, _) = replica(&database.url, &dirs[0], "replica-a", "slow_start.json");
+    let mut a_client = a.client().await;
+    let (b, _) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
+    let mut b_client = b.client().await;
+    let workspace = dirs[0].workspace.display().to_string();
+    let create = proto::CreateExecutionRequest {
+        request_id: "create-held".into(),
+        workspace,
+        ..Default::default()
+    };
+    let first_call = tokio::spawn({
+        let create = create.clone();
+        async move { a_client.create_execution(create).await }
+    });
+    until_database_says(
+        &database.url,
+        "the call's key in flight",
+        "SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE request_id = 'create-held' AND state = 'in_flight')",
+    )
+    .await;
+    // Holds back the completion of the key (the call's last write) until the owner is gone.
+    let mut holder = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("LOCK TABLE idempotency_keys IN EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    until_database_says(
+        &database.url,
+        "the execution ready",
+        "SELECT EXISTS (SELECT 1 FROM executions WHERE state = 'ready')",
+    )
+    .await;
+    a.signal(Signal::SIGSTOP);
+    until_database_says(
+        &database.url,
+        "the takeover",
+        "SELECT EXISTS (SELECT 1 FROM executions WHERE state = 'lost')",
+    )
+    .await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    until_database_says(
+        &database.url,
+        "the key ended by the survivor",
+        "SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE request_id = 'create-held' AND state = 'done')",
+    )
+    .await;
+    a.signal(Signal::SIGCONT);
+
+    let first = first_call
+        .await
+        .unwrap()
+        .map(|r| r.into_inner().execution.unwrap().state);
+    let retried = b_client
+        .create_execution(create)
+        .await
+        .map(|r| r.into_inner().execution.unwrap().state);
+    let outcome = |r: &Result<i32, tonic::Status>| match r {
+        Ok(state) => format!("ok {state}"),
+        Err(status) => format!("{:?} {}", status.code(), reason(status)),
+    };
+    assert_eq!(outcome(&first), outcome(&retried), "one request_id, one outcome");
+    assert_eq!(outcome(&retried), "Aborted REQUEST_INTERRUPTED");
+    let _ = a.exit_status().await;
+    b.stop();
+    database.drop_database().await;
+}

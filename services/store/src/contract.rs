@@ -178,8 +178,9 @@ pub trait Store: Send + Sync + 'static {
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
     /// Only this incarnation's own `in_flight` claim, while its lease is live: past it, a
-    /// survivor may have completed the key, and that outcome stands.
-    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<()>;
+    /// survivor may have completed the key, and that outcome stands. False when nothing was
+    /// completed (the key is not this incarnation's in flight any more, or its lease ended).
+    async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool>;
     /// Drops a claim whose call failed before it changed anything, so a retry may run.
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
     /// Completes every claim `claimed_by` that incarnation still `in_flight` with

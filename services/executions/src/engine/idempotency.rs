@@ -3,7 +3,9 @@
 
 use std::future::Future;
 
-use cursor_runner_store::{ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, TurnRecord};
+use cursor_runner_store::{
+    ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnRecord,
+};
 
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
@@ -11,6 +13,7 @@ use tokio::sync::{oneshot, watch};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 use super::data::*;
+use crate::ownership;
 
 impl Engine {
     /// Runs `run` once per (tenant, operation, request_id). A retry with the same body
@@ -88,12 +91,16 @@ impl Engine {
                                     // outage is no outcome either: the same call may be
                                     // retried (each write it made is its own to find again).
                                     Err(e) if e.is_refusal() || e.is_transient() => {
-                                        recorder.release_idempotency(&owner_key).await
+                                        recorder.release_idempotency(&owner_key).await.map(|()| true)
                                     }
                                     Err(e) => recorder.complete_idempotency(&owner_key, &e.to_json()).await,
                                 };
                                 match recorded {
-                                    Ok(()) => result,
+                                    Ok(true) => result,
+                                    // Not this call's to complete any more: a survivor ended
+                                    // the key while this replica was frozen. Its outcome is
+                                    // the one every retry gets, so it is this call's too.
+                                    Ok(false) => outcome_that_stands(store.as_ref(), &owner_key, &digest).await,
                                     Err(e) => Err(e.into()),
                                 }
                             }
@@ -126,7 +133,7 @@ impl Engine {
             }
         };
         self.in_flight.lock().remove(&key);
-        let stored = result?;
+        let stored = result.map_err(|e| self.fenced_if_lease_ended(e))?;
         if !ran_here {
             return Ok(Outcome::Stored(stored));
         }
@@ -135,6 +142,17 @@ impl Engine {
             // The key held a completed outcome already: this call ran nothing.
             Err(_) => Outcome::Stored(stored),
         })
+    }
+
+    /// A write the database refused once this replica's lease had ended (a transaction
+    /// begun before, committed after) reads as the replica's refusal, as a write refused
+    /// before it is sent does: the execution was not handed on, this replica lost it.
+    fn fenced_if_lease_ended(&self, e: EngineError) -> EngineError {
+        if e.reason == Reason::ExecutionFenced && self.lease_has_ended() {
+            ownership::fenced_refusal()
+        } else {
+            e
+        }
     }
 
     /// [`Self::idempotent`] for work that results in a record: stored by its id; the call
@@ -162,6 +180,20 @@ impl Engine {
             Outcome::Ran(record) => Ok(record),
             Outcome::Stored(stored) => T::read_back(self, &tenant_id, &stored).await,
         }
+    }
+}
+
+/// What a key holds for a call that could not record its own outcome (this replica's lease
+/// ended): the survivor's ending, which every retry gets too; while nobody has ended it
+/// yet, the replica's refusal (retry later, elsewhere).
+async fn outcome_that_stands(store: &dyn Store, key: &IdempotencyKey, digest: &str) -> Result<Value, EngineError> {
+    match store.claim_idempotency(key, digest).await? {
+        IdempotencyClaim::Completed(stored) => EngineError::from_json(&stored).map_or(Ok(stored), Err),
+        IdempotencyClaim::Claimed => {
+            store.release_idempotency(key).await?;
+            Err(ownership::fenced_refusal())
+        }
+        IdempotencyClaim::InFlight | IdempotencyClaim::DigestMismatch => Err(ownership::fenced_refusal()),
     }
 }
 

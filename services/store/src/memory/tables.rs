@@ -76,14 +76,14 @@ impl Tables {
         }
     }
 
-    pub(super) fn complete_idempotency(&mut self, key: &IdempotencyKey, response: &serde_json::Value) {
+    pub(super) fn complete_idempotency(&mut self, key: &IdempotencyKey, response: &serde_json::Value) -> bool {
         let mine = self.me.is_empty() || self.my_lease_live();
-        if let Some(row) = self.idempotency.get_mut(key)
-            && row.response.is_none()
-            && row.claimed_by == self.me
-            && mine
-        {
-            row.response = Some(response.clone());
+        match self.idempotency.get_mut(key) {
+            Some(row) if row.response.is_none() && row.claimed_by == self.me && mine => {
+                row.response = Some(response.clone());
+                true
+            }
+            _ => false,
         }
     }
 

@@ -76,7 +76,7 @@ impl SqlStore {
         &self,
         key: &IdempotencyKey,
         response: &serde_json::Value,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         // Only this incarnation's own claim, while its lease is live: once it has ended, a
         // survivor may have completed the key as interrupted, and that outcome stands.
         let sql = format!(
@@ -85,7 +85,7 @@ impl SqlStore {
              AND claimed_by = $5 AND ($5 = '' OR {live})",
             live = self.shared.statements.dialect.live_lease("$5")
         );
-        on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+        let completed = on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .bind(&key.tenant_id)
             .bind(&key.operation)
             .bind(&key.request_id)
@@ -94,7 +94,7 @@ impl SqlStore {
             .execute(pool)
             .await?
             .rows_affected());
-        Ok(())
+        Ok(completed == 1)
     }
 
     pub(super) async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
