@@ -67,6 +67,7 @@ reasons! {
     RequestInFlight => "REQUEST_IN_FLIGHT": "A call with this `request_id` is still running in another incarnation of the service.",
     AnotherService => "ANOTHER_SERVICE": "Start-up only: another service process holds the database alone (on SQLite any other one; on PostgreSQL one from before replicas could share a database).",
     ReplicaNameInUse => "REPLICA_NAME_IN_USE": "Start-up only: a live process on the database serves under the same replica name.",
+    StateDirInUse => "STATE_DIR_IN_USE": "Start-up only: another live process uses this `--state-dir` (its launch ledger); each replica needs its own, or each would kill the other's agents.",
     MultiReplicaUnsupported => "MULTI_REPLICA_UNSUPPORTED": "Start-up only: the embedded SQLite store serves a single replica; multi-replica mode (`--replica-name`) needs PostgreSQL.",
     RequestInterrupted => "REQUEST_INTERRUPTED": "The service stopped while a call with this `request_id` ran; what it had begun was settled at restart. Final for this `request_id`: send a new one to try again.",
     InvalidArgument => "INVALID_ARGUMENT": "A field is missing or malformed; the message names it.",

@@ -20,7 +20,8 @@ fn guardian(state: &Path) -> Guardian {
         agent_init: Some(init_binary()),
         pid_namespace: true,
         lease: None,
-    });
+    })
+    .expect("the state directory is this test's alone");
     assert!(guardian.report().pid_namespace, "CI and this machine run as root");
     guardian
 }

@@ -343,6 +343,24 @@ async fn a_process_taking_a_replica_name_in_use_is_refused_and_the_first_goes_on
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_on_the_same_state_directory_is_refused_and_the_first_ones_agents_live_on() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let first = replica(&database.url, &dirs, Some("replica-a"));
+    let mut client = first.client().await;
+    let (_, mut events, created) = pending_question(&mut client, &dirs, "a").await;
+
+    // Another name, the same directory: its start-up sweep would kill replica-a's agents.
+    let mut second = replica(&database.url, &dirs, Some("replica-b"));
+    second.wait_for_stderr("STATE_DIR_IN_USE");
+    assert_eq!(second.exit_status().await.code(), Some(1), "refused to start");
+
+    answered_and_completed(&mut client, &mut events, &created, "a").await;
+    first.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_whose_name_is_let_go_within_the_wait_starts_and_settles_its_predecessors_executions() {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();

@@ -36,6 +36,12 @@ use crate::spawner::Spawner;
 /// namespace (only while there are some).
 pub const CENSUS_INTERVAL: Duration = Duration::from_millis(200);
 
+/// Another live process uses the state directory (its launch ledger): each process needs its
+/// own, or each would sweep, and kill, the other's agents.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("another live cursor-runner uses the state directory {}: each process needs its own --state-dir", .0.display())]
+pub struct StateDirInUse(pub PathBuf);
+
 /// What the guardian is configured with.
 #[derive(Debug, Clone)]
 pub struct GuardianConfig {
@@ -101,9 +107,13 @@ struct Tracked {
 
 impl Guardian {
     /// Sweeps the ledger a previous incarnation left, registers the service as child
-    /// subreaper, starts the spawner and reaper threads, and logs the report.
-    pub fn start(config: GuardianConfig) -> Self {
+    /// subreaper, starts the spawner and reaper threads, and logs the report. Refused while
+    /// another live process uses the state directory.
+    pub fn start(config: GuardianConfig) -> Result<Self, StateDirInUse> {
         let ledger = match Ledger::open(&config.state_dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(StateDirInUse(config.state_dir.clone()));
+            }
             Ok((ledger, sweep)) => {
                 for entry in &sweep.killed {
                     tracing::warn!(
@@ -185,7 +195,7 @@ impl Guardian {
             next_key: AtomicU64::new(1),
         });
         Reaper::global().register(&inner);
-        Self { inner }
+        Ok(Self { inner })
     }
 
     pub fn report(&self) -> GuardianReport {

@@ -130,17 +130,43 @@ pub struct SweepReport {
 pub struct Ledger {
     path: PathBuf,
     live: Vec<Line>,
+    /// Held for the ledger's life: one live process per state directory, since each sweeps
+    /// (kills) what the directory's ledger names.
+    _lock: std::fs::File,
 }
+
+/// The lock file beside the ledger.
+const LOCK_FILE: &str = "launch-ledger.lock";
 
 impl Ledger {
     /// Sweeps what a previous incarnation left in `state_dir`, truncates the file, and
     /// returns the (empty) ledger with the sweep's report.
+    ///
+    /// Another live process holding the directory's ledger is
+    /// [`io::ErrorKind::WouldBlock`]: its agents are not a previous incarnation's to sweep.
     pub fn open(state_dir: &Path) -> io::Result<(Self, SweepReport)> {
         std::fs::create_dir_all(state_dir)?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(state_dir.join(LOCK_FILE))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(io::ErrorKind::WouldBlock.into()),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
         let path = state_dir.join(LEDGER_FILE);
         let report = sweep(&path)?;
         std::fs::File::create(&path)?;
-        Ok((Self { path, live: Vec::new() }, report))
+        Ok((
+            Self {
+                path,
+                live: Vec::new(),
+                _lock: lock,
+            },
+            report,
+        ))
     }
 
     pub fn path(&self) -> &Path {

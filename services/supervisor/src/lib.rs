@@ -19,7 +19,7 @@ pub mod workspace_paths;
 pub mod workspace_policy;
 pub mod workspace_watch;
 
-pub use guardian::{CENSUS_INTERVAL, Guardian, GuardianConfig, GuardianReport};
+pub use guardian::{CENSUS_INTERVAL, Guardian, GuardianConfig, GuardianReport, StateDirInUse};
 pub use launch::{
     AgentCommand, BoundCredential, CURSOR_ARGS, CredentialName, FIXED_PATH, LaunchError, LaunchSpec,
     PinnedDistribution, Secret,

@@ -166,7 +166,8 @@ async fn without_an_init_the_fallbacks_report_active_and_the_ledger_follows_the_
         agent_init: None,
         pid_namespace: true,
         lease: None,
-    });
+    })
+    .expect("the state directory is this test's alone");
     let report = guardian.report();
     assert!(!report.pid_namespace, "no init binary, no namespace");
     assert!(report.pdeathsig && report.subreaper && report.ledger, "{report:?}");
@@ -201,6 +202,7 @@ async fn the_pid_namespace_can_be_turned_off() {
         agent_init: Some(PathBuf::from("/bin/true")),
         pid_namespace: false,
         lease: None,
-    });
+    })
+    .expect("the state directory is this test's alone");
     assert!(!guardian.report().pid_namespace);
 }

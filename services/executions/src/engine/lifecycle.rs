@@ -43,12 +43,15 @@ impl Engine {
         // Renewing from now on: settling what the predecessors left may outlast one lease.
         let heartbeat = ownership::heartbeat(Arc::downgrade(&store), config.replica.renew_every());
         // Sweeps what a SIGKILLed previous incarnation left running, before anything launches.
-        config.guardian = Some(Guardian::start(GuardianConfig {
-            state_dir: config.state_dir.clone(),
-            agent_init: config.agent_init.clone(),
-            pid_namespace: config.pid_namespace,
-            lease: Some(ownership::agent_deadline(store.lease())),
-        }));
+        config.guardian = Some(
+            start_guardian(GuardianConfig {
+                state_dir: config.state_dir.clone(),
+                agent_init: config.agent_init.clone(),
+                pid_namespace: config.pid_namespace,
+                lease: Some(ownership::agent_deadline(store.lease())),
+            })
+            .await?,
+        );
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::new());
         let pool = Pool::start(config.pool.clone(), config.launch_settings(), metrics.clone());
@@ -383,6 +386,22 @@ impl Engine {
             .map_err(|_| not_ready())?;
         // The actor's refusals may quote the agent (e.g. a configuration it refused).
         rx.await.map_err(|_| not_ready())?.map_err(|e| e.redacted(&redactor))
+    }
+}
+
+/// Starts the agents' guardian on the state directory, waiting up to [`REPLICA_NAME_WAIT`]
+/// for a process still stopping there (a pod restarted in place) to let it go; another live
+/// process using the directory is refused (`STATE_DIR_IN_USE`).
+async fn start_guardian(config: GuardianConfig) -> Result<Guardian, EngineError> {
+    let deadline = tokio::time::Instant::now() + ownership::REPLICA_NAME_WAIT;
+    loop {
+        match Guardian::start(config.clone()) {
+            Ok(guardian) => return Ok(guardian),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(in_use) => return Err(EngineError::precondition(Reason::StateDirInUse, in_use.to_string())),
+        }
     }
 }
 
