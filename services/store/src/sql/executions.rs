@@ -2,6 +2,7 @@
 //! and the sessions recorded on them.
 
 use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
+use super::fence::LOCK_NOT_AVAILABLE;
 use crate::contract::*;
 use crate::records::*;
 use crate::replica::LEGACY_INCARNATION;
@@ -215,14 +216,26 @@ impl SqlStore {
     pub(super) async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
         let sql = &self.shared.statements;
         let (outcome, retried) = on_pool!(@owner_write self, |pool| {
-            sqlx::query(sqlx::AssertSqlSafe(sql.claim_execution.as_str()))
+            let mut tx = pool.begin().await?;
+            if let Some(bounded) = &sql.claim_lock_wait {
+                sqlx::query(sqlx::AssertSqlSafe(bounded.as_str())).execute(&mut *tx).await?;
+            }
+            let claimed = sqlx::query(sqlx::AssertSqlSafe(sql.claim_execution.as_str()))
                 .bind(execution_id)
                 .bind(generation)
                 .bind(self.shared.identity.me())
                 .bind(from)
-                .execute(pool)
-                .await?
-                .rows_affected()
+                .execute(&mut *tx)
+                .await;
+            match claimed {
+                Ok(done) => {
+                    tx.commit().await?;
+                    done.rows_affected()
+                }
+                // Held up past `CLAIM_LOCK_WAIT`: busy, left for the next scan.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => 0,
+                Err(e) => return Err(e.into()),
+            }
         });
         match outcome? {
             1 => Ok(true),

@@ -16,6 +16,14 @@ pub(super) const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86
 /// `UPDATE` of the execution row (a claim) takes.
 const PG_OWNER_LOCK: &str = " FOR SHARE OF e";
 
+/// How long a takeover claim waits for a lock on the execution row (an owner transaction in
+/// flight takes milliseconds) before it leaves the row for the next scan, so one row held
+/// by something else never stops a scan.
+pub const CLAIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// SQLSTATE `lock_not_available`: a `lock_timeout` passed.
+pub(super) const LOCK_NOT_AVAILABLE: &str = "55P03";
+
 /// One backend's spelling of the fence's clock and lock.
 #[derive(Clone, Copy)]
 pub(super) struct Dialect {
@@ -72,6 +80,9 @@ pub(super) struct Statements {
     pub(super) insert_execution: String,
     pub(super) advance_generation: String,
     pub(super) claim_execution: String,
+    /// Bounds a claim's wait for the row's lock to [`CLAIM_LOCK_WAIT`], where rows are locked
+    /// (PostgreSQL: SQLite has one writer at a time).
+    pub(super) claim_lock_wait: Option<String>,
 }
 
 impl Statements {
@@ -118,6 +129,8 @@ impl Statements {
                  WHERE tenant_id = $1 AND id = $2 AND generation = $3 AND ($5 IS NULL OR {})",
                 dialect.live_lease("$5")
             ),
+            claim_lock_wait: (!dialect.lock.is_empty())
+                .then(|| format!("SET LOCAL lock_timeout = '{}ms'", CLAIM_LOCK_WAIT.as_millis())),
             claim_execution: format!(
                 "UPDATE executions SET owner_incarnation = $3 \
                  WHERE id = $1 AND generation = $2 AND owner_incarnation = $4 AND state IN ('starting', 'ready', 'closing') \

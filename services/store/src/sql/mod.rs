@@ -16,6 +16,7 @@ mod replica;
 mod turns;
 
 pub use connection::{IDLE_IN_TRANSACTION_LIMIT, SqlStore};
+pub use fence::CLAIM_LOCK_WAIT;
 
 use async_trait::async_trait;
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cursor_runner_store::*;
 use serde_json::json;
+use sqlx::Connection;
 
 use crate::backends::Scratch;
 use crate::fence::end_lease_in_database;
@@ -142,6 +143,38 @@ async fn postgres_a_dead_replicas_call_in_flight_ends_once_and_its_late_completi
         IdempotencyClaim::Completed(response) if response == interrupted
     ));
     assert_eq!(b.abandoned_incarnations().await.unwrap(), Vec::<String>::new());
+    drop((a, b));
+    scratch.remove().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claim_held_up_by_a_lock_gives_up_and_the_next_claim_goes_ahead() {
+    let (scratch, url) = Scratch::postgres().await;
+    let (a, a_me) = replica(&url, "replica-a").await;
+    let (held, _) = execution_with_turn(&a, "held").await;
+    let (free, _) = execution_with_turn(&a, "free").await;
+    let (b, _) = replica(&url, "replica-b").await;
+    end_lease_in_database(&url, &a_me.incarnation).await;
+    // Something keeps one execution's row locked (not a store session: nothing ends it).
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM executions WHERE id = 'held' FOR UPDATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    assert!(
+        !b.claim_execution(&held.id, 1, &a_me.incarnation).await.unwrap(),
+        "busy: left for the next scan"
+    );
+    assert!(started.elapsed() < CLAIM_LOCK_WAIT * 3, "{:?}", started.elapsed());
+    assert!(b.claim_execution(&free.id, 1, &a_me.incarnation).await.unwrap());
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert!(
+        b.claim_execution(&held.id, 1, &a_me.incarnation).await.unwrap(),
+        "claimed once the lock is gone"
+    );
     drop((a, b));
     scratch.remove().await;
 }
