@@ -503,7 +503,11 @@ impl TestService {
                 async {
                     let _ = stopped.await;
                 },
-                cursor_runner_api::ServeOptions { auth, tls: None },
+                cursor_runner_api::ServeOptions {
+                    auth,
+                    tls: None,
+                    forwarder: None,
+                },
             )
             .await
             .expect("server");

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::Status;
 
+use crate::forward::{FORWARDED_TENANT_METADATA, FleetToken};
 use crate::status::to_status;
 
 /// Largest tokens file read.
@@ -202,17 +203,37 @@ fn load(path: &PathBuf) -> Result<Loaded, TokensFileError> {
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 const ADMIN_PREFIX: &str = "/cursor_runner.v1.AdminService/";
 
+/// Who a listener lets in.
+#[derive(Clone)]
+enum Gate {
+    /// The public listener: callers by token or certificate; `None`: everyone, naming
+    /// their tenant in `x-tenant-id`.
+    Callers(Option<Arc<TokenAuth>>),
+    /// The internal listener: replicas presenting the fleet token, each call naming the
+    /// tenant it forwards for.
+    Fleet(Arc<FleetToken>),
+}
+
 /// Authentication in front of every service (a tower layer on the HTTP requests, so
 /// nothing served can skip it). Without a tokens file every call passes and runner
 /// calls name their tenant in `x-tenant-id` (development, loopback only).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct AuthLayer {
-    auth: Option<Arc<TokenAuth>>,
+    gate: Gate,
 }
 
 impl AuthLayer {
     pub fn new(auth: Option<Arc<TokenAuth>>) -> Self {
-        Self { auth }
+        Self {
+            gate: Gate::Callers(auth),
+        }
+    }
+
+    /// The internal listener's: only replicas of the fleet, forwarding calls.
+    pub fn fleet(token: Arc<FleetToken>) -> Self {
+        Self {
+            gate: Gate::Fleet(token),
+        }
     }
 }
 
@@ -222,7 +243,7 @@ impl<S> tower::Layer<S> for AuthLayer {
     fn layer(&self, inner: S) -> Self::Service {
         AuthService {
             inner,
-            auth: self.auth.clone(),
+            gate: self.gate.clone(),
         }
     }
 }
@@ -230,7 +251,7 @@ impl<S> tower::Layer<S> for AuthLayer {
 #[derive(Clone)]
 pub struct AuthService<S> {
     inner: S,
-    auth: Option<Arc<TokenAuth>>,
+    gate: Gate,
 }
 
 /// Decides one request: `Ok` with the caller recorded in its extensions, or the refusal.
@@ -254,6 +275,39 @@ fn admit<B>(auth: Option<&TokenAuth>, request: &mut http::Request<B>) -> Result<
         require_admin(&caller)?;
     }
     request.extensions_mut().insert(caller);
+    Ok(())
+}
+
+/// Decides one forwarded call: the fleet token, and the tenant it is forwarded for.
+fn admit_forwarded<B>(token: &FleetToken, request: &mut http::Request<B>) -> Result<(), Status> {
+    let header = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !token.presented_in(header) {
+        return Err(to_status(EngineError::new(
+            ErrorKind::Unauthenticated,
+            Reason::Unauthenticated,
+            "the internal listener takes only calls forwarded by replicas with the fleet token",
+        )));
+    }
+    let tenant = request
+        .headers()
+        .get(FORWARDED_TENANT_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && t.chars().count() <= crate::service::MAX_TENANT_ID_CHARS)
+        .ok_or_else(|| {
+            to_status(EngineError::invalid(
+                Reason::TenantRequired,
+                format!("a forwarded call names its tenant in {FORWARDED_TENANT_METADATA} (1 to 128 characters)"),
+            ))
+        })?
+        .to_owned();
+    request.extensions_mut().insert(Caller {
+        tenant_id: tenant,
+        role: Role::Tenant,
+    });
     Ok(())
 }
 
@@ -281,7 +335,11 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        match admit(self.auth.as_deref(), &mut request) {
+        let admitted = match &self.gate {
+            Gate::Callers(auth) => admit(auth.as_deref(), &mut request),
+            Gate::Fleet(token) => admit_forwarded(token, &mut request),
+        };
+        match admitted {
             Ok(()) => Box::pin(self.inner.call(request)),
             Err(refusal) => Box::pin(async move {
                 use http_body_util::BodyExt;
@@ -294,7 +352,7 @@ where
     }
 }
 
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -5,6 +5,7 @@ mod admin;
 pub mod auth;
 pub mod bounds;
 mod convert;
+pub mod forward;
 mod refusals;
 mod service;
 mod status;
@@ -21,6 +22,7 @@ pub mod pb {
 pub use admin::AdminApi;
 pub use auth::{AuthLayer, TokenAuth};
 pub use convert::struct_to_json;
+pub use forward::{FleetToken, Forwarder};
 pub use service::{RunnerApi, TENANT_METADATA};
 pub use status::{ERROR_DOMAIN, to_status};
 pub use tls::{TlsReloader, TlsSettings};
@@ -143,6 +145,9 @@ pub struct ServeOptions {
     pub auth: Option<Arc<TokenAuth>>,
     /// TLS on the listener; `None`: plaintext (the binary refuses that off loopback).
     pub tls: Option<Arc<TlsReloader>>,
+    /// Forwards calls for executions other replicas own to them; `None`: they are
+    /// refused here, naming the owner.
+    pub forwarder: Option<Arc<Forwarder>>,
 }
 
 /// Serves the runner, admin, health and reflection services on `listener` until
@@ -189,7 +194,7 @@ pub async fn serve_with(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(
-            pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(engine.clone()))
+            pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(engine.clone(), options.forwarder))
                 .max_decoding_message_size(bounds::MAX_REQUEST_BYTES),
         )
         .add_service(
@@ -215,6 +220,34 @@ pub async fn serve_with(
     };
     health.abort();
     result
+}
+
+/// Serves the runner service to the fleet on `listener` (`--internal-listen`) until
+/// `shutdown` resolves: calls other replicas forward for executions this one owns, each
+/// with the fleet token and the tenant it is for. They are answered here, never forwarded
+/// again, by the same handlers as the public listener's.
+pub async fn serve_internal(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+    token: Arc<FleetToken>,
+) -> Result<(), tonic::transport::Error> {
+    use tokio_stream::StreamExt;
+    // An answer is a few small frames: never held back waiting for an ACK.
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
+        accepted.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
+    tonic::transport::Server::builder()
+        .layer(trace::TraceLayer)
+        .layer(AuthLayer::fleet(token))
+        .add_service(
+            pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(engine, None))
+                .max_decoding_message_size(bounds::MAX_REQUEST_BYTES),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
 }
 
 /// Binds a listener; `127.0.0.1:0` picks a free port.

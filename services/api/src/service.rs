@@ -9,7 +9,7 @@ use cursor_runner_executions::interaction::Selection;
 use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
     AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta,
-    StreamItem,
+    Route, StreamItem,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::bounds::Bounded;
 use crate::convert;
+use crate::forward::{Forwarder, Owner};
 use crate::pb;
 use crate::status::to_status;
 
@@ -28,12 +29,41 @@ pub const MAX_TENANT_ID_CHARS: usize = 128;
 
 pub struct RunnerApi {
     engine: Arc<Engine>,
+    /// Carries calls for executions other replicas own to them; `None`: such calls are
+    /// answered here (refused, naming the owner), as on the internal listener, whose
+    /// calls were forwarded once already.
+    forwarder: Option<Arc<Forwarder>>,
 }
 
 impl RunnerApi {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        Self { engine }
+    pub fn new(engine: Arc<Engine>, forwarder: Option<Arc<Forwarder>>) -> Self {
+        Self { engine, forwarder }
     }
+
+    /// The replica that answers a call for `execution_id`, when it is not this one.
+    async fn owner_of(&self, tenant_id: &str, execution_id: &str) -> Option<(Arc<Forwarder>, Owner)> {
+        let forwarder = self.forwarder.as_ref()?;
+        if execution_id.is_empty() {
+            return None;
+        }
+        match self.engine.route(tenant_id, execution_id).await {
+            Route::Here => None,
+            Route::Owner { name, address } => Some((forwarder.clone(), Owner { name, address })),
+        }
+    }
+}
+
+/// Returns the owner's answer to the call when another replica owns its execution.
+macro_rules! answered_by_owner {
+    ($self:ident, $request:ident, $tenant_id:expr, $execution_id:expr, $rpc:ident) => {
+        if let Some((forwarder, owner)) = $self.owner_of(&$tenant_id, &$execution_id).await {
+            return forwarder
+                .forward(owner, &$tenant_id, $request, |mut client, request| async move {
+                    client.$rpc(request).await
+                })
+                .await;
+        }
+    };
 }
 
 /// The caller's tenant: from its token when authentication is on (metadata is then
@@ -200,6 +230,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::CloseExecutionRequest>,
     ) -> Result<Response<pb::CloseExecutionResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, close_execution);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
@@ -218,6 +250,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::StartTurnRequest>,
     ) -> Result<Response<pb::StartTurnResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, start_turn);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
@@ -243,6 +277,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::CancelTurnRequest>,
     ) -> Result<Response<pb::CancelTurnResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, cancel_turn);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         required("turn_id", &body.turn_id)?;
@@ -433,6 +469,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::RecoverExecutionRequest>,
     ) -> Result<Response<pb::RecoverExecutionResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, recover_execution);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| {
@@ -457,6 +495,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::ListModelsRequest>,
     ) -> Result<Response<pb::ListModelsResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, list_models);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let catalog = self
@@ -469,6 +509,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
 
     async fn set_model(&self, request: Request<pb::SetModelRequest>) -> Result<Response<pb::SetModelResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, set_model);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         required("model", &body.model)?;
@@ -490,6 +532,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
 
     async fn set_mode(&self, request: Request<pb::SetModeRequest>) -> Result<Response<pb::SetModeResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, set_mode);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         required("mode", &body.mode)?;
@@ -513,6 +557,8 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::SetConfigOptionRequest>,
     ) -> Result<Response<pb::SetConfigOptionResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let execution_id = request.get_ref().execution_id.clone();
+        answered_by_owner!(self, request, tenant_id, execution_id, set_config_option);
         let body = request.into_inner();
         required("execution_id", &body.execution_id)?;
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
@@ -531,52 +577,23 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::AnswerInteractionRequest>,
     ) -> Result<Response<pb::AnswerInteractionResponse>, Status> {
         let tenant_id = admit(&request)?;
-        let body = request.into_inner();
+        let body = request.get_ref();
         required("interaction_id", &body.interaction_id)?;
         required("etag", &body.etag)?;
+        let answer = interaction_answer(body.answer.clone())?;
+        let record = self
+            .engine
+            .get_interaction(&tenant_id, &body.interaction_id)
+            .await
+            .map_err(to_status)?;
+        answered_by_owner!(self, request, tenant_id, record.execution_id, answer_interaction);
+        let body = request.into_inner();
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
-        let answer = match body.answer {
-            Some(pb::answer_interaction_request::Answer::Questions(q)) => InteractionAnswer::Questions(
-                q.selections
-                    .into_iter()
-                    .map(|s| Selection {
-                        question_id: s.question_id,
-                        option_ids: s.option_ids,
-                    })
-                    .collect(),
-            ),
-            Some(pb::answer_interaction_request::Answer::Decline(d)) => InteractionAnswer::Decline {
-                reason: (!d.reason.is_empty()).then_some(d.reason),
-            },
-            Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
-            Some(pb::answer_interaction_request::Answer::Plan(plan)) => match plan.decision {
-                Some(pb::plan_answer::Decision::Accept(accept)) => InteractionAnswer::AcceptPlan {
-                    feedback: (!accept.feedback.is_empty()).then_some(accept.feedback),
-                },
-                Some(pb::plan_answer::Decision::Reject(reject)) => InteractionAnswer::RejectPlan {
-                    reason: (!reject.reason.is_empty()).then_some(reject.reason),
-                },
-                None => {
-                    return Err(to_status(EngineError::invalid(
-                        Reason::AnswerInvalid,
-                        "a plan answer needs accept or reject",
-                    )));
-                }
-            },
-            Some(pb::answer_interaction_request::Answer::Permission(permission)) => InteractionAnswer::SelectOption {
-                option_id: permission.option_id,
-            },
-            None => {
-                return Err(to_status(EngineError::invalid(
-                    Reason::AnswerInvalid,
-                    "an answer (questions, decline or cancel) is required",
-                )));
-            }
-        };
         let record = self
             .engine
             .answer_interaction(
                 meta,
+                record,
                 AnswerCommand {
                     interaction_id: body.interaction_id,
                     etag: body.etag,
@@ -589,4 +606,46 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             interaction: Some(convert::interaction(record)),
         }))
     }
+}
+
+/// An answer as the engine takes it.
+fn interaction_answer(answer: Option<pb::answer_interaction_request::Answer>) -> Result<InteractionAnswer, Status> {
+    Ok(match answer {
+        Some(pb::answer_interaction_request::Answer::Questions(q)) => InteractionAnswer::Questions(
+            q.selections
+                .into_iter()
+                .map(|s| Selection {
+                    question_id: s.question_id,
+                    option_ids: s.option_ids,
+                })
+                .collect(),
+        ),
+        Some(pb::answer_interaction_request::Answer::Decline(d)) => InteractionAnswer::Decline {
+            reason: (!d.reason.is_empty()).then_some(d.reason),
+        },
+        Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
+        Some(pb::answer_interaction_request::Answer::Plan(plan)) => match plan.decision {
+            Some(pb::plan_answer::Decision::Accept(accept)) => InteractionAnswer::AcceptPlan {
+                feedback: (!accept.feedback.is_empty()).then_some(accept.feedback),
+            },
+            Some(pb::plan_answer::Decision::Reject(reject)) => InteractionAnswer::RejectPlan {
+                reason: (!reject.reason.is_empty()).then_some(reject.reason),
+            },
+            None => {
+                return Err(to_status(EngineError::invalid(
+                    Reason::AnswerInvalid,
+                    "a plan answer needs accept or reject",
+                )));
+            }
+        },
+        Some(pb::answer_interaction_request::Answer::Permission(permission)) => InteractionAnswer::SelectOption {
+            option_id: permission.option_id,
+        },
+        None => {
+            return Err(to_status(EngineError::invalid(
+                Reason::AnswerInvalid,
+                "an answer (questions, decline or cancel) is required",
+            )));
+        }
+    })
 }

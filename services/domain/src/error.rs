@@ -68,7 +68,7 @@ reasons! {
     AnotherService => "ANOTHER_SERVICE": "Start-up only: another service process holds the database alone (on SQLite any other one; on PostgreSQL one from before replicas could share a database).",
     ReplicaNameInUse => "REPLICA_NAME_IN_USE": "Start-up only: a live process on the database serves under the same replica name.",
     StateDirInUse => "STATE_DIR_IN_USE": "Start-up only: another live process uses this `--state-dir` (its launch ledger); each replica needs its own, or each would kill the other's agents.",
-    MultiReplicaUnsupported => "MULTI_REPLICA_UNSUPPORTED": "Start-up only: the embedded SQLite store serves a single replica; multi-replica mode (`--replica-name`) needs PostgreSQL.",
+    MultiReplicaUnsupported => "MULTI_REPLICA_UNSUPPORTED": "Start-up only: the embedded SQLite store serves a single replica; multi-replica mode (`--replica-name`, `--advertise-address`, `--internal-listen`) needs PostgreSQL.",
     RequestInterrupted => "REQUEST_INTERRUPTED": "The service stopped while a call with this `request_id` ran; what it had begun was settled at restart. Final for this `request_id`: send a new one to try again.",
     InvalidArgument => "INVALID_ARGUMENT": "A field is missing or malformed; the message names it.",
     FieldTooLong => "FIELD_TOO_LONG": "A string field (or a list) of the request is over its bound; the metadata names the field and the bound.",
@@ -103,6 +103,7 @@ reasons! {
     ServiceShuttingDown => "SERVICE_SHUTTING_DOWN": "The service is shutting down; open streams end with this and the sequence to resume after.",
     StoreUnavailable => "STORE_UNAVAILABLE": "The database could not be reached or refused the write.",
     ReplicaFenced => "REPLICA_FENCED": "The replica serving the execution lost its ownership lease (it could not renew it in time): it wrote nothing more, stopped its agents and exits; its restart, or another replica, settles what it owned. Retry after `RetryInfo`.",
+    OwnerUnreachable => "OWNER_UNREACHABLE": "The call was for an execution another replica owns, and forwarding it there failed: the owner did not answer (it died, froze, or is unreachable from this replica). Whether it ran is unknown: retry with the same `request_id` after `RetryInfo`; once the owner's lease ends another replica takes the execution over, and the retry gets the outcome its key holds. Metadata `owner_replica`.",
     Draining => "DRAINING": "The service is draining (`Drain` or SIGTERM): it takes no new executions or turns; retry on another replica.",
     EventsPruned => "EVENTS_PRUNED": "`after_sequence` is below the oldest event still kept: the events after it were acknowledged and pruned past the retention period. Metadata `oldest_sequence`; resume from `oldest_sequence - 1`.",
     BudgetExhausted => "BUDGET_EXHAUSTED": "The execution's limits allow no further turn: its `max_turns` are used, or its `max_active_time` is spent (limits come from `CreateExecution`, capped by the tenant's policy). Nothing was sent to the agent.",
@@ -249,6 +250,10 @@ impl EngineError {
 
 /// The pause a call refused for a store outage suggests before it is retried (`RetryInfo`).
 pub const STORE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pause a call whose owner did not answer suggests (`RetryInfo`): about one lease
+/// renewal, after which the owner answers again or its lease is on the way to ending.
+pub const OWNER_UNREACHABLE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The pause a call refused by a replica that lost its lease suggests (`RetryInfo`): about
 /// a container's restart, after which its successor has settled what it owned.

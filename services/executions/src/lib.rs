@@ -26,10 +26,13 @@ mod tracing_context;
 mod turn_row;
 
 pub use config::{EngineConfig, ViolationAction};
-pub use cursor_runner_domain::{EngineError, ErrorKind, Reason, interaction, mcp, prompt, session_config, state};
+pub use cursor_runner_domain::{
+    EngineError, ErrorKind, Reason, error, interaction, mcp, prompt, session_config, state,
+};
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{
-    AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION, RequestMeta, StreamItem,
+    AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION, RequestMeta, Route,
+    StreamItem,
 };
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;

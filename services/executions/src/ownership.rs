@@ -109,6 +109,10 @@ pub struct ReplicaConfig {
     /// SQLite store refuses (D12).
     pub name_given: bool,
     pub lease: Duration,
+    /// Where other replicas forward calls for this replica's executions
+    /// (`--advertise-address`, the internal listener); `None`: they refuse them instead,
+    /// naming this replica.
+    pub address: Option<String>,
 }
 
 impl Default for ReplicaConfig {
@@ -117,6 +121,7 @@ impl Default for ReplicaConfig {
             name: ReplicaName::of_host(),
             name_given: false,
             lease: LEASE_LENGTH,
+            address: None,
         }
     }
 }
@@ -139,15 +144,19 @@ impl ReplicaConfig {
 /// Registers this process as a replica, waiting up to [`REPLICA_NAME_WAIT`] for a
 /// process still holding its name (or a pre-scale-out service) to let go.
 pub(crate) async fn register(store: &dyn Store, replica: &ReplicaConfig) -> Result<Registration, EngineError> {
-    if replica.name_given && store.backend() == "sqlite" {
+    if (replica.name_given || replica.address.is_some()) && store.backend() == "sqlite" {
         return Err(EngineError::precondition(
             Reason::MultiReplicaUnsupported,
-            "the embedded SQLite store serves a single replica; multi-replica mode (--replica-name) needs PostgreSQL",
+            "the embedded SQLite store serves a single replica; multi-replica mode (--replica-name, \
+             --advertise-address) needs PostgreSQL",
         ));
     }
     let deadline = tokio::time::Instant::now() + REPLICA_NAME_WAIT;
     loop {
-        match store.register_replica(replica.name.as_str(), replica.terms()).await {
+        match store
+            .register_replica(replica.name.as_str(), replica.address.as_deref(), replica.terms())
+            .await
+        {
             Err(StoreError::AnotherService | StoreError::ReplicaNameInUse(_))
                 if tokio::time::Instant::now() < deadline =>
             {

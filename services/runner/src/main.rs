@@ -356,6 +356,8 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
     config.replica = args.replica.config()?;
+    let fleet = args.replica.fleet(args.allow_plaintext).await?;
+    config.replica.address = fleet.as_ref().map(|fleet| fleet.address.clone());
     let retention = |keep_secs: u64| {
         (keep_secs > 0).then(|| cursor_runner_executions::retention::Retention {
             keep: std::time::Duration::from_secs(keep_secs),
@@ -401,6 +403,26 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     let listener = cursor_runner_api::bind(args.listen)
         .await
         .context("binding the listener")?;
+    let mut options = options;
+    let (stop_internal, internal_server) = match fleet {
+        Some(fleet) => {
+            options.forwarder = Some(std::sync::Arc::new(cursor_runner_api::Forwarder::new(
+                fleet.token.clone(),
+            )));
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let engine = engine.clone();
+            let server = tokio::spawn(async move {
+                let stopped = async {
+                    let _ = stopped.await;
+                };
+                if let Err(e) = cursor_runner_api::serve_internal(engine, fleet.listener, stopped, fleet.token).await {
+                    tracing::error!(error = %e, "the internal listener failed");
+                }
+            });
+            (Some(stop), Some(server))
+        }
+        None => (None, None),
+    };
     let metrics_server = match args.metrics_listen {
         Some(address) => {
             let metrics_listener = tokio::net::TcpListener::bind(address)
@@ -425,6 +447,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     );
     let stop = replica::until_stopped_or_fenced(engine.clone(), drain_on_signal(engine.clone()));
     cursor_runner_api::serve_with(engine.clone(), listener, stop, options).await?;
+    // Calls forwarded here are answered until the public listener has closed too.
+    if let (Some(stop), Some(server)) = (stop_internal, internal_server) {
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(cursor_runner_api::SHUTDOWN_GRACE, server).await;
+    }
     if engine.lease_has_ended() {
         replica::exit_fenced(&engine).await;
     }
@@ -521,7 +548,11 @@ fn serve_options(args: &ServeArgs) -> anyhow::Result<cursor_runner_api::ServeOpt
         );
         tracing::warn!(address = %args.listen, "serving PLAINTEXT on a non-loopback address (--allow-plaintext): tokens cross the network in the clear unless a proxy terminates TLS");
     }
-    Ok(cursor_runner_api::ServeOptions { auth, tls })
+    Ok(cursor_runner_api::ServeOptions {
+        auth,
+        tls,
+        forwarder: None,
+    })
 }
 
 /// Prints the status and says whether it is SERVING.

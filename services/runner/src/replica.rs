@@ -2,8 +2,12 @@
 //! database, and how long its ownership lease runs (`docs/scale-out.md` §1); and how it
 //! stops once that lease is lost (§3).
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
+use cursor_runner_api::FleetToken;
 use cursor_runner_executions::Engine;
 use cursor_runner_executions::ownership::{self, ReplicaConfig, ReplicaName};
 
@@ -42,6 +46,30 @@ pub struct ReplicaArgs {
     #[arg(long, env = "CURSOR_RUNNER_OWNERSHIP_LEASE_MS", default_value_t = ownership::LEASE_LENGTH.as_millis() as u64,
           value_parser = lease_ms)]
     ownership_lease_ms: u64,
+    /// Where this replica takes the calls other replicas forward to it for the executions
+    /// it owns (any replica answers any call: a call for an execution another replica owns
+    /// is forwarded there, one hop). Plaintext: loopback, or a private pod network with
+    /// `--allow-plaintext`. Needs `--fleet-token-file`.
+    #[arg(long, env = "CURSOR_RUNNER_INTERNAL_LISTEN", requires = "fleet_token_file")]
+    internal_listen: Option<SocketAddr>,
+    /// The `host:port` other replicas reach `--internal-listen` at (in Kubernetes the pod
+    /// IP, `status.podIP`, and the internal port); default: the internal listener's own
+    /// address, unless it listens on every interface.
+    #[arg(long, env = "CURSOR_RUNNER_ADVERTISE_ADDRESS", requires = "internal_listen")]
+    advertise_address: Option<String>,
+    /// The secret every replica of the fleet shares (at least 32 visible ASCII
+    /// characters): forwarded calls carry it, and the internal listener takes no call
+    /// without it.
+    #[arg(long, env = "CURSOR_RUNNER_FLEET_TOKEN_FILE", requires = "internal_listen")]
+    fleet_token_file: Option<PathBuf>,
+}
+
+/// This replica's place in a fleet that forwards calls: its internal listener, the
+/// address it advertises, and the shared token.
+pub struct Fleet {
+    pub listener: tokio::net::TcpListener,
+    pub address: String,
+    pub token: Arc<FleetToken>,
 }
 
 fn lease_ms(text: &str) -> Result<u64, String> {
@@ -56,6 +84,93 @@ impl ReplicaArgs {
             name: self.replica_name.clone().unwrap_or_else(ReplicaName::of_host),
             name_given: self.replica_name.is_some(),
             lease: ownership::lease_length(self.ownership_lease_ms)?,
+            address: None,
         })
+    }
+
+    /// Binds the internal listener and reads the fleet token, when this replica forwards
+    /// calls; `None` when it does not (`--internal-listen` unset).
+    pub async fn fleet(&self, allow_plaintext: bool) -> anyhow::Result<Option<Fleet>> {
+        let (Some(listen), Some(token_file)) = (self.internal_listen, &self.fleet_token_file) else {
+            return Ok(None);
+        };
+        let token = Arc::new(FleetToken::from_file(token_file)?);
+        anyhow::ensure!(
+            listen.ip().is_loopback() || allow_plaintext,
+            "refusing a plaintext internal listener on {listen}: listen on loopback, or pass --allow-plaintext \
+             on a private network the fleet alone reaches"
+        );
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding the internal listener {listen}"))?;
+        let bound = listener.local_addr()?;
+        let address = match &self.advertise_address {
+            Some(address) => advertised(address)?,
+            None if bound.ip().is_unspecified() => anyhow::bail!(
+                "--internal-listen {listen} listens on every interface: give --advertise-address, the host:port \
+                 other replicas reach it at"
+            ),
+            None => bound.to_string(),
+        };
+        tracing::info!(listen = %bound, advertised = %address, "taking forwarded calls");
+        Ok(Some(Fleet {
+            listener,
+            address,
+            token,
+        }))
+    }
+}
+
+/// Longest `--advertise-address` accepted (a DNS name's 253 characters and a port).
+pub const MAX_ADVERTISE_ADDRESS_CHARS: usize = 260;
+
+/// An advertised address: `host:port`, the host a name or an IP address (IPv6 in brackets).
+fn advertised(address: &str) -> anyhow::Result<String> {
+    let malformed = || anyhow::anyhow!("--advertise-address `{address}` is not host:port");
+    anyhow::ensure!(address.len() <= MAX_ADVERTISE_ADDRESS_CHARS, malformed());
+    let (host, port) = address.rsplit_once(':').ok_or_else(malformed)?;
+    port.parse::<std::num::NonZeroU16>().map_err(|_| malformed())?;
+    let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let host_ok = match bracketed {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    anyhow::ensure!(host_ok, malformed());
+    Ok(address.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_advertised_address_is_host_and_port() {
+        for good in [
+            "10.0.0.7:50052",
+            "runner-0.runner.ns.svc:50052",
+            "[fd00::7]:50052",
+            "localhost:1",
+        ] {
+            assert_eq!(advertised(good).unwrap(), good);
+        }
+        let longest = format!("{}:50052", "a".repeat(MAX_ADVERTISE_ADDRESS_CHARS - 6));
+        assert!(advertised(&longest).is_ok());
+        for bad in [
+            "10.0.0.7",
+            "10.0.0.7:0",
+            "10.0.0.7:99999",
+            ":50052",
+            "fd00::7:50052",
+            "http://10.0.0.7:50052",
+            "a b:50052",
+            &format!("a{longest}"),
+        ] {
+            assert!(advertised(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -159,8 +159,10 @@ pub trait Store: Send + Sync + 'static {
     /// advisory locks on a dedicated connection; an exclusive lock on a file beside the
     /// SQLite database). [`StoreError::AnotherService`] or [`StoreError::ReplicaNameInUse`]
     /// while another process holds them. Later inserts and new generations of executions,
-    /// and idempotency claims, are this incarnation's.
-    async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration>;
+    /// and idempotency claims, are this incarnation's. `address` is where other replicas
+    /// forward calls for its executions (`None`: nowhere).
+    async fn register_replica(&self, name: &str, address: Option<&str>, terms: LeaseTerms)
+    -> StoreResult<Registration>;
     /// One heartbeat: extends the lease by its length from the database's now, only while
     /// it is live. A lease that ended stays ended ([`Renewal::Lost`]).
     async fn renew_replica_lease(&self) -> StoreResult<Renewal>;
@@ -173,7 +175,8 @@ pub trait Store: Send + Sync + 'static {
     fn lease(&self) -> tokio::sync::watch::Receiver<Lease>;
     /// Ends this incarnation (a clean exit): its lease ends now and its locks are let go.
     async fn end_replica(&self) -> StoreResult<()>;
-    /// Who owns an execution of the tenant (`None`: no such execution).
+    /// Who owns an execution of the tenant, where it takes forwarded calls and whether it
+    /// serves now (`None`: no such execution).
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>>;
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;

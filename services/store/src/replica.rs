@@ -118,4 +118,9 @@ pub struct ExecutionOwner {
     pub incarnation: String,
     /// The replica's name (`pre-scale-out` for legacy rows).
     pub name: String,
+    /// Where the replica takes calls forwarded to it (`--advertise-address`); `None`: it
+    /// takes none.
+    pub address: Option<String>,
+    /// Whether the replica's lease is live now, on the database's clock: it serves.
+    pub serving: bool,
 }

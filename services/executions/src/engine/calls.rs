@@ -272,12 +272,14 @@ impl Engine {
         Ok((page, next))
     }
 
+    /// Answers the interaction `record` (as [`Self::get_interaction`] read it for the
+    /// caller's tenant, which also tells where to [`Self::route`] the call).
     pub async fn answer_interaction(
         self: &Arc<Self>,
         meta: RequestMeta,
+        record: InteractionRecord,
         command: AnswerCommand,
     ) -> Result<InteractionRecord, EngineError> {
-        let record = self.get_interaction(&meta.tenant_id, &command.interaction_id).await?;
         let fingerprint = command.answer.fingerprint();
         // A retry of the answer that won gets what the winner got, once the winner has
         // finished: OK only if the answer reached the pipe, else the refusal naming the state

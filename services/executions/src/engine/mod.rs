@@ -6,9 +6,11 @@ mod calls;
 mod data;
 mod idempotency;
 mod lifecycle;
+mod routing;
 mod sessions;
 mod streams;
 mod takeover;
 
 pub use data::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
+pub use routing::Route;
 pub use streams::MAX_STREAMS_PER_EXECUTION;

@@ -88,9 +88,14 @@ impl Store for MemoryStore {
 
     /// Nothing another process could share (like `sqlite::memory:`): every earlier
     /// incarnation is a predecessor.
-    async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+    async fn register_replica(
+        &self,
+        name: &str,
+        address: Option<&str>,
+        terms: LeaseTerms,
+    ) -> StoreResult<Registration> {
         let sent_at = tokio::time::Instant::now();
-        let registration = self.replicas.lock().register(name, terms)?;
+        let registration = self.replicas.lock().register(name, address, terms)?;
         self.run("register_replica", |t| t.me = registration.incarnation.clone())?;
         self.publish(sent_at, terms, Some(registration.lease_until_ms));
         Ok(registration)
@@ -120,10 +125,7 @@ impl Store for MemoryStore {
         let incarnation = self.run("execution_owner", |t| {
             t.owner(tenant_id, execution_id).map(str::to_owned)
         })?;
-        Ok(incarnation.map(|incarnation| ExecutionOwner {
-            name: self.replicas.lock().name(&incarnation),
-            incarnation,
-        }))
+        Ok(incarnation.map(|incarnation| self.replicas.lock().owner(&incarnation)))
     }
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {

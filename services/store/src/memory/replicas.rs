@@ -18,6 +18,7 @@ pub(super) struct Replicas {
 #[derive(Clone)]
 struct Row {
     name: String,
+    address: Option<String>,
     ended: bool,
     lease_until_ms: i64,
 }
@@ -27,7 +28,12 @@ fn millis(d: std::time::Duration) -> i64 {
 }
 
 impl Replicas {
-    pub(super) fn register(&mut self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+    pub(super) fn register(
+        &mut self,
+        name: &str,
+        address: Option<&str>,
+        terms: LeaseTerms,
+    ) -> StoreResult<Registration> {
         if self.me.is_some() {
             return Err(StoreError::Database("this store registered its replica already".into()));
         }
@@ -44,6 +50,7 @@ impl Replicas {
             incarnation.clone(),
             Row {
                 name: name.to_owned(),
+                address: address.map(str::to_owned),
                 ended: false,
                 lease_until_ms,
             },
@@ -115,12 +122,18 @@ impl Replicas {
         }
     }
 
-    /// A replica's name (`pre-scale-out` for [`LEGACY_INCARNATION`]).
-    pub(super) fn name(&self, incarnation: &str) -> String {
-        match self.rows.get(incarnation) {
-            Some(row) => row.name.clone(),
-            None if incarnation == LEGACY_INCARNATION => "pre-scale-out".into(),
-            None => String::new(),
+    /// The replica that is `incarnation` (named `pre-scale-out` for [`LEGACY_INCARNATION`]).
+    pub(super) fn owner(&self, incarnation: &str) -> ExecutionOwner {
+        let row = self.rows.get(incarnation);
+        ExecutionOwner {
+            incarnation: incarnation.to_owned(),
+            name: match row {
+                Some(row) => row.name.clone(),
+                None if incarnation == LEGACY_INCARNATION => "pre-scale-out".into(),
+                None => String::new(),
+            },
+            address: row.and_then(|row| row.address.clone()),
+            serving: self.lease_live(incarnation),
         }
     }
 }

@@ -48,8 +48,13 @@ impl Store for SqlStore {
         })
     }
 
-    async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
-        SqlStore::register_replica(self, name, terms).await
+    async fn register_replica(
+        &self,
+        name: &str,
+        address: Option<&str>,
+        terms: LeaseTerms,
+    ) -> StoreResult<Registration> {
+        SqlStore::register_replica(self, name, address, terms).await
     }
     async fn renew_replica_lease(&self) -> StoreResult<Renewal> {
         SqlStore::renew_replica_lease(self).await

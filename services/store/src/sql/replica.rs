@@ -35,7 +35,12 @@ impl SqlStore {
         }
     }
 
-    pub(super) async fn register_replica(&self, name: &str, terms: LeaseTerms) -> StoreResult<Registration> {
+    pub(super) async fn register_replica(
+        &self,
+        name: &str,
+        address: Option<&str>,
+        terms: LeaseTerms,
+    ) -> StoreResult<Registration> {
         let identity = &self.shared.identity;
         let mut held = identity.held.lock().await;
         if !matches!(*held, Held::Nothing) {
@@ -55,7 +60,7 @@ impl SqlStore {
         let same_name = matches!(self.shared.pool, Pool::Postgres(_));
         let insert = format!(
             "INSERT INTO replicas (incarnation, name, address, state, capacity, started_at_ms, heartbeat_at_ms, lease_until_ms) \
-             VALUES ($1, $2, NULL, 'serving', '{{}}', {now}, {now}, COALESCE({now} + $3, {max})) RETURNING lease_until_ms",
+             VALUES ($1, $2, $4, 'serving', '{{}}', {now}, {now}, COALESCE({now} + $3, {max})) RETURNING lease_until_ms",
             max = i64::MAX
         );
         // An ended one too, while it still owns live work: it exited with rows its closing
@@ -79,6 +84,7 @@ impl SqlStore {
                 .bind(&incarnation)
                 .bind(name)
                 .bind(lease_ms)
+                .bind(address)
                 .fetch_one(executor)
                 .await?
         });
@@ -295,20 +301,32 @@ impl SqlStore {
         tenant_id: &str,
         execution_id: &str,
     ) -> StoreResult<Option<ExecutionOwner>> {
-        let row: Option<(String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
-            "SELECT e.owner_incarnation, r.name FROM executions e \
-             LEFT JOIN replicas r ON r.incarnation = e.owner_incarnation WHERE e.tenant_id = $1 AND e.id = $2"
-        )
-        .bind(tenant_id)
-        .bind(execution_id)
-        .fetch_optional(pool)
-        .await?);
-        Ok(row.map(|(incarnation, name)| ExecutionOwner {
+        let sql = format!(
+            "SELECT e.owner_incarnation, r.name, r.address, \
+             CASE WHEN r.state <> 'ended' AND r.lease_until_ms > {now} THEN 1 ELSE 0 END \
+             FROM executions e LEFT JOIN replicas r ON r.incarnation = e.owner_incarnation \
+             WHERE e.tenant_id = $1 AND e.id = $2",
+            now = self.now_ms_sql()
+        );
+        let row: Option<OwnerRow> = on_pool!(self, |pool| {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(tenant_id)
+                .bind(execution_id)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.map(|(incarnation, name, address, serving)| ExecutionOwner {
             incarnation,
             name: name.unwrap_or_default(),
+            address,
+            serving: serving == Some(1),
         }))
     }
 }
+
+/// An execution's owner as read: incarnation, then the replica's name, address and whether
+/// it serves (1), each `NULL` when no replica row matches.
+type OwnerRow = (String, Option<String>, Option<String>, Option<i32>);
 
 /// The server cancelled the statement at `statement_timeout` (SQLSTATE 57014).
 fn is_statement_timeout(e: &sqlx::Error) -> bool {

@@ -182,7 +182,11 @@ async fn live_executions_of_an_owner_are_its_starting_ready_or_closing_ones(stor
     // Inserted before any replica registered: the legacy owner's.
     let live = store.list_live_executions_of(LEGACY_INCARNATION).await.unwrap();
     assert_eq!(ids(&live), ["exec-1", "exec-3", "exec-6"]);
-    let me = store.register_replica("replica-a", terms()).await.unwrap().incarnation;
+    let me = store
+        .register_replica("replica-a", None, terms())
+        .await
+        .unwrap()
+        .incarnation;
     store.insert_execution(&execution("exec-7")).await.unwrap();
     assert_eq!(ids(&store.list_live_executions_of(&me).await.unwrap()), ["exec-7"]);
     assert_eq!(

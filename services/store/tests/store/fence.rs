@@ -174,7 +174,7 @@ pub(crate) async fn end_lease_in_database(url: &str, incarnation: &str) {
 async fn postgres_every_owner_write_of_an_incarnation_whose_lease_ended_is_refused_before_anyone_takes_over() {
     let (scratch, url) = Scratch::postgres().await;
     let store = SqlStore::connect(&url).await.unwrap();
-    let me = store.register_replica("replica-a", terms()).await.unwrap();
+    let me = store.register_replica("replica-a", None, terms()).await.unwrap();
     let o = owned(&store).await;
     end_lease_in_database(&url, &me.incarnation).await;
     assert!(
@@ -201,7 +201,7 @@ async fn memory_every_owner_write_of_an_incarnation_whose_lease_ended_is_refused
     run(Backend::Memory, |store: Arc<dyn Store>| async move {
         let length = Duration::from_millis(300);
         store
-            .register_replica("replica-a", short(length, Duration::ZERO))
+            .register_replica("replica-a", None, short(length, Duration::ZERO))
             .await
             .unwrap();
         let o = owned(&*store).await;
@@ -219,7 +219,7 @@ async fn a_write_past_the_local_deadline_is_refused_though_the_database_lease_is
     let length = Duration::from_secs(60);
     let margin = length - Duration::from_millis(200);
     store
-        .register_replica("replica-a", short(length, margin))
+        .register_replica("replica-a", None, short(length, margin))
         .await
         .unwrap();
     let o = owned(&*store).await;
@@ -269,9 +269,9 @@ async fn execute(url: &str, statement: &str, incarnation: &str) {
 async fn postgres_a_write_of_a_replaced_owner_is_refused_at_the_same_generation() {
     let (scratch, url) = Scratch::postgres().await;
     let a = SqlStore::connect(&url).await.unwrap();
-    a.register_replica("replica-a", terms()).await.unwrap();
+    a.register_replica("replica-a", None, terms()).await.unwrap();
     let b = SqlStore::connect(&url).await.unwrap();
-    let replacement = b.register_replica("replica-b", terms()).await.unwrap();
+    let replacement = b.register_replica("replica-b", None, terms()).await.unwrap();
     let o = owned(&a).await;
     // Another live replica owns the execution now, at the same generation (a takeover's
     // claim): both leases are live, only the owner tells them apart.
@@ -297,9 +297,9 @@ async fn postgres_a_write_of_a_replaced_owner_is_refused_at_the_same_generation(
 async fn postgres_a_claim_waits_for_an_owner_transaction_in_flight_and_then_reads_its_rows() {
     let (scratch, url) = Scratch::postgres().await;
     let owner = Arc::new(SqlStore::connect(&url).await.unwrap());
-    let dead = owner.register_replica("replica-a", terms()).await.unwrap();
+    let dead = owner.register_replica("replica-a", None, terms()).await.unwrap();
     let survivor = Arc::new(SqlStore::connect(&url).await.unwrap());
-    survivor.register_replica("replica-b", terms()).await.unwrap();
+    survivor.register_replica("replica-b", None, terms()).await.unwrap();
     let (_, turn) = execution_with_turn(&*owner, "e").await;
     // Another session holds event 1's key uncommitted: the owner's batch passes its fence
     // (and, on PostgreSQL, locks the execution row) and then waits at its append.

@@ -15,6 +15,7 @@ on_every_backend!(
     an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_generation,
     in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them,
     an_ended_replica_renews_its_lease_no_more,
+    an_owner_is_read_with_its_advertised_address_and_whether_it_serves,
 );
 
 /// The pre-scale-out sole-service lock's key (`sql/replica.rs`).
@@ -34,14 +35,18 @@ async fn an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_g
         store.execution_owner(TENANT, "legacy").await.unwrap(),
         Some(ExecutionOwner {
             incarnation: LEGACY_INCARNATION.into(),
-            name: "pre-scale-out".into()
+            name: "pre-scale-out".into(),
+            address: None,
+            serving: false,
         })
     );
-    let me = store.register_replica("replica-a", terms()).await.unwrap();
+    let me = store.register_replica("replica-a", None, terms()).await.unwrap();
     store.insert_execution(&execution("mine")).await.unwrap();
     let mine = ExecutionOwner {
         incarnation: me.incarnation.clone(),
         name: "replica-a".into(),
+        address: None,
+        serving: true,
     };
     assert_eq!(store.execution_owner(TENANT, "mine").await.unwrap(), Some(mine.clone()));
     // A new lease (recovery on this replica) moves the execution to it.
@@ -49,6 +54,27 @@ async fn an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_g
     assert_eq!(store.execution_owner(TENANT, "legacy").await.unwrap(), Some(mine));
     assert_eq!(store.execution_owner(OTHER_TENANT, "mine").await.unwrap(), None);
     assert_eq!(store.execution_owner(TENANT, "unknown").await.unwrap(), None);
+}
+
+/// Where forwarded calls go is the owner's advertised address, read with whether its
+/// lease is live: an ended owner is named but no longer serves.
+async fn an_owner_is_read_with_its_advertised_address_and_whether_it_serves(store: Arc<dyn Store>) {
+    store
+        .register_replica("replica-a", Some("10.0.0.7:50052"), terms())
+        .await
+        .unwrap();
+    store.insert_execution(&execution("mine")).await.unwrap();
+    let owner = store.execution_owner(TENANT, "mine").await.unwrap().unwrap();
+    assert_eq!(
+        (owner.address.as_deref(), owner.serving),
+        (Some("10.0.0.7:50052"), true)
+    );
+    store.end_replica().await.unwrap();
+    let owner = store.execution_owner(TENANT, "mine").await.unwrap().unwrap();
+    assert_eq!(
+        (owner.name.as_str(), owner.address.as_deref(), owner.serving),
+        ("replica-a", Some("10.0.0.7:50052"), false)
+    );
 }
 
 fn key(request_id: &str) -> IdempotencyKey {
@@ -61,7 +87,7 @@ fn key(request_id: &str) -> IdempotencyKey {
 
 async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them(store: Arc<dyn Store>) {
     store.claim_idempotency(&key("legacy"), "d").await.unwrap();
-    let me = store.register_replica("replica-a", terms()).await.unwrap();
+    let me = store.register_replica("replica-a", None, terms()).await.unwrap();
     assert_eq!(me.predecessors.first().map(String::as_str), Some(LEGACY_INCARNATION));
     store.claim_idempotency(&key("mine"), "d").await.unwrap();
     let interrupted = json!({"error": "REQUEST_INTERRUPTED"});
@@ -91,7 +117,7 @@ async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_the
 }
 
 async fn an_ended_replica_renews_its_lease_no_more(store: Arc<dyn Store>) {
-    let registered = store.register_replica("replica-a", terms()).await.unwrap();
+    let registered = store.register_replica("replica-a", None, terms()).await.unwrap();
     let Renewal::Held { lease_until_ms } = store.renew_replica_lease().await.unwrap() else {
         panic!("a live lease is renewed");
     };
@@ -119,7 +145,7 @@ async fn renew_for(store: &dyn Store, every: Duration, for_: Duration) -> i64 {
 
 async fn a_heartbeat_extends_only_a_live_lease_and_never_revives_an_expired_one(store: Arc<dyn Store>) {
     let length = Duration::from_millis(600);
-    let registered = store.register_replica("replica-a", lease(length)).await.unwrap();
+    let registered = store.register_replica("replica-a", None, lease(length)).await.unwrap();
     // Renewed for three lease lengths: it outlives its first end only by being extended.
     let extended = renew_for(&*store, length / 4, length * 3).await;
     assert!(extended >= registered.lease_until_ms + 2 * 600);
@@ -182,7 +208,7 @@ async fn postgres_the_lease_is_measured_on_the_database_clock() {
     let hour = 3_600_000;
     let length = Duration::from_secs(10);
     let before = now_ms();
-    let registered = store.register_replica("replica-a", lease(length)).await.unwrap();
+    let registered = store.register_replica("replica-a", None, lease(length)).await.unwrap();
     let Renewal::Held { lease_until_ms } = store.renew_replica_lease().await.unwrap() else {
         panic!("a live lease is renewed");
     };
@@ -201,7 +227,7 @@ async fn postgres_the_lease_is_measured_on_the_database_clock() {
 async fn register_when_free(store: &SqlStore, name: &str) -> Registration {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match store.register_replica(name, terms()).await {
+        match store.register_replica(name, None, terms()).await {
             Err(StoreError::ReplicaNameInUse(_)) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -214,14 +240,14 @@ async fn register_when_free(store: &SqlStore, name: &str) -> Registration {
 async fn postgres_a_replica_name_is_held_by_one_live_process_and_its_successor_ends_the_predecessor() {
     let (scratch, url) = Scratch::postgres().await;
     let first = SqlStore::connect(&url).await.unwrap();
-    let a = first.register_replica("a", terms()).await.unwrap();
+    let a = first.register_replica("a", None, terms()).await.unwrap();
     assert_eq!(a.predecessors, [LEGACY_INCARNATION]);
     let second = SqlStore::connect(&url).await.unwrap();
     assert!(matches!(
-        second.register_replica("a", terms()).await,
+        second.register_replica("a", None, terms()).await,
         Err(StoreError::ReplicaNameInUse(name)) if name == "a"
     ));
-    let b = second.register_replica("b", terms()).await.unwrap();
+    let b = second.register_replica("b", None, terms()).await.unwrap();
     assert_eq!(
         b.predecessors,
         [LEGACY_INCARNATION],
@@ -261,7 +287,7 @@ async fn postgres_replicas_share_a_database_with_each_other_but_never_with_a_pre
         .unwrap();
     let store = SqlStore::connect(&url).await.unwrap();
     assert!(matches!(
-        store.register_replica("a", terms()).await,
+        store.register_replica("a", None, terms()).await,
         Err(StoreError::AnotherService)
     ));
     sqlx::query("SELECT pg_advisory_unlock($1)")
@@ -269,9 +295,9 @@ async fn postgres_replicas_share_a_database_with_each_other_but_never_with_a_pre
         .execute(&mut old)
         .await
         .unwrap();
-    store.register_replica("a", terms()).await.unwrap();
+    store.register_replica("a", None, terms()).await.unwrap();
     let other = SqlStore::connect(&url).await.unwrap();
-    other.register_replica("b", terms()).await.unwrap();
+    other.register_replica("b", None, terms()).await.unwrap();
     // And an old binary starting beside them is refused.
     let (locked,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
         .bind(SOLE_SERVICE_LOCK_KEY)
@@ -289,7 +315,7 @@ async fn sqlite_one_process_serves_a_file_with_a_lease_that_never_ends_and_settl
     let (_scratch, url) = Scratch::sqlite();
     let first = SqlStore::connect(&url).await.unwrap();
     let a = first
-        .register_replica("a", lease(Duration::from_millis(1)))
+        .register_replica("a", None, lease(Duration::from_millis(1)))
         .await
         .unwrap();
     assert_eq!(a.lease_until_ms, i64::MAX);
@@ -302,14 +328,14 @@ async fn sqlite_one_process_serves_a_file_with_a_lease_that_never_ends_and_settl
     );
     let second = SqlStore::connect(&url).await.unwrap();
     assert!(matches!(
-        second.register_replica("b", terms()).await,
+        second.register_replica("b", None, terms()).await,
         Err(StoreError::AnotherService)
     ));
     drop(second);
     // The first one dies without ending: whatever its name, the next one settles its work.
     drop(first);
     let third = SqlStore::connect(&url).await.unwrap();
-    let next = third.register_replica("b", terms()).await.unwrap();
+    let next = third.register_replica("b", None, terms()).await.unwrap();
     assert_eq!(next.predecessors, [LEGACY_INCARNATION.to_owned(), a.incarnation]);
 }
 
@@ -353,7 +379,7 @@ async fn postgres_a_renewal_held_up_past_its_timeout_fails_and_neither_it_nor_a_
         renew_timeout,
         self_fence_margin: Duration::from_secs(2),
     };
-    let registered = store.register_replica("a", terms).await.unwrap();
+    let registered = store.register_replica("a", None, terms).await.unwrap();
     // Another session holds the replica's row: the heartbeat's UPDATE waits on it.
     let mut blocker = sqlx::PgConnection::connect(&url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
@@ -385,7 +411,7 @@ async fn postgres_a_renewal_held_up_past_its_timeout_fails_and_neither_it_nor_a_
     let other = SqlStore::connect(&url).await.unwrap();
     assert!(
         matches!(
-            other.register_replica("a", terms).await,
+            other.register_replica("a", None, terms).await,
             Err(StoreError::ReplicaNameInUse(_))
         ),
         "the re-opened connection holds the name again"
@@ -398,7 +424,7 @@ async fn postgres_a_renewal_held_up_past_its_timeout_fails_and_neither_it_nor_a_
 async fn postgres_a_predecessor_that_ended_while_it_still_owned_live_work_is_a_predecessor_of_its_successor() {
     let (scratch, url) = Scratch::postgres().await;
     let first = SqlStore::connect(&url).await.unwrap();
-    let ended = first.register_replica("a", terms()).await.unwrap();
+    let ended = first.register_replica("a", None, terms()).await.unwrap();
     execution_with_turn(&first, "e").await;
     // Its clean exit ends it, though closing its execution was refused.
     first.end_replica().await.unwrap();

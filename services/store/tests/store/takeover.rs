@@ -25,7 +25,7 @@ fn key(request_id: &str) -> IdempotencyKey {
 /// A replica `name` registered on `url`.
 async fn replica(url: &str, name: &str) -> (SqlStore, Registration) {
     let store = SqlStore::connect(url).await.unwrap();
-    let registration = store.register_replica(name, terms()).await.unwrap();
+    let registration = store.register_replica(name, None, terms()).await.unwrap();
     (store, registration)
 }
 

@@ -1,0 +1,478 @@
+//! Any replica answers any call (`docs/scale-out.md` §4, stage 5): real `serve` replicas
+//! on one PostgreSQL, each with an internal listener and the fleet's token. A call for an
+//! execution another replica owns is forwarded to that owner, one hop, and the owner's own
+//! handler answers: the caller gets what a call to the owner gets, refusals included, and
+//! an answer returns only once the owner wrote it to the agent's stdin.
+
+use std::net::SocketAddr;
+
+use cursor_runner_e2e::*;
+use proto as pb;
+use serde_json::Value;
+
+/// Long enough that nothing here waits one out (but the test that kills an owner).
+const LONG_LEASE_MS: u64 = 60_000;
+/// For the test that waits out a dead owner's lease: long enough that a call sent right
+/// after the owner died still finds its lease live.
+const SHORT_LEASE_MS: u64 = 5_000;
+/// The fleet's shared secret in these tests.
+const FLEET_TOKEN: &str = "fleet-token-0123456789abcdef0123456789";
+
+/// One replica of a fleet: its process, its internal listener, its directories.
+struct Replica {
+    process: ServiceProcess,
+    internal: SocketAddr,
+    dirs: ServiceDirs,
+}
+
+/// `serve` as replica `name` of a fleet forwarding calls, with an ownership lease of
+/// `lease_ms`.
+fn fleet_replica(database_url: &str, name: &str, lease_ms: u64) -> Replica {
+    let dirs = ServiceDirs::new();
+    let token_file = dirs.root.path().join("fleet-token");
+    std::fs::write(&token_file, format!("{FLEET_TOKEN}\n")).unwrap();
+    let internal = free_address();
+    let mut env = replica_env(name, lease_ms);
+    env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), internal.to_string()));
+    env.push((
+        "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
+        token_file.display().to_string(),
+    ));
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
+    let process = ServiceProcess::serve_in(binary, database_url, &dirs, "demo.json", env);
+    Replica {
+        process,
+        internal,
+        dirs,
+    }
+}
+
+/// Three replicas of one fleet on a new database: `replica-a` owns what the tests create.
+struct Fleet {
+    database: TestDatabase,
+    a: Replica,
+    b: Replica,
+    c: Replica,
+    a_client: Client,
+    b_client: Client,
+    c_client: Client,
+}
+
+impl Fleet {
+    async fn start(lease_ms: u64) -> Self {
+        let database = TestDatabase::create(Backend::Postgres).await;
+        let a = fleet_replica(&database.url, "replica-a", lease_ms);
+        let b = fleet_replica(&database.url, "replica-b", lease_ms);
+        let c = fleet_replica(&database.url, "replica-c", lease_ms);
+        let (a_client, b_client, c_client) = (
+            a.process.client().await,
+            b.process.client().await,
+            c.process.client().await,
+        );
+        Self {
+            database,
+            a,
+            b,
+            c,
+            a_client,
+            b_client,
+            c_client,
+        }
+    }
+
+    /// Closes `execution_id` (so no drain waits on its turn), then stops every replica.
+    async fn close_and_stop(mut self, execution_id: &str) {
+        self.a_client
+            .close_execution(pb::CloseExecutionRequest {
+                request_id: format!("close-{execution_id}"),
+                execution_id: execution_id.to_owned(),
+            })
+            .await
+            .expect("CloseExecution");
+        self.stop().await;
+    }
+
+    async fn stop(self) {
+        for replica in [self.a, self.b, self.c] {
+            replica.process.stop();
+        }
+        self.database.drop_database().await;
+    }
+}
+
+/// An execution on `client`'s replica whose turn waits on the demo's question; the
+/// question's `runtime_request.created` payload.
+async fn question_pending(client: &mut Client, dirs: &ServiceDirs, tag: &str) -> (pb::Execution, Value) {
+    let execution = create_execution_in(client, &dirs.workspace, &format!("create-{tag}")).await;
+    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
+    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
+        .await
+        .unwrap();
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    (execution, created)
+}
+
+/// What a caller can tell of a refusal: code, message, `ErrorInfo` reason and metadata.
+fn refusal(status: tonic::Status) -> (tonic::Code, String, String, Vec<(String, String)>) {
+    use tonic_types::StatusExt;
+    let metadata = status
+        .get_error_details()
+        .error_info()
+        .map(|info| info.metadata.clone().into_iter().collect())
+        .unwrap_or_default();
+    (status.code(), status.message().to_owned(), reason(&status), metadata)
+}
+
+/// The answers the agent read (its `--record`): JSON-RPC responses to its request id 0.
+fn answers_read(record: &std::path::Path) -> usize {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m.get("method").is_none() && m["id"] == 0)
+        .count()
+}
+
+/// Every refusal through a replica that does not own the execution is the owner's own,
+/// word for word: the same code, message, reason and metadata as the same call sent to the
+/// owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_through_replicas_that_do_not_own_the_execution_are_the_owners_own() {
+    let mut fleet = Fleet::start(LONG_LEASE_MS).await;
+    let (execution, created) = question_pending(&mut fleet.a_client, &fleet.a.dirs, "a").await;
+    let id = execution.execution_id.clone();
+    let turn_id = created["turnId"].as_str().unwrap().to_owned();
+    let mut stale = one_question_answer(&created, "stale", "option-1");
+    stale.etag = "a-stale-etag".into();
+    let invalid = one_question_answer(&created, "invalid", "not-an-option");
+    let mut seen = Vec::new();
+    for (through, client) in [
+        ("replica-a", &mut fleet.a_client),
+        ("replica-b", &mut fleet.b_client),
+        ("replica-c", &mut fleet.c_client),
+    ] {
+        let tag = |name: &str| format!("{name}-through-{through}");
+        let refused = [
+            start_turn(client, &id, &tag("turn")).await.map(drop),
+            client
+                .cancel_turn(pb::CancelTurnRequest {
+                    request_id: tag("cancel"),
+                    execution_id: id.clone(),
+                    turn_id: format!("{turn_id}-not"),
+                })
+                .await
+                .map(drop),
+            client
+                .answer_interaction(pb::AnswerInteractionRequest {
+                    request_id: tag("stale"),
+                    ..stale.clone()
+                })
+                .await
+                .map(drop),
+            client
+                .answer_interaction(pb::AnswerInteractionRequest {
+                    request_id: tag("invalid"),
+                    ..invalid.clone()
+                })
+                .await
+                .map(drop),
+            client
+                .set_mode(pb::SetModeRequest {
+                    request_id: tag("mode"),
+                    execution_id: id.clone(),
+                    mode: "plan".into(),
+                })
+                .await
+                .map(drop),
+            client
+                .recover_execution(pb::RecoverExecutionRequest {
+                    request_id: tag("recover"),
+                    execution_id: id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ]
+        .map(|result| refusal(result.expect_err("refused")));
+        seen.push((through, refused));
+    }
+    let reasons: Vec<&str> = seen[0].1.iter().map(|(_, _, reason, _)| reason.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "TURN_ACTIVE",
+            "NO_ACTIVE_TURN",
+            "STALE_ETAG",
+            "ANSWER_INVALID",
+            "TURN_ACTIVE",
+            "EXECUTION_NOT_RECOVERABLE"
+        ],
+        "the owner's refusals: {:?}",
+        seen[0]
+    );
+    for (through, refused) in &seen[1..] {
+        assert_eq!(refused, &seen[0].1, "through {through}");
+    }
+    let interaction = get_interaction(&mut fleet.c_client, created["interactionId"].as_str().unwrap()).await;
+    assert_eq!(
+        interaction.state,
+        pb::InteractionState::Pending as i32,
+        "nothing was answered"
+    );
+    fleet.close_and_stop(&id).await;
+}
+
+/// An execution created on one replica lives its whole life through the others: a turn
+/// started through one, its question answered through another (returning only once the
+/// answer is on the agent's stdin) and retried through a third (one delivery), its models
+/// listed, and the execution closed, each with the owner's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_lives_its_whole_life_through_replicas_that_do_not_own_it() {
+    let mut fleet = Fleet::start(LONG_LEASE_MS).await;
+    let execution = create_execution_in(&mut fleet.a_client, &fleet.a.dirs.workspace, "create").await;
+    let id = execution.execution_id.clone();
+    let mut events = Subscriber::open(&mut fleet.c_client, &id, 0).await.unwrap();
+    let turn = start_turn(&mut fleet.b_client, &id, "turn-through-b")
+        .await
+        .expect("StartTurn through replica-b");
+    assert_eq!(turn.execution_id, id);
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    assert_eq!(created["turnId"], turn.turn_id.as_str(), "the turn began on its owner");
+
+    let answer = one_question_answer(&created, "answer-through-c", "option-1");
+    let delivered = fleet
+        .c_client
+        .answer_interaction(answer.clone())
+        .await
+        .expect("AnswerInteraction through replica-c")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(delivered.state, pb::InteractionState::Delivered as i32);
+    assert_eq!(
+        answers_read(&fleet.a.dirs.record),
+        1,
+        "the owner's agent read the answer before the call returned"
+    );
+    let retried = fleet
+        .b_client
+        .answer_interaction(answer)
+        .await
+        .expect("the retry through replica-b")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(retried, delivered, "a retry gets what the first call got");
+    let settled = events.until_turn_settles().await;
+    assert_eq!(
+        settled.last().unwrap().event_type,
+        "turn.completed",
+        "{:?}",
+        types(&settled)
+    );
+    assert_eq!(answers_read(&fleet.a.dirs.record), 1, "one delivery");
+
+    let list = |client: &mut Client| {
+        let mut client = client.clone();
+        let id = id.clone();
+        async move {
+            client
+                .list_models(pb::ListModelsRequest { execution_id: id })
+                .await
+                .expect("ListModels")
+                .into_inner()
+        }
+    };
+    assert_eq!(list(&mut fleet.b_client).await, list(&mut fleet.a_client).await);
+
+    let closed = fleet
+        .b_client
+        .close_execution(pb::CloseExecutionRequest {
+            request_id: "close-through-b".into(),
+            execution_id: id.clone(),
+        })
+        .await
+        .expect("CloseExecution through replica-b")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(closed.state, pb::ExecutionState::Closed as i32);
+    assert_eq!(
+        get_execution(&mut fleet.a_client, &id).await.state,
+        pb::ExecutionState::Closed as i32
+    );
+    fleet.stop().await;
+}
+
+/// A client of `address` whose calls carry `authorization` and the forwarded-tenant
+/// metadata as given.
+async fn internal_client(
+    address: SocketAddr,
+    authorization: Option<String>,
+    tenant: Option<&'static str>,
+) -> pb::runner_service_client::RunnerServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone,
+    >,
+> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("the internal listener");
+    pb::runner_service_client::RunnerServiceClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
+        if let Some(authorization) = &authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", authorization.parse().unwrap());
+        }
+        if let Some(tenant) = tenant {
+            request.metadata_mut().insert(
+                cursor_runner_api::forward::FORWARDED_TENANT_METADATA,
+                tenant.parse().unwrap(),
+            );
+        }
+        Ok(request)
+    })
+}
+
+/// The internal listener takes only calls with the fleet's token and the tenant they are
+/// for, and answers them itself: a call for an execution another replica owns is refused
+/// there naming the owner, never forwarded a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_them_again() {
+    let mut fleet = Fleet::start(LONG_LEASE_MS).await;
+    let (execution, _created) = question_pending(&mut fleet.a_client, &fleet.a.dirs, "a").await;
+    let get = |execution_id: &str| pb::GetExecutionRequest {
+        execution_id: execution_id.to_owned(),
+    };
+    let bearer = |token: &str| Some(format!("Bearer {token}"));
+    for (authorization, tenant, reason_expected) in [
+        (None, Some(TENANT), "UNAUTHENTICATED"),
+        (
+            bearer("not-the-fleet-token-0123456789abcdef"),
+            Some(TENANT),
+            "UNAUTHENTICATED",
+        ),
+        (bearer(FLEET_TOKEN), None, "TENANT_REQUIRED"),
+    ] {
+        let mut client = internal_client(fleet.b.internal, authorization.clone(), tenant).await;
+        let refused = client.get_execution(get(&execution.execution_id)).await.unwrap_err();
+        assert_eq!(
+            reason(&refused),
+            reason_expected,
+            "{authorization:?} {tenant:?}: {refused:?}"
+        );
+    }
+    let mut fleet_client = internal_client(fleet.b.internal, bearer(FLEET_TOKEN), Some(TENANT)).await;
+    let seen = fleet_client
+        .get_execution(get(&execution.execution_id))
+        .await
+        .expect("the fleet's call is taken")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(seen.owner_replica, "replica-a");
+    let refused = fleet_client
+        .start_turn(pb::StartTurnRequest {
+            request_id: "turn-at-b-internal".into(),
+            execution_id: execution.execution_id.clone(),
+            prompt: vec![pb::PromptBlock {
+                content: Some(pb::prompt_block::Content::Text("do the work".into())),
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect_err("replica-b does not own it and does not forward it again");
+    assert_eq!(reason(&refused), "EXECUTION_NOT_READY", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
+    fleet.close_and_stop(&execution.execution_id).await;
+}
+
+/// A call forwarded to an owner that died is `OWNER_UNREACHABLE` with `RetryInfo`, not a
+/// hang; once a survivor took the execution over, the same call gets what a local call
+/// gets for a lost execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_for_an_execution_whose_owner_died_is_owner_unreachable_until_it_is_taken_over() {
+    let mut fleet = Fleet::start(SHORT_LEASE_MS).await;
+    let (execution, created) = question_pending(&mut fleet.a_client, &fleet.a.dirs, "a").await;
+    let id = execution.execution_id.clone();
+    let Fleet {
+        database,
+        a,
+        b,
+        c,
+        mut b_client,
+        mut c_client,
+        ..
+    } = fleet;
+    a.process.kill();
+    let refused = b_client
+        .answer_interaction(one_question_answer(&created, "answer-after-death", "option-1"))
+        .await
+        .expect_err("the owner is dead");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
+    assert!(retry_delay(&refused).is_some(), "{refused:?}");
+
+    execution_in_state(&mut c_client, &id, pb::ExecutionState::Lost).await;
+    let retried = b_client
+        .answer_interaction(one_question_answer(&created, "answer-after-death", "option-1"))
+        .await
+        .expect_err("the question expired in the takeover");
+    assert_eq!(reason(&retried), "INTERACTION_NOT_PENDING", "{retried:?}");
+    assert_eq!(answers_read(&a.dirs.record), 0, "never delivered");
+    let refused = start_turn(&mut c_client, &id, "turn-after-takeover")
+        .await
+        .expect_err("the execution is lost");
+    assert_eq!(reason(&refused), "EXECUTION_NOT_READY", "{refused:?}");
+    b.process.stop();
+    c.process.stop();
+    database.drop_database().await;
+}
+
+/// `serve` refuses a fleet it cannot be part of, before it serves: on the embedded SQLite
+/// store, with a token under its minimum, or listening on every interface without the
+/// address other replicas reach it at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_fleet_setup_it_cannot_serve() {
+    let sqlite = TestDatabase::create(Backend::Sqlite).await;
+    let postgres = TestDatabase::create(Backend::Postgres).await;
+    let short_token = "t".repeat(cursor_runner_api::forward::MIN_FLEET_TOKEN_CHARS - 1);
+    let cases = [
+        (
+            &sqlite.url,
+            "127.0.0.1:0",
+            FLEET_TOKEN.to_owned(),
+            "MULTI_REPLICA_UNSUPPORTED",
+        ),
+        (&postgres.url, "127.0.0.1:0", short_token, "fewer than 32 characters"),
+        (
+            &postgres.url,
+            "0.0.0.0:0",
+            FLEET_TOKEN.to_owned(),
+            "give --advertise-address",
+        ),
+    ];
+    for (url, listen, token, words) in cases {
+        let dirs = ServiceDirs::new();
+        let token_file = dirs.root.path().join("fleet-token");
+        std::fs::write(&token_file, token).unwrap();
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
+        let env = vec![
+            ("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), listen.to_owned()),
+            (
+                "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
+                token_file.display().to_string(),
+            ),
+            ("CURSOR_RUNNER_ALLOW_PLAINTEXT".to_owned(), "true".to_owned()),
+        ];
+        let mut refused = ServiceProcess::serve_in(binary, url, &dirs, "demo.json", env);
+        refused.wait_for_stderr(words);
+        assert_eq!(refused.exit_status().await.code(), Some(1), "{words}");
+    }
+    sqlite.drop_database().await;
+    postgres.drop_database().await;
+}
