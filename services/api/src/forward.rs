@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_executions::{EngineError, ErrorKind, Reason};
+use cursor_runner_executions::{EngineError, ErrorKind, Metrics, Reason};
 use opentelemetry::propagation::Injector;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -116,13 +116,15 @@ pub(crate) struct Owner {
 pub struct Forwarder {
     token: Arc<FleetToken>,
     channels: Mutex<HashMap<String, Channel>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Forwarder {
-    pub fn new(token: Arc<FleetToken>) -> Self {
+    pub fn new(token: Arc<FleetToken>, metrics: Arc<Metrics>) -> Self {
         Self {
             token,
             channels: Mutex::new(HashMap::new()),
+            metrics,
         }
     }
 
@@ -185,7 +187,10 @@ impl Forwarder {
         metadata.insert(FORWARDED_TENANT_METADATA, tenant);
         let context = tracing::Span::current().context();
         opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut TraceContext(metadata)));
-        match rpc(client, outgoing).await {
+        let answer = rpc(client, outgoing).await;
+        self.metrics
+            .call_forwarded(answer.as_ref().map_or_else(is_ours, |_| true));
+        match answer {
             Ok(response) => Ok(Response::new(response.into_inner())),
             // The owner's own answer: what a local call gets, untouched.
             Err(status) if is_ours(&status) => Err(Status::with_details(

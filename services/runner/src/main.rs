@@ -408,6 +408,7 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         Some(fleet) => {
             options.forwarder = Some(std::sync::Arc::new(cursor_runner_api::Forwarder::new(
                 fleet.token.clone(),
+                engine.metrics().clone(),
             )));
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let engine = engine.clone();

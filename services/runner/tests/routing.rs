@@ -18,11 +18,24 @@ const SHORT_LEASE_MS: u64 = 5_000;
 /// The fleet's shared secret in these tests.
 const FLEET_TOKEN: &str = "fleet-token-0123456789abcdef0123456789";
 
-/// One replica of a fleet: its process, its internal listener, its directories.
+/// One replica of a fleet: its process, its internal listener, its `/metrics`, its
+/// directories.
 struct Replica {
     process: ServiceProcess,
     internal: SocketAddr,
+    metrics: SocketAddr,
     dirs: ServiceDirs,
+}
+
+impl Replica {
+    /// The calls this replica forwarded whose outcome was `outcome`, from its `/metrics`.
+    fn forwarded(&self, outcome: &str) -> u64 {
+        let series = format!("cursor_runner_forwarded_calls_total{{outcome=\"{outcome}\"}} ");
+        scrape_metrics(self.metrics)
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str()))
+            .map_or(0, |value| value.trim().parse().expect("a count"))
+    }
 }
 
 /// `serve` as replica `name` of a fleet forwarding calls, with an ownership lease of
@@ -31,9 +44,10 @@ fn fleet_replica(database_url: &str, name: &str, lease_ms: u64) -> Replica {
     let dirs = ServiceDirs::new();
     let token_file = dirs.root.path().join("fleet-token");
     std::fs::write(&token_file, format!("{FLEET_TOKEN}\n")).unwrap();
-    let internal = free_address();
+    let (internal, metrics) = (free_address(), free_address());
     let mut env = replica_env(name, lease_ms);
     env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), internal.to_string()));
+    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()));
     env.push((
         "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
         token_file.display().to_string(),
@@ -43,6 +57,7 @@ fn fleet_replica(database_url: &str, name: &str, lease_ms: u64) -> Replica {
     Replica {
         process,
         internal,
+        metrics,
         dirs,
     }
 }
@@ -301,6 +316,14 @@ async fn an_execution_lives_its_whole_life_through_replicas_that_do_not_own_it()
         get_execution(&mut fleet.a_client, &id).await.state,
         pb::ExecutionState::Closed as i32
     );
+    let forwarded = |replica: &Replica| (replica.forwarded("answered"), replica.forwarded("unreachable"));
+    assert_eq!(
+        forwarded(&fleet.b),
+        (4, 0),
+        "StartTurn, the retried answer, ListModels, CloseExecution"
+    );
+    assert_eq!(forwarded(&fleet.c), (1, 0), "the answer");
+    assert_eq!(forwarded(&fleet.a), (0, 0), "the owner forwards nothing");
     fleet.stop().await;
 }
 
@@ -416,6 +439,7 @@ async fn a_call_for_an_execution_whose_owner_died_is_owner_unreachable_until_it_
     assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
     assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
     assert!(retry_delay(&refused).is_some(), "{refused:?}");
+    assert_eq!(b.forwarded("unreachable"), 1);
 
     execution_in_state(&mut c_client, &id, pb::ExecutionState::Lost).await;
     let retried = b_client
