@@ -93,10 +93,13 @@ for what, selector in [
     if not selector or any(labels.get(k) != v for k, v in selector.items()):
         fail(f"{what} {selector} does not match the pod's labels {labels}")
 
-# One replica per database, replaced, never surged (see deployment.yaml).
+# Several replicas on one database, rolled a new pod first (see deployment.yaml).
 replicas = deployment["spec"].get("replicas", 1)
-if replicas != 1 or deployment["spec"].get("strategy", {}).get("type") != "Recreate":
-    fail("the Deployment must run 1 replica with strategy Recreate")
+strategy = deployment["spec"].get("strategy", {})
+if replicas < 2:
+    fail(f"the Deployment runs {replicas} replica(s): a fleet needs at least 2")
+if strategy.get("type") != "RollingUpdate" or strategy.get("rollingUpdate", {}).get("maxUnavailable") != 0:
+    fail("the Deployment must roll with RollingUpdate and maxUnavailable: 0 (a new pod before an old one drains)")
 
 # The budget must allow one eviction at the replica count: a budget that allows none
 # (minAvailable: 1 with one replica) blocks every node drain (`kubectl drain` retries the
@@ -215,6 +218,41 @@ if os.path.exists(readme):
 for port in service["spec"]["ports"]:
     if port["targetPort"] not in ports:
         fail(f"Service port {port['name']}: targetPort {port['targetPort']} is no container port")
+
+# Each pod is a replica under its own name and advertises the address the others forward its
+# calls to: its pod IP and the internal listener's port, which the container declares, the
+# NetworkPolicy admits only from the runner's pods, and whose fleet token file is mounted.
+env = {e["name"]: e for e in container.get("env", [])}
+def field_ref(name):
+    return env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+if field_ref("CURSOR_RUNNER_REPLICA_NAME") != "metadata.name":
+    fail("CURSOR_RUNNER_REPLICA_NAME must be the pod's name (fieldRef metadata.name): one name per replica")
+internal = config.get("CURSOR_RUNNER_INTERNAL_LISTEN", "")
+internal_port = int(internal.rsplit(":", 1)[1]) if ":" in internal else None
+if ports.get("internal") != internal_port:
+    fail(f"container port internal {ports.get('internal')} is not CURSOR_RUNNER_INTERNAL_LISTEN's port {internal_port}")
+advertised = env.get("CURSOR_RUNNER_ADVERTISE_ADDRESS", {}).get("value", "")
+pod_ip = [n for n in env if field_ref(n) == "status.podIP"]
+if not pod_ip or advertised not in (f"$({pod_ip[0]}):{internal_port}", f"[$({pod_ip[0]})]:{internal_port}"):
+    fail(f"CURSOR_RUNNER_ADVERTISE_ADDRESS {advertised!r} must be the pod IP (fieldRef status.podIP) and port {internal_port}")
+token_file = config.get("CURSOR_RUNNER_FLEET_TOKEN_FILE", "")
+mounted_secrets = {
+    m["mountPath"]: next((v for v in spec.get("volumes", []) if v["name"] == m["name"]), {})
+    for m in container.get("volumeMounts", [])
+}
+directory, _, file_name = token_file.rpartition("/")
+token_volume = mounted_secrets.get(directory, {}).get("secret")
+if token_volume is None or file_name not in [i["path"] for i in token_volume.get("items", [])]:
+    fail(f"CURSOR_RUNNER_FLEET_TOKEN_FILE {token_file} is not a mounted Secret key")
+policies = [r for (k, _), r in resources.items() if k == "NetworkPolicy"]
+admitted = [
+    rule for policy in policies for rule in policy["spec"].get("ingress", [])
+    if "internal" in [p.get("port") for p in rule.get("ports", [])]
+]
+if not admitted or any(
+    [f.get("podSelector", {}).get("matchLabels") for f in rule.get("from", [])] != [labels] for rule in admitted
+):
+    fail("a NetworkPolicy must admit the internal port from the runner's pods only")
 
 # The kubelet's SIGKILL comes after the whole drain: deadline, cancel grace, stop grace.
 drain = sum(

@@ -14,7 +14,7 @@
 
 use parking_lot::Mutex;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -24,11 +24,18 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::Status;
 
-use crate::forward::{FORWARDED_TENANT_METADATA, FleetToken};
 use crate::status::to_status;
 
 /// Largest tokens file read.
 pub const MAX_TOKENS_FILE_BYTES: u64 = 1024 * 1024;
+/// Longest tenant id accepted.
+pub const MAX_TENANT_ID_CHARS: usize = 128;
+/// Metadata naming the tenant a forwarded call is for (trusted only with the fleet token).
+pub const FORWARDED_TENANT_METADATA: &str = "x-cursor-runner-tenant";
+/// Shortest fleet token accepted: 32 characters (e.g. `openssl rand -hex 16`).
+pub const MIN_FLEET_TOKEN_CHARS: usize = 32;
+/// Largest fleet token file read.
+pub const MAX_FLEET_TOKEN_FILE_BYTES: u64 = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -199,6 +206,73 @@ fn load(path: &PathBuf) -> Result<Loaded, TokensFileError> {
     })
 }
 
+/// The secret every replica of a fleet shares (`--fleet-token-file`).
+pub struct FleetToken {
+    value: tonic::metadata::AsciiMetadataValue,
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for FleetToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FleetToken(<redacted>)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the fleet token file {path} is unusable: {reason}")]
+pub struct FleetTokenError {
+    path: String,
+    reason: String,
+}
+
+impl FleetToken {
+    /// The token in `path`, surrounding whitespace ignored: at least
+    /// [`MIN_FLEET_TOKEN_CHARS`] visible ASCII characters.
+    pub fn from_file(path: &Path) -> Result<Self, FleetTokenError> {
+        let error = |reason: String| FleetTokenError {
+            path: path.display().to_string(),
+            reason,
+        };
+        let metadata = std::fs::metadata(path).map_err(|e| error(e.to_string()))?;
+        if metadata.len() > MAX_FLEET_TOKEN_FILE_BYTES {
+            return Err(error(format!("larger than {MAX_FLEET_TOKEN_FILE_BYTES} bytes")));
+        }
+        let text = std::fs::read_to_string(path).map_err(|_| error("it is not UTF-8 text".into()))?;
+        Self::new(text.trim()).map_err(error)
+    }
+
+    fn new(token: &str) -> Result<Self, String> {
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the token must be visible ASCII characters only".into());
+        }
+        if token.len() < MIN_FLEET_TOKEN_CHARS {
+            return Err(format!("the token has fewer than {MIN_FLEET_TOKEN_CHARS} characters"));
+        }
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_owned())?;
+        Ok(Self {
+            value,
+            digest: Sha256::digest(token.as_bytes()).into(),
+        })
+    }
+
+    /// The `authorization` value a forwarded call presents it in.
+    pub(crate) fn authorization(&self) -> tonic::metadata::AsciiMetadataValue {
+        self.value.clone()
+    }
+
+    /// Whether an `authorization` header value presents this token (compared in constant
+    /// time, by digest).
+    pub(crate) fn presented_in(&self, header: Option<&str>) -> bool {
+        let Some(token) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+            return false;
+        };
+        let presented: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        constant_time_eq(&presented, &self.digest)
+    }
+}
+
 /// Path prefixes of the services, as the layer routes them.
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 const ADMIN_PREFIX: &str = "/cursor_runner.v1.AdminService/";
@@ -296,7 +370,7 @@ fn admit_forwarded<B>(token: &FleetToken, request: &mut http::Request<B>) -> Res
         .get(FORWARDED_TENANT_METADATA)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
-        .filter(|t| !t.is_empty() && t.chars().count() <= crate::service::MAX_TENANT_ID_CHARS)
+        .filter(|t| !t.is_empty() && t.chars().count() <= MAX_TENANT_ID_CHARS)
         .ok_or_else(|| {
             to_status(EngineError::invalid(
                 Reason::TenantRequired,
@@ -416,5 +490,34 @@ mod tests {
         std::fs::write(&path, r#"{"tokens":[{"tenant_id":"a","sha256":"zz"}]}"#).unwrap();
         assert!(TokenAuth::from_file(&path).is_err());
         assert!(TokenAuth::from_file(dir.path().join("missing.json")).is_err());
+    }
+
+    #[test]
+    fn a_fleet_token_needs_at_least_its_minimum_of_visible_ascii_characters() {
+        let shortest = "t".repeat(MIN_FLEET_TOKEN_CHARS);
+        assert!(FleetToken::new(&shortest).is_ok());
+        assert!(FleetToken::new(&shortest[1..]).is_err());
+        assert!(FleetToken::new(&format!("{} x", &shortest)).is_err(), "a space");
+        assert!(FleetToken::new(&format!("{shortest}é")).is_err(), "non-ASCII");
+    }
+
+    #[test]
+    fn a_fleet_token_file_is_read_trimmed_and_refused_past_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet-token");
+        let token = "f".repeat(MIN_FLEET_TOKEN_CHARS);
+        std::fs::write(&path, format!("{token}\n")).unwrap();
+        let loaded = FleetToken::from_file(&path).unwrap();
+        assert!(loaded.presented_in(Some(&format!("Bearer {token}"))));
+        assert!(!loaded.presented_in(Some(&format!("Bearer {token}x"))));
+        assert!(!loaded.presented_in(Some(&token)), "not a bearer value");
+        assert!(!loaded.presented_in(None));
+        assert!(!format!("{loaded:?}").contains(&token), "Debug never shows it");
+        let bound = usize::try_from(MAX_FLEET_TOKEN_FILE_BYTES).unwrap();
+        std::fs::write(&path, "f".repeat(bound)).unwrap();
+        assert!(FleetToken::from_file(&path).is_ok());
+        std::fs::write(&path, "f".repeat(bound + 1)).unwrap();
+        let refused = FleetToken::from_file(&path).unwrap_err().to_string();
+        assert!(refused.contains("larger than"), "{refused}");
     }
 }

@@ -2,33 +2,26 @@
 //! internal listener (`docs/scale-out.md` §4). The owner's own handler answers, so every
 //! status, `ErrorInfo` and body is a local call's; this side only carries the call there
 //! and back. The fleet token proves to the owner that the caller is a replica, which
-//! vouches for the tenant it names.
+//! vouches for the tenant it names (`auth::FleetToken`).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_executions::{EngineError, ErrorKind, Metrics, Reason};
 use opentelemetry::propagation::Injector;
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use tonic_types::StatusExt;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::auth::{FORWARDED_TENANT_METADATA, FleetToken};
 use crate::pb::runner_service_client::RunnerServiceClient;
 use crate::status::{ERROR_DOMAIN, to_status};
 
-/// Metadata naming the tenant a forwarded call is for (trusted only with the fleet token).
-pub const FORWARDED_TENANT_METADATA: &str = "x-cursor-runner-tenant";
-/// Shortest fleet token accepted: 32 characters (e.g. `openssl rand -hex 16`).
-pub const MIN_FLEET_TOKEN_CHARS: usize = 32;
-/// Largest fleet token file read.
-pub const MAX_FLEET_TOKEN_FILE_BYTES: u64 = 4096;
 /// How long opening a connection to an owner may take.
 pub const FORWARD_CONNECT_LIMIT: Duration = Duration::from_secs(2);
 /// While a forwarded call is open, the owner is pinged this often (HTTP/2 PING)…
@@ -43,68 +36,6 @@ pub const FORWARD_WAIT_LIMIT: Duration = Duration::from_secs(120);
 pub const MAX_FORWARD_TARGETS: usize = 64;
 /// Trace context carried to the owner, so its span is a child of this replica's.
 const TRACE_CONTEXT_KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
-
-/// The secret every replica of a fleet shares (`--fleet-token-file`).
-pub struct FleetToken {
-    value: MetadataValue<tonic::metadata::Ascii>,
-    digest: [u8; 32],
-}
-
-impl std::fmt::Debug for FleetToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FleetToken(<redacted>)")
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("the fleet token file {path} is unusable: {reason}")]
-pub struct FleetTokenError {
-    path: String,
-    reason: String,
-}
-
-impl FleetToken {
-    /// The token in `path`, surrounding whitespace ignored: at least
-    /// [`MIN_FLEET_TOKEN_CHARS`] visible ASCII characters.
-    pub fn from_file(path: &Path) -> Result<Self, FleetTokenError> {
-        let error = |reason: String| FleetTokenError {
-            path: path.display().to_string(),
-            reason,
-        };
-        let metadata = std::fs::metadata(path).map_err(|e| error(e.to_string()))?;
-        if metadata.len() > MAX_FLEET_TOKEN_FILE_BYTES {
-            return Err(error(format!("larger than {MAX_FLEET_TOKEN_FILE_BYTES} bytes")));
-        }
-        let text = std::fs::read_to_string(path).map_err(|_| error("it is not UTF-8 text".into()))?;
-        Self::new(text.trim()).map_err(error)
-    }
-
-    fn new(token: &str) -> Result<Self, String> {
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("the token must be visible ASCII characters only".into());
-        }
-        if token.len() < MIN_FLEET_TOKEN_CHARS {
-            return Err(format!("the token has fewer than {MIN_FLEET_TOKEN_CHARS} characters"));
-        }
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| "the token is not a valid header value".to_owned())?;
-        Ok(Self {
-            value,
-            digest: Sha256::digest(token.as_bytes()).into(),
-        })
-    }
-
-    /// Whether an `authorization` header value presents this token (compared in constant
-    /// time, by digest).
-    pub(crate) fn presented_in(&self, header: Option<&str>) -> bool {
-        let Some(token) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
-            return false;
-        };
-        let presented: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-        crate::auth::constant_time_eq(&presented, &self.digest)
-    }
-}
 
 /// The owner a call goes to.
 pub(crate) struct Owner {
@@ -180,7 +111,7 @@ impl Forwarder {
         let mut outgoing = Request::new(request.into_inner());
         outgoing.set_timeout(deadline);
         let metadata = outgoing.metadata_mut();
-        metadata.insert("authorization", self.token.value.clone());
+        metadata.insert("authorization", self.token.authorization());
         let tenant = tenant_id
             .parse()
             .map_err(|_| to_status(EngineError::internal("the tenant id is not a header value")))?;
@@ -253,35 +184,6 @@ impl Injector for TraceContext<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_fleet_token_needs_at_least_its_minimum_of_visible_ascii_characters() {
-        let shortest = "t".repeat(MIN_FLEET_TOKEN_CHARS);
-        assert!(FleetToken::new(&shortest).is_ok());
-        assert!(FleetToken::new(&shortest[1..]).is_err());
-        assert!(FleetToken::new(&format!("{} x", &shortest)).is_err(), "a space");
-        assert!(FleetToken::new(&format!("{shortest}é")).is_err(), "non-ASCII");
-    }
-
-    #[test]
-    fn a_fleet_token_file_is_read_trimmed_and_refused_past_its_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("fleet-token");
-        let token = "f".repeat(MIN_FLEET_TOKEN_CHARS);
-        std::fs::write(&path, format!("{token}\n")).unwrap();
-        let loaded = FleetToken::from_file(&path).unwrap();
-        assert!(loaded.presented_in(Some(&format!("Bearer {token}"))));
-        assert!(!loaded.presented_in(Some(&format!("Bearer {token}x"))));
-        assert!(!loaded.presented_in(Some(&token)), "not a bearer value");
-        assert!(!loaded.presented_in(None));
-        assert!(!format!("{loaded:?}").contains(&token), "Debug never shows it");
-        let bound = usize::try_from(MAX_FLEET_TOKEN_FILE_BYTES).unwrap();
-        std::fs::write(&path, "f".repeat(bound)).unwrap();
-        assert!(FleetToken::from_file(&path).is_ok());
-        std::fs::write(&path, "f".repeat(bound + 1)).unwrap();
-        let refused = FleetToken::from_file(&path).unwrap_err().to_string();
-        assert!(refused.contains("larger than"), "{refused}");
-    }
 
     #[test]
     fn the_callers_deadline_is_read_from_grpc_timeout() {

@@ -20,9 +20,10 @@ pub mod pb {
 }
 
 pub use admin::AdminApi;
+pub use auth::FleetToken;
 pub use auth::{AuthLayer, TokenAuth};
 pub use convert::struct_to_json;
-pub use forward::{FleetToken, Forwarder};
+pub use forward::Forwarder;
 pub use service::{RunnerApi, TENANT_METADATA};
 pub use status::{ERROR_DOMAIN, to_status};
 pub use tls::{TlsReloader, TlsSettings};

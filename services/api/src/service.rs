@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::auth::MAX_TENANT_ID_CHARS;
 use crate::bounds::Bounded;
 use crate::convert;
 use crate::forward::{Forwarder, Owner};
@@ -24,8 +25,6 @@ use crate::status::to_status;
 
 /// Request metadata naming the caller's tenant (authentication replaces it later).
 pub const TENANT_METADATA: &str = "x-tenant-id";
-/// Longest tenant id accepted.
-pub const MAX_TENANT_ID_CHARS: usize = 128;
 
 pub struct RunnerApi {
     engine: Arc<Engine>,

@@ -352,7 +352,7 @@ async fn internal_client(
         }
         if let Some(tenant) = tenant {
             request.metadata_mut().insert(
-                cursor_runner_api::forward::FORWARDED_TENANT_METADATA,
+                cursor_runner_api::auth::FORWARDED_TENANT_METADATA,
                 tenant.parse().unwrap(),
             );
         }
@@ -464,7 +464,7 @@ async fn a_call_for_an_execution_whose_owner_died_is_owner_unreachable_until_it_
 async fn serve_refuses_a_fleet_setup_it_cannot_serve() {
     let sqlite = TestDatabase::create(Backend::Sqlite).await;
     let postgres = TestDatabase::create(Backend::Postgres).await;
-    let short_token = "t".repeat(cursor_runner_api::forward::MIN_FLEET_TOKEN_CHARS - 1);
+    let short_token = "t".repeat(cursor_runner_api::auth::MIN_FLEET_TOKEN_CHARS - 1);
     let cases = [
         (
             &sqlite.url,
