@@ -244,6 +244,10 @@ directory, _, file_name = token_file.rpartition("/")
 token_volume = mounted_secrets.get(directory, {}).get("secret")
 if token_volume is None or file_name not in [i["path"] for i in token_volume.get("items", [])]:
     fail(f"CURSOR_RUNNER_FLEET_TOKEN_FILE {token_file} is not a mounted Secret key")
+if tls_on and not (config.get("CURSOR_RUNNER_INTERNAL_TLS_CA") and config.get("CURSOR_RUNNER_INTERNAL_TLS_DOMAIN")):
+    fail("TLS is on: the internal listener serves it too, so CURSOR_RUNNER_INTERNAL_TLS_CA and _DOMAIN are needed")
+if tls_on and "CURSOR_RUNNER_ALLOW_PLAINTEXT" in config:
+    fail("CURSOR_RUNNER_ALLOW_PLAINTEXT with TLS on: nothing needs it, and it would let a listener go plaintext")
 policies = [r for (k, _), r in resources.items() if k == "NetworkPolicy"]
 admitted = [
     rule for policy in policies for rule in policy["spec"].get("ingress", [])

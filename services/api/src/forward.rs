@@ -13,7 +13,7 @@ use cursor_runner_executions::{EngineError, ErrorKind, Metrics, Reason};
 use opentelemetry::propagation::Injector;
 use parking_lot::Mutex;
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 use tonic_types::StatusExt;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -46,14 +46,25 @@ pub(crate) struct Owner {
 /// Carries calls to their executions' owners, over one connection per owner.
 pub struct Forwarder {
     token: Arc<FleetToken>,
+    tls: Option<ForwardTls>,
     channels: Mutex<HashMap<String, Channel>>,
     metrics: Arc<Metrics>,
 }
 
+/// How a replica verifies the others' internal listeners when they serve TLS: the CA that
+/// signed their certificates, and the name those certificates carry (the same for every
+/// replica: owners are dialled by IP).
+#[derive(Clone)]
+pub struct ForwardTls {
+    pub ca_pem: String,
+    pub domain: String,
+}
+
 impl Forwarder {
-    pub fn new(token: Arc<FleetToken>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(token: Arc<FleetToken>, tls: Option<ForwardTls>, metrics: Arc<Metrics>) -> Self {
         Self {
             token,
+            tls,
             channels: Mutex::new(HashMap::new()),
             metrics,
         }
@@ -64,12 +75,21 @@ impl Forwarder {
         if let Some(channel) = channels.get(address) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| to_status(EngineError::internal(format!("owner address `{address}`: {e}"))))?
+        let refused =
+            |e: &dyn std::fmt::Display| to_status(EngineError::internal(format!("owner address `{address}`: {e}")));
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
+            .map_err(|e| refused(&e))?
             .connect_timeout(FORWARD_CONNECT_LIMIT)
             .http2_keep_alive_interval(FORWARD_PING_EVERY)
             .keep_alive_timeout(FORWARD_PING_LIMIT)
             .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&tls.ca_pem))
+                .domain_name(tls.domain.clone());
+            endpoint = endpoint.tls_config(config).map_err(|e| refused(&e))?;
+        }
         if channels.len() >= MAX_FORWARD_TARGETS {
             channels.clear();
         }

@@ -23,7 +23,7 @@ pub use admin::AdminApi;
 pub use auth::FleetToken;
 pub use auth::{AuthLayer, TokenAuth};
 pub use convert::struct_to_json;
-pub use forward::Forwarder;
+pub use forward::{ForwardTls, Forwarder};
 pub use service::{RunnerApi, TENANT_METADATA};
 pub use status::{ERROR_DOMAIN, to_status};
 pub use tls::{TlsReloader, TlsSettings};
@@ -226,20 +226,16 @@ pub async fn serve_with(
 /// Serves the runner service to the fleet on `listener` (`--internal-listen`) until
 /// `shutdown` resolves: calls other replicas forward for executions this one owns, each
 /// with the fleet token and the tenant it is for. They are answered here, never forwarded
-/// again, by the same handlers as the public listener's.
+/// again, by the same handlers as the public listener's. With `tls`, over TLS with the
+/// public listener's certificate; agents on this host are turned away as there.
 pub async fn serve_internal(
     engine: Arc<Engine>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
     token: Arc<FleetToken>,
+    tls: Option<Arc<TlsReloader>>,
 ) -> Result<(), tonic::transport::Error> {
-    use tokio_stream::StreamExt;
-    // An answer is a few small frames: never held back waiting for an ACK.
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        accepted.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
+    let incoming = tls::incoming(listener, tls, engine.clone());
     tonic::transport::Server::builder()
         .layer(trace::TraceLayer)
         .layer(AuthLayer::fleet(token))

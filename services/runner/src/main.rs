@@ -356,7 +356,7 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     config.drain_deadline = std::time::Duration::from_secs(args.drain_deadline_secs);
     config.pool = pool_config(&args.pool)?;
     config.replica = args.replica.config()?;
-    let fleet = args.replica.fleet(args.allow_plaintext).await?;
+    let fleet = args.replica.fleet(options.tls.is_some(), args.allow_plaintext).await?;
     config.replica.address = fleet.as_ref().map(|fleet| fleet.address.clone());
     let retention = |keep_secs: u64| {
         (keep_secs > 0).then(|| cursor_runner_executions::retention::Retention {
@@ -408,15 +408,18 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         Some(fleet) => {
             options.forwarder = Some(std::sync::Arc::new(cursor_runner_api::Forwarder::new(
                 fleet.token.clone(),
+                fleet.tls.clone(),
                 engine.metrics().clone(),
             )));
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let engine = engine.clone();
+            let (engine, tls) = (engine.clone(), options.tls.clone());
             let server = tokio::spawn(async move {
                 let stopped = async {
                     let _ = stopped.await;
                 };
-                if let Err(e) = cursor_runner_api::serve_internal(engine, fleet.listener, stopped, fleet.token).await {
+                if let Err(e) =
+                    cursor_runner_api::serve_internal(engine, fleet.listener, stopped, fleet.token, tls).await
+                {
                     tracing::error!(error = %e, "the internal listener failed");
                 }
             });

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use cursor_runner_api::FleetToken;
+use cursor_runner_api::{FleetToken, ForwardTls};
 use cursor_runner_executions::Engine;
 use cursor_runner_executions::ownership::{self, ReplicaConfig, ReplicaName};
 
@@ -48,8 +48,10 @@ pub struct ReplicaArgs {
     ownership_lease_ms: u64,
     /// Where this replica takes the calls other replicas forward to it for the executions
     /// it owns (any replica answers any call: a call for an execution another replica owns
-    /// is forwarded there, one hop). Plaintext: loopback, or a private pod network with
-    /// `--allow-plaintext`. Needs `--fleet-token-file`.
+    /// is forwarded there, one hop). Over TLS with the gRPC listener's certificate when it
+    /// has one (then `--internal-tls-ca` and `--internal-tls-domain` are needed), else
+    /// plaintext: loopback, or a network only the fleet reaches with `--allow-plaintext`.
+    /// Needs `--fleet-token-file`.
     #[arg(long, env = "CURSOR_RUNNER_INTERNAL_LISTEN", requires = "fleet_token_file")]
     internal_listen: Option<SocketAddr>,
     /// The `host:port` other replicas reach `--internal-listen` at (in Kubernetes the pod
@@ -62,14 +64,24 @@ pub struct ReplicaArgs {
     /// without it.
     #[arg(long, env = "CURSOR_RUNNER_FLEET_TOKEN_FILE", requires = "internal_listen")]
     fleet_token_file: Option<PathBuf>,
+    /// The CA (PEM) that signed the replicas' certificates, which this replica verifies
+    /// when it forwards a call (internal listeners serve TLS when `--tls-cert` is set).
+    #[arg(long, env = "CURSOR_RUNNER_INTERNAL_TLS_CA", requires = "internal_listen")]
+    internal_tls_ca: Option<PathBuf>,
+    /// The name every replica's certificate carries (replicas are dialled by address, so
+    /// the certificate is checked for this name instead; in Kubernetes the Service's name).
+    #[arg(long, env = "CURSOR_RUNNER_INTERNAL_TLS_DOMAIN", requires = "internal_tls_ca")]
+    internal_tls_domain: Option<String>,
 }
 
 /// This replica's place in a fleet that forwards calls: its internal listener, the
-/// address it advertises, and the shared token.
+/// address it advertises, the shared token, and how it verifies the others' listeners
+/// (`None`: they are plaintext).
 pub struct Fleet {
     pub listener: tokio::net::TcpListener,
     pub address: String,
     pub token: Arc<FleetToken>,
+    pub tls: Option<ForwardTls>,
 }
 
 fn lease_ms(text: &str) -> Result<u64, String> {
@@ -89,16 +101,31 @@ impl ReplicaArgs {
     }
 
     /// Binds the internal listener and reads the fleet token, when this replica forwards
-    /// calls; `None` when it does not (`--internal-listen` unset).
-    pub async fn fleet(&self, allow_plaintext: bool) -> anyhow::Result<Option<Fleet>> {
+    /// calls; `None` when it does not (`--internal-listen` unset). `tls`: the gRPC listener
+    /// serves TLS, and so does the internal one.
+    pub async fn fleet(&self, tls: bool, allow_plaintext: bool) -> anyhow::Result<Option<Fleet>> {
         let (Some(listen), Some(token_file)) = (self.internal_listen, &self.fleet_token_file) else {
             return Ok(None);
         };
         let token = Arc::new(FleetToken::from_file(token_file)?);
+        let tls = match (tls, &self.internal_tls_ca, &self.internal_tls_domain) {
+            (true, Some(ca), Some(domain)) => Some(ForwardTls {
+                ca_pem: std::fs::read_to_string(ca).with_context(|| format!("reading {}", ca.display()))?,
+                domain: domain.clone(),
+            }),
+            (true, _, _) => anyhow::bail!(
+                "the internal listener serves TLS with --tls-cert: give --internal-tls-ca and --internal-tls-domain, \
+                 so that replicas verify each other"
+            ),
+            (false, None, _) => None,
+            (false, Some(_), _) => {
+                anyhow::bail!("--internal-tls-ca needs --tls-cert: the internal listener serves TLS only with it")
+            }
+        };
         anyhow::ensure!(
-            listen.ip().is_loopback() || allow_plaintext,
-            "refusing a plaintext internal listener on {listen}: listen on loopback, or pass --allow-plaintext \
-             on a private network the fleet alone reaches"
+            tls.is_some() || listen.ip().is_loopback() || allow_plaintext,
+            "refusing a plaintext internal listener on {listen}: give --tls-cert, listen on loopback, or pass \
+             --allow-plaintext on a private network the fleet alone reaches"
         );
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -117,6 +144,7 @@ impl ReplicaArgs {
             listener,
             address,
             token,
+            tls,
         }))
     }
 }

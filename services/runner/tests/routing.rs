@@ -41,6 +41,11 @@ impl Replica {
 /// `serve` as replica `name` of a fleet forwarding calls, with an ownership lease of
 /// `lease_ms`.
 fn fleet_replica(database_url: &str, name: &str, lease_ms: u64) -> Replica {
+    fleet_replica_with(database_url, name, lease_ms, Vec::new())
+}
+
+/// [`fleet_replica`] with more of the service's environment.
+fn fleet_replica_with(database_url: &str, name: &str, lease_ms: u64, more_env: Vec<(String, String)>) -> Replica {
     let dirs = ServiceDirs::new();
     let token_file = dirs.root.path().join("fleet-token");
     std::fs::write(&token_file, format!("{FLEET_TOKEN}\n")).unwrap();
@@ -52,6 +57,7 @@ fn fleet_replica(database_url: &str, name: &str, lease_ms: u64) -> Replica {
         "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
         token_file.display().to_string(),
     ));
+    env.extend(more_env);
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
     let process = ServiceProcess::serve_in(binary, database_url, &dirs, "demo.json", env);
     Replica {
@@ -327,37 +333,48 @@ async fn an_execution_lives_its_whole_life_through_replicas_that_do_not_own_it()
     fleet.stop().await;
 }
 
-/// A client of `address` whose calls carry `authorization` and the forwarded-tenant
-/// metadata as given.
+/// Metadata added to every call of a client.
+#[derive(Clone)]
+struct Metadata(Vec<(&'static str, String)>);
+
+impl tonic::service::Interceptor for Metadata {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        for (key, value) in &self.0 {
+            request.metadata_mut().insert(*key, value.parse().unwrap());
+        }
+        Ok(request)
+    }
+}
+
+type MetadataClient = pb::runner_service_client::RunnerServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Metadata>,
+>;
+
+/// A client over `channel` whose calls carry each of `metadata`.
+fn client_with(channel: tonic::transport::Channel, metadata: Vec<(&'static str, String)>) -> MetadataClient {
+    pb::runner_service_client::RunnerServiceClient::with_interceptor(channel, Metadata(metadata))
+}
+
+/// A plaintext client of `address` whose calls carry `authorization` and the
+/// forwarded-tenant metadata as given.
 async fn internal_client(
     address: SocketAddr,
     authorization: Option<String>,
     tenant: Option<&'static str>,
-) -> pb::runner_service_client::RunnerServiceClient<
-    tonic::service::interceptor::InterceptedService<
-        tonic::transport::Channel,
-        impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone,
-    >,
-> {
+) -> MetadataClient {
     let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
         .unwrap()
         .connect()
         .await
         .expect("the internal listener");
-    pb::runner_service_client::RunnerServiceClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-        if let Some(authorization) = &authorization {
-            request
-                .metadata_mut()
-                .insert("authorization", authorization.parse().unwrap());
-        }
-        if let Some(tenant) = tenant {
-            request.metadata_mut().insert(
-                cursor_runner_api::auth::FORWARDED_TENANT_METADATA,
-                tenant.parse().unwrap(),
-            );
-        }
-        Ok(request)
-    })
+    let mut metadata = Vec::new();
+    if let Some(authorization) = authorization {
+        metadata.push(("authorization", authorization));
+    }
+    if let Some(tenant) = tenant {
+        metadata.push((cursor_runner_api::auth::FORWARDED_TENANT_METADATA, tenant.to_owned()));
+    }
+    client_with(channel, metadata)
 }
 
 /// The internal listener takes only calls with the fleet's token and the tenant they are
@@ -458,8 +475,8 @@ async fn a_call_for_an_execution_whose_owner_died_is_owner_unreachable_until_it_
 }
 
 /// `serve` refuses a fleet it cannot be part of, before it serves: on the embedded SQLite
-/// store, with a token under its minimum, or listening on every interface without the
-/// address other replicas reach it at.
+/// store, with a token under its minimum, listening on every interface without the address
+/// other replicas reach it at, or serving TLS without the CA to verify the others by.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_a_fleet_setup_it_cannot_serve() {
     let sqlite = TestDatabase::create(Backend::Sqlite).await;
@@ -480,6 +497,9 @@ async fn serve_refuses_a_fleet_setup_it_cannot_serve() {
             "give --advertise-address",
         ),
     ];
+    let ca = cursor_runner_e2e::pki::TestCa::new("fleet-ca");
+    let pki = tempfile::tempdir().unwrap();
+    let (_, cert, key) = ca.write_server_files(pki.path());
     for (url, listen, token, words) in cases {
         let dirs = ServiceDirs::new();
         let token_file = dirs.root.path().join("fleet-token");
@@ -493,10 +513,129 @@ async fn serve_refuses_a_fleet_setup_it_cannot_serve() {
             ),
             ("CURSOR_RUNNER_ALLOW_PLAINTEXT".to_owned(), "true".to_owned()),
         ];
+        // The last case serves TLS but names no CA to verify the other replicas by.
+        let env = if words.contains("internal-tls-ca") {
+            [
+                env,
+                vec![
+                    ("CURSOR_RUNNER_TLS_CERT".to_owned(), cert.display().to_string()),
+                    ("CURSOR_RUNNER_TLS_KEY".to_owned(), key.display().to_string()),
+                ],
+            ]
+            .concat()
+        } else {
+            env
+        };
         let mut refused = ServiceProcess::serve_in(binary, url, &dirs, "demo.json", env);
         refused.wait_for_stderr(words);
         assert_eq!(refused.exit_status().await.code(), Some(1), "{words}");
     }
     sqlite.drop_database().await;
     postgres.drop_database().await;
+}
+
+/// A TLS channel to `address`, trusting `ca_pem` for the name `localhost`, once it listens.
+async fn tls_channel(address: SocketAddr, ca_pem: &str) -> tonic::transport::Channel {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    let endpoint = Endpoint::from_shared(format!("https://{address}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(address).is_ok() {
+            return endpoint.connect().await.expect("a TLS connection");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("nothing listened on {address}");
+}
+
+/// When the gRPC listeners serve TLS, so do the internal ones: a call through a replica
+/// that does not own the execution reaches its owner over TLS, verified against the fleet's
+/// CA and name, and a plaintext client finds no way in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let ca = cursor_runner_e2e::pki::TestCa::new("fleet-ca");
+    let pki = tempfile::tempdir().unwrap();
+    let (ca_file, cert, key) = ca.write_server_files(pki.path());
+    let tls_env = || {
+        vec![
+            ("CURSOR_RUNNER_TLS_CERT".to_owned(), cert.display().to_string()),
+            ("CURSOR_RUNNER_TLS_KEY".to_owned(), key.display().to_string()),
+            (
+                "CURSOR_RUNNER_INTERNAL_TLS_CA".to_owned(),
+                ca_file.display().to_string(),
+            ),
+            ("CURSOR_RUNNER_INTERNAL_TLS_DOMAIN".to_owned(), "localhost".to_owned()),
+        ]
+    };
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, tls_env());
+    let b = fleet_replica_with(&database.url, "replica-b", LONG_LEASE_MS, tls_env());
+    let tenant = || vec![(cursor_runner_api::TENANT_METADATA, TENANT.to_owned())];
+    let mut a_client = client_with(tls_channel(a.process.address, &ca.pem()).await, tenant());
+    let mut b_client = client_with(tls_channel(b.process.address, &ca.pem()).await, tenant());
+    let execution = a_client
+        .create_execution(pb::CreateExecutionRequest {
+            request_id: "create".into(),
+            workspace: a.dirs.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateExecution")
+        .into_inner()
+        .execution
+        .unwrap();
+    let turn = b_client
+        .start_turn(pb::StartTurnRequest {
+            request_id: "turn-through-b".into(),
+            execution_id: execution.execution_id.clone(),
+            prompt: vec![pb::PromptBlock {
+                content: Some(pb::prompt_block::Content::Text("do the work".into())),
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("StartTurn through replica-b, forwarded over TLS")
+        .into_inner()
+        .turn
+        .unwrap();
+    assert_eq!(turn.execution_id, execution.execution_id);
+    assert_eq!(b.forwarded("answered"), 1);
+    let plaintext = tonic::transport::Channel::from_shared(format!("http://{}", a.internal))
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(channel) = plaintext {
+        let mut client = client_with(
+            channel,
+            vec![
+                ("authorization", format!("Bearer {FLEET_TOKEN}")),
+                (cursor_runner_api::auth::FORWARDED_TENANT_METADATA, TENANT.to_owned()),
+            ],
+        );
+        let refused = client
+            .get_execution(pb::GetExecutionRequest {
+                execution_id: execution.execution_id.clone(),
+            })
+            .await
+            .expect_err("the internal listener speaks TLS only");
+        assert!(
+            reason(&refused).is_empty(),
+            "a transport failure, not an answer: {refused:?}"
+        );
+    }
+    a_client
+        .close_execution(pb::CloseExecutionRequest {
+            request_id: "close".into(),
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .expect("CloseExecution");
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
 }
