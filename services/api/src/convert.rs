@@ -2,13 +2,14 @@
 
 use cursor_runner_activity::InteractionKind;
 use cursor_runner_executions::attempts::{self, UsageTotal};
+use cursor_runner_executions::interaction::Selection;
 use cursor_runner_executions::limits::ExecutionLimits;
 use cursor_runner_executions::prompt::PromptBlock;
 use cursor_runner_executions::session_config::{ConfigOption, OptionValue};
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_executions::{
-    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionRecord, LeaseInfo, ModelCatalog, Reason,
-    SessionConfig, TurnRecord,
+    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionAnswer, InteractionRecord, LeaseInfo,
+    ModelCatalog, Reason, SessionConfig, TurnRecord,
 };
 use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind};
 use serde_json::Value;
@@ -423,6 +424,50 @@ fn value_to_json(v: &ProtoValue) -> Value {
         Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
         Some(Kind::StructValue(s)) => struct_to_json(s),
     }
+}
+
+/// An answer as the engine takes it.
+pub(crate) fn interaction_answer(
+    answer: Option<pb::answer_interaction_request::Answer>,
+) -> Result<InteractionAnswer, tonic::Status> {
+    Ok(match answer {
+        Some(pb::answer_interaction_request::Answer::Questions(q)) => InteractionAnswer::Questions(
+            q.selections
+                .into_iter()
+                .map(|s| Selection {
+                    question_id: s.question_id,
+                    option_ids: s.option_ids,
+                })
+                .collect(),
+        ),
+        Some(pb::answer_interaction_request::Answer::Decline(d)) => InteractionAnswer::Decline {
+            reason: (!d.reason.is_empty()).then_some(d.reason),
+        },
+        Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
+        Some(pb::answer_interaction_request::Answer::Plan(plan)) => match plan.decision {
+            Some(pb::plan_answer::Decision::Accept(accept)) => InteractionAnswer::AcceptPlan {
+                feedback: (!accept.feedback.is_empty()).then_some(accept.feedback),
+            },
+            Some(pb::plan_answer::Decision::Reject(reject)) => InteractionAnswer::RejectPlan {
+                reason: (!reject.reason.is_empty()).then_some(reject.reason),
+            },
+            None => {
+                return Err(to_status(EngineError::invalid(
+                    Reason::AnswerInvalid,
+                    "a plan answer needs accept or reject",
+                )));
+            }
+        },
+        Some(pb::answer_interaction_request::Answer::Permission(permission)) => InteractionAnswer::SelectOption {
+            option_id: permission.option_id,
+        },
+        None => {
+            return Err(to_status(EngineError::invalid(
+                Reason::AnswerInvalid,
+                "an answer (questions, decline or cancel) is required",
+            )));
+        }
+    })
 }
 
 #[cfg(test)]

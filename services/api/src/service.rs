@@ -5,11 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
-use cursor_runner_executions::interaction::Selection;
 use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
-    AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, InteractionAnswer, Reason, RequestMeta,
-    Route, StreamItem,
+    AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, Reason, RequestMeta, Route, StreamItem,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -50,6 +48,51 @@ impl RunnerApi {
             Route::Owner { name, address } => Some((forwarder.clone(), Owner { name, address })),
         }
     }
+}
+
+impl RunnerApi {
+    /// A `CreateExecution` this replica refused for want of room, sent as it came to the
+    /// replicas the engine names (the least loaded first) until one takes it; the fleet's
+    /// refusal when none does, or this replica's own when there is nobody to ask.
+    async fn placed_elsewhere(
+        &self,
+        tenant_id: &str,
+        metadata: tonic::metadata::MetadataMap,
+        body: pb::CreateExecutionRequest,
+        refusal: EngineError,
+    ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
+        let targets = self.engine.placement_targets(&refusal).await;
+        let Some(forwarder) = self.forwarder.as_ref().filter(|_| !targets.is_empty()) else {
+            return Err(to_status(refusal));
+        };
+        for target in &targets {
+            let request = Request::from_parts(metadata.clone(), tonic::Extensions::default(), body.clone());
+            let owner = Owner {
+                name: target.name.clone(),
+                address: target.address.clone(),
+            };
+            let placed = forwarder
+                .forward(owner, tenant_id, request, |mut client, request| async move {
+                    client.create_execution(request).await
+                })
+                .await;
+            match placed {
+                Err(status) if no_room_there(&status) => continue,
+                answered => return answered,
+            }
+        }
+        Err(to_status(cursor_runner_executions::fleet_full(targets.len())))
+    }
+}
+
+/// Whether a replica the call was placed on had no room either (or did not answer).
+fn no_room_there(status: &Status) -> bool {
+    use tonic_types::StatusExt;
+    status
+        .get_error_details()
+        .error_info()
+        .and_then(|info| Reason::parse(&info.reason))
+        .is_some_and(|reason| reason == Reason::OwnerUnreachable || cursor_runner_executions::for_want_of_room(reason))
 }
 
 /// Returns the owner's answer to the call when another replica owns its execution.
@@ -143,10 +186,15 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::CreateExecutionRequest>,
     ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
         let tenant_id = admit(&request)?;
+        // Kept to place the call on another replica if this one has no room for it.
+        let placeable = self
+            .forwarder
+            .is_some()
+            .then(|| (request.metadata().clone(), request.get_ref().clone()));
         let body = request.into_inner();
         // The secret never enters the idempotency digest (rows keep digests only, but a
         // digest of a secret is still derived from it).
-        let meta = meta(tenant_id, &body.request_id, &body, |b| {
+        let meta = meta(tenant_id.clone(), &body.request_id, &body, |b| {
             b.request_id.clear();
             if let Some(credential) = b.credential.as_mut() {
                 credential.secret.clear();
@@ -175,11 +223,14 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                     agent_profile: non_empty(body.agent_profile),
                 },
             )
-            .await
-            .map_err(to_status)?;
-        Ok(Response::new(pb::CreateExecutionResponse {
-            execution: Some(convert::execution(record)),
-        }))
+            .await;
+        match (record, placeable) {
+            (Ok(record), _) => Ok(Response::new(pb::CreateExecutionResponse {
+                execution: Some(convert::execution(record)),
+            })),
+            (Err(refusal), Some((metadata, body))) => self.placed_elsewhere(&tenant_id, metadata, body, refusal).await,
+            (Err(refusal), None) => Err(to_status(refusal)),
+        }
     }
 
     async fn get_execution(
@@ -579,7 +630,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let body = request.get_ref();
         required("interaction_id", &body.interaction_id)?;
         required("etag", &body.etag)?;
-        let answer = interaction_answer(body.answer.clone())?;
+        let answer = convert::interaction_answer(body.answer.clone())?;
         let record = self
             .engine
             .get_interaction(&tenant_id, &body.interaction_id)
@@ -605,46 +656,4 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             interaction: Some(convert::interaction(record)),
         }))
     }
-}
-
-/// An answer as the engine takes it.
-fn interaction_answer(answer: Option<pb::answer_interaction_request::Answer>) -> Result<InteractionAnswer, Status> {
-    Ok(match answer {
-        Some(pb::answer_interaction_request::Answer::Questions(q)) => InteractionAnswer::Questions(
-            q.selections
-                .into_iter()
-                .map(|s| Selection {
-                    question_id: s.question_id,
-                    option_ids: s.option_ids,
-                })
-                .collect(),
-        ),
-        Some(pb::answer_interaction_request::Answer::Decline(d)) => InteractionAnswer::Decline {
-            reason: (!d.reason.is_empty()).then_some(d.reason),
-        },
-        Some(pb::answer_interaction_request::Answer::Cancel(_)) => InteractionAnswer::Cancel,
-        Some(pb::answer_interaction_request::Answer::Plan(plan)) => match plan.decision {
-            Some(pb::plan_answer::Decision::Accept(accept)) => InteractionAnswer::AcceptPlan {
-                feedback: (!accept.feedback.is_empty()).then_some(accept.feedback),
-            },
-            Some(pb::plan_answer::Decision::Reject(reject)) => InteractionAnswer::RejectPlan {
-                reason: (!reject.reason.is_empty()).then_some(reject.reason),
-            },
-            None => {
-                return Err(to_status(EngineError::invalid(
-                    Reason::AnswerInvalid,
-                    "a plan answer needs accept or reject",
-                )));
-            }
-        },
-        Some(pb::answer_interaction_request::Answer::Permission(permission)) => InteractionAnswer::SelectOption {
-            option_id: permission.option_id,
-        },
-        None => {
-            return Err(to_status(EngineError::invalid(
-                Reason::AnswerInvalid,
-                "an answer (questions, decline or cancel) is required",
-            )));
-        }
-    })
 }

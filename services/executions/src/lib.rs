@@ -31,8 +31,8 @@ pub use cursor_runner_domain::{
 };
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{
-    AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION, RequestMeta, Route,
-    StreamItem,
+    AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION, PLACEMENT_ATTEMPTS,
+    RequestMeta, Route, StreamItem, fleet_full, for_want_of_room,
 };
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;

@@ -639,3 +639,135 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
     b.process.stop();
     database.drop_database().await;
 }
+
+/// One agent process per replica, so one execution fills it.
+fn one_process() -> Vec<(String, String)> {
+    vec![("CURSOR_RUNNER_POOL_MAX_PROCESSES".to_owned(), "1".to_owned())]
+}
+
+/// `CreateExecution` of `request_id` in `dirs`' workspace through `client`.
+async fn create(client: &mut Client, dirs: &ServiceDirs, request_id: &str) -> Result<pb::Execution, tonic::Status> {
+    client
+        .create_execution(pb::CreateExecutionRequest {
+            request_id: request_id.into(),
+            workspace: dirs.workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .map(|response| response.into_inner().execution.expect("execution"))
+}
+
+/// Closes each of `executions` through `client`.
+async fn close_all(client: &mut Client, executions: &[&pb::Execution]) {
+    for execution in executions {
+        client
+            .close_execution(pb::CloseExecutionRequest {
+                request_id: format!("close-{}", execution.execution_id),
+                execution_id: execution.execution_id.clone(),
+            })
+            .await
+            .expect("CloseExecution");
+    }
+}
+
+/// A `CreateExecution` on a replica with no room is placed on one that has room; the
+/// execution is that replica's, and a retry of the call through the first finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_on_a_full_replica_is_placed_on_one_with_room_and_its_retry_finds_it() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut a_client = a.process.client().await;
+    let mut b_client = b.process.client().await;
+    let first = create(&mut a_client, &a.dirs, "create-first").await.expect("room on A");
+    let placed = create(&mut a_client, &a.dirs, "create-second")
+        .await
+        .expect("placed on B");
+    assert_eq!(
+        get_execution(&mut a_client, &first.execution_id).await.owner_replica,
+        "replica-a"
+    );
+    assert_eq!(
+        get_execution(&mut a_client, &placed.execution_id).await.owner_replica,
+        "replica-b"
+    );
+    assert_eq!(placed.state, pb::ExecutionState::Ready as i32, "{placed:?}");
+    let retried = create(&mut a_client, &a.dirs, "create-second")
+        .await
+        .expect("the retry");
+    assert_eq!(
+        retried.execution_id, placed.execution_id,
+        "one execution per request_id"
+    );
+    assert_eq!(a.forwarded("answered"), 1, "placed once");
+    close_all(&mut b_client, &[&first, &placed]).await;
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
+}
+
+/// When every replica is full, a `CreateExecution` is refused `RESOURCE_EXHAUSTED` /
+/// `POOL_EXHAUSTED` for the whole fleet, with `RetryInfo`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_when_every_replica_is_full_is_resource_exhausted_for_the_fleet_with_retry_info() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
+    let b = fleet_replica_with(&database.url, "replica-b", LONG_LEASE_MS, one_process());
+    let mut a_client = a.process.client().await;
+    let mut b_client = b.process.client().await;
+    let on_a = create(&mut a_client, &a.dirs, "create-on-a").await.expect("room on A");
+    let on_b = create(&mut b_client, &b.dirs, "create-on-b").await.expect("room on B");
+    let refused = create(&mut a_client, &a.dirs, "create-third")
+        .await
+        .expect_err("the fleet is full");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(reason(&refused), "POOL_EXHAUSTED", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "scope").as_deref(), Some("fleet"));
+    assert_eq!(error_metadata(&refused, "replicas_tried").as_deref(), Some("2"));
+    assert!(retry_delay(&refused).is_some(), "{refused:?}");
+    close_all(&mut a_client, &[&on_a, &on_b]).await;
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
+}
+
+/// A draining replica takes no new execution itself but places it on another replica; it
+/// still answers the calls forwarded to it for its own executions, so its last turn is
+/// answered through another replica, and it then ends its drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_replica_places_new_executions_elsewhere_and_still_answers_forwarded_calls() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let mut a = fleet_replica(&database.url, "replica-a", LONG_LEASE_MS);
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut a_client = a.process.client().await;
+    let mut b_client = b.process.client().await;
+    let (execution, created) = question_pending(&mut a_client, &a.dirs, "a").await;
+    a.process.signal(nix::sys::signal::Signal::SIGTERM);
+    a.process.wait_for_stderr("draining: no new executions or turns");
+    let placed = create(&mut a_client, &a.dirs, "create-while-draining")
+        .await
+        .expect("placed on B");
+    assert_eq!(
+        get_execution(&mut b_client, &placed.execution_id).await.owner_replica,
+        "replica-b"
+    );
+    let answered = b_client
+        .answer_interaction(one_question_answer(&created, "answer-through-b", "option-1"))
+        .await
+        .expect("the draining owner answers the forwarded call")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(answered.state, pb::InteractionState::Delivered as i32);
+    assert!(
+        a.process.exit_status().await.success(),
+        "the drain ended once its turn did"
+    );
+    assert_eq!(
+        get_execution(&mut b_client, &execution.execution_id).await.state,
+        pb::ExecutionState::Closed as i32
+    );
+    close_all(&mut b_client, &[&placed]).await;
+    b.process.stop();
+    database.drop_database().await;
+}

@@ -112,6 +112,13 @@ pub enum Renewal {
     Lost,
 }
 
+/// A serving replica that takes forwarded calls, where it takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaAddress {
+    pub name: String,
+    pub address: String,
+}
+
 /// The replica an execution belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionOwner {

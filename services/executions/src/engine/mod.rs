@@ -12,5 +12,5 @@ mod streams;
 mod takeover;
 
 pub use data::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
-pub use routing::Route;
+pub use routing::{PLACEMENT_ATTEMPTS, Route, fleet_full, for_want_of_room};
 pub use streams::MAX_STREAMS_PER_EXECUTION;

@@ -2,9 +2,13 @@
 //! that owns it (`docs/scale-out.md` §4). The gRPC layer forwards a call the engine routes
 //! elsewhere; the owner's own handler then answers it, so its outcome is a local call's.
 
-use cursor_runner_store::ExecutionOwner;
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_store::{ExecutionOwner, ReplicaAddress};
 
 use super::data::Engine;
+
+/// Other replicas tried, at most, for one `CreateExecution` this replica had no room for.
+pub const PLACEMENT_ATTEMPTS: usize = 3;
 
 /// Where a call for one execution is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +36,43 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Where a `CreateExecution` this replica refused with `refusal` may be placed instead:
+    /// up to [`PLACEMENT_ATTEMPTS`] other serving replicas that take forwarded calls, the
+    /// least loaded first; none when the refusal is not for want of room here.
+    pub async fn placement_targets(&self, refusal: &EngineError) -> Vec<ReplicaAddress> {
+        if !for_want_of_room(refusal.reason) {
+            return Vec::new();
+        }
+        self.store
+            .placement_targets(PLACEMENT_ATTEMPTS)
+            .await
+            .unwrap_or_default()
+    }
+}
+
+/// Whether a replica refused a new execution for want of room of its own, which another
+/// replica may have: its pool is full, it is draining, or the profile is quarantined on it.
+pub fn for_want_of_room(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::PoolExhausted | Reason::Draining | Reason::ProfileQuarantined
+    )
+}
+
+/// The refusal of a `CreateExecution` once this replica and the `tried` others it was
+/// placed on had no room: the fleet is full for now.
+pub fn fleet_full(tried: usize) -> EngineError {
+    EngineError::new(
+        ErrorKind::ResourceExhausted,
+        Reason::PoolExhausted,
+        format!("no replica of the fleet has room for a new execution now: this one and {tried} more were tried"),
+    )
+    .with("scope", "fleet")
+    .with("replicas_tried", (tried + 1).to_string())
+    .retry_after(cursor_runner_pool::POOL_RETRY_HINT)
+}
+
 /// The route to an execution's `owner`, from the replica named `me`.
 fn route_to(owner: ExecutionOwner, me: &str) -> Route {
     match owner.address {
@@ -46,6 +87,25 @@ fn route_to(owner: ExecutionOwner, me: &str) -> Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_refusal_for_want_of_room_here_is_placed_elsewhere() {
+        for reason in Reason::ALL {
+            let expected = matches!(
+                reason,
+                Reason::PoolExhausted | Reason::Draining | Reason::ProfileQuarantined
+            );
+            assert_eq!(for_want_of_room(*reason), expected, "{reason:?}");
+        }
+        let full = fleet_full(2);
+        assert_eq!(
+            (full.kind, full.reason),
+            (ErrorKind::ResourceExhausted, Reason::PoolExhausted)
+        );
+        assert!(full.retry_after.is_some());
+        assert!(full.metadata.contains(&("scope".into(), "fleet".into())));
+        assert!(full.metadata.contains(&("replicas_tried".into(), "3".into())));
+    }
 
     fn owner(name: &str, address: Option<&str>, serving: bool) -> ExecutionOwner {
         ExecutionOwner {

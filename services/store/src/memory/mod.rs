@@ -121,6 +121,17 @@ impl Store for MemoryStore {
         self.tables.lock().my_lease_until_ms = Some(i64::MIN);
         Ok(())
     }
+    async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
+        let candidates = self.replicas.lock().serving_elsewhere();
+        self.run("placement_targets", |t| {
+            let mut ranked: Vec<(usize, ReplicaAddress)> = candidates
+                .into_iter()
+                .map(|(incarnation, target)| (t.list_live_executions_of(&incarnation).len(), target))
+                .collect();
+            ranked.sort_by_key(|(load, _)| *load);
+            ranked.into_iter().take(limit).map(|(_, target)| target).collect()
+        })
+    }
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
         let incarnation = self.run("execution_owner", |t| {
             t.owner(tenant_id, execution_id).map(str::to_owned)

@@ -113,6 +113,26 @@ impl Replicas {
             .collect()
     }
 
+    /// The incarnations other than this one that serve (a live lease) and take forwarded
+    /// calls, with where; none until this store registers.
+    pub(super) fn serving_elsewhere(&self) -> Vec<(String, ReplicaAddress)> {
+        let Some((me, _)) = &self.me else { return Vec::new() };
+        self.rows
+            .iter()
+            .filter(|(incarnation, _)| *incarnation != me && self.lease_live(incarnation))
+            .filter_map(|(incarnation, row)| {
+                let address = row.address.clone()?;
+                Some((
+                    incarnation.clone(),
+                    ReplicaAddress {
+                        name: row.name.clone(),
+                        address,
+                    },
+                ))
+            })
+            .collect()
+    }
+
     pub(super) fn end(&mut self) {
         if let Some((incarnation, _)) = &self.me
             && let Some(row) = self.rows.get_mut(incarnation)

@@ -65,6 +65,9 @@ impl Store for SqlStore {
     async fn end_replica(&self) -> StoreResult<()> {
         SqlStore::end_replica(self).await
     }
+    async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
+        SqlStore::placement_targets(self, limit).await
+    }
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
         SqlStore::execution_owner(self, tenant_id, execution_id).await
     }

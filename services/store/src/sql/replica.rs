@@ -296,6 +296,30 @@ impl SqlStore {
         Ok(outcome?)
     }
 
+    pub(super) async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
+        let Some(me) = self.shared.identity.registered.get().map(|r| r.incarnation.clone()) else {
+            return Ok(Vec::new());
+        };
+        let sql = format!(
+            "SELECT r.name, r.address FROM replicas r \
+             WHERE r.incarnation <> $1 AND r.state <> 'ended' AND r.lease_until_ms > {now} AND r.address IS NOT NULL \
+             ORDER BY (SELECT COUNT(*) FROM executions e WHERE e.owner_incarnation = r.incarnation \
+                       AND e.state IN ('starting', 'ready', 'closing')), r.incarnation \
+             LIMIT $2",
+            now = self.now_ms_sql()
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let found: Vec<(String, String)> = on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(&me)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?);
+        Ok(found
+            .into_iter()
+            .map(|(name, address)| ReplicaAddress { name, address })
+            .collect())
+    }
+
     pub(super) async fn execution_owner(
         &self,
         tenant_id: &str,

@@ -437,3 +437,58 @@ async fn postgres_a_predecessor_that_ended_while_it_still_owned_live_work_is_a_p
     );
     scratch.remove().await;
 }
+
+/// A new execution goes to a replica that serves and takes forwarded calls, the one owning
+/// the fewest live executions first; never to this one, an ended one or one without an
+/// address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_placement_targets_serving_replicas_with_an_address_least_loaded_first() {
+    let (scratch, url) = Scratch::postgres().await;
+    let me = SqlStore::connect(&url).await.unwrap();
+    me.register_replica("replica-me", Some("10.0.0.1:50052"), terms())
+        .await
+        .unwrap();
+    assert_eq!(
+        me.placement_targets(3).await.unwrap(),
+        Vec::new(),
+        "no other replica yet"
+    );
+    let busy = SqlStore::connect(&url).await.unwrap();
+    busy.register_replica("replica-busy", Some("10.0.0.2:50052"), terms())
+        .await
+        .unwrap();
+    busy.insert_execution(&execution("busy-1")).await.unwrap();
+    let idle = SqlStore::connect(&url).await.unwrap();
+    idle.register_replica("replica-idle", Some("10.0.0.3:50052"), terms())
+        .await
+        .unwrap();
+    let unaddressed = SqlStore::connect(&url).await.unwrap();
+    unaddressed
+        .register_replica("replica-unaddressed", None, terms())
+        .await
+        .unwrap();
+    let ended = SqlStore::connect(&url).await.unwrap();
+    ended
+        .register_replica("replica-ended", Some("10.0.0.5:50052"), terms())
+        .await
+        .unwrap();
+    ended.end_replica().await.unwrap();
+    let target = |name: &str, address: &str| ReplicaAddress {
+        name: name.into(),
+        address: address.into(),
+    };
+    assert_eq!(
+        me.placement_targets(3).await.unwrap(),
+        vec![
+            target("replica-idle", "10.0.0.3:50052"),
+            target("replica-busy", "10.0.0.2:50052")
+        ]
+    );
+    assert_eq!(
+        me.placement_targets(1).await.unwrap(),
+        vec![target("replica-idle", "10.0.0.3:50052")],
+        "at most the limit"
+    );
+    drop((me, busy, idle, unaddressed, ended));
+    scratch.remove().await;
+}
