@@ -7,7 +7,8 @@
 //! `cargo bench -p cursor-runner-e2e --bench perf` runs it at full size. Without `--bench`
 //! (as `cargo test --benches` runs it) every size is tiny and the result goes to
 //! `target/perf/perf-smoke.json`. `PERF_ONLY=P1,P5` runs some goals only (P1, P1b, P2, P3,
-//! P4, P5; P4 also measures P1b, its reference) and writes `perf-P1-P5.json`. Sizes:
+//! P4, P5, and S1, issue 20's cross-replica answer; P4 also measures P1b, its reference) and
+//! writes `perf-P1-P5.json`. Sizes:
 //!
 //! | variable | default | what |
 //! |---|---|---|
@@ -16,7 +17,7 @@
 //! | `PERF_LATENCY_SECS` | 10 | P1b / P4: seconds of steady 1k updates/s |
 //! | `PERF_EXECUTIONS` | 100 | P4: concurrent executions (250 or 500 to go further) |
 //! | `PERF_LEASES` | 20 | P2: executions leased cold, then warm |
-//! | `PERF_QUESTIONS` | 300 | P3: questions answered |
+//! | `PERF_QUESTIONS` | 300 | P3: questions answered; S1: through each of two replicas |
 //! | `PERF_DIST_MB` | 200 | P5: size of the synthetic distribution (best of 3 runs) |
 
 use std::time::Duration;
@@ -24,7 +25,7 @@ use std::time::Duration;
 use cursor_runner_e2e::client_anchors::{self, NodeClient};
 use cursor_runner_e2e::lease_latency::{self, FakeStartup, LeaseAgent};
 use cursor_runner_e2e::throughput::{self, rate_without_startup};
-use cursor_runner_e2e::{Backend, answer_latency, perf_dir, stream_latency, verify_throughput};
+use cursor_runner_e2e::{Backend, answer_latency, fleet_latency, perf_dir, stream_latency, verify_throughput};
 use serde_json::{Value, json};
 
 /// P1b and P4 stream this many updates per second in all.
@@ -281,6 +282,30 @@ async fn p3(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
     json!(report)
 }
 
+/// S1 (issue 20): `AnswerInteraction` through a replica that does not own the execution,
+/// beside the same call through its owner and one single-row commit.
+async fn s1(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
+    eprintln!(
+        "S1: {} questions answered through each of two replicas",
+        sizes.questions
+    );
+    let report = fleet_latency::measure(sizes.questions).await;
+    rows.push(Row::new(
+        "S1 AnswerInteraction through another replica → owner's agent stdin, p99",
+        format!(
+            "{:.2} ms (p50 {:.2})",
+            report.cross_replica.p99_ms, report.cross_replica.p50_ms
+        ),
+        format!(
+            "through the owner p99: {:.2} ms (p50 {:.2}); one single-row commit p99: {:.2} ms",
+            report.same_replica.p99_ms, report.same_replica.p50_ms, report.single_row_commit.p99_ms
+        ),
+        Some(report.cross_replica.p99_ms / report.same_replica.p99_ms),
+        Goal::AtMost(2.0, "≤ 2× through the owner"),
+    ));
+    json!(report)
+}
+
 /// P5: full verification of a pinned closure beside `sha256sum` on its files.
 fn p5(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
     eprintln!("P5: a {} MB distribution verified", sizes.dist_mb);
@@ -362,6 +387,9 @@ async fn main() {
     }
     if wanted("P5") {
         figures.insert("p5".into(), p5(&sizes, &mut rows));
+    }
+    if wanted("S1") {
+        figures.insert("s1".into(), s1(&sizes, &mut rows).await);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!();

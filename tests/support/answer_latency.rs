@@ -28,7 +28,7 @@ pub struct AnswerReport {
 }
 
 /// A turn that asks `questions` questions one after another, each waiting for its answer.
-fn scenario(dir: &std::path::Path, questions: usize) -> std::path::PathBuf {
+pub(crate) fn write_question_scenario(dir: &std::path::Path, questions: usize) -> std::path::PathBuf {
     let steps: Vec<Value> = (0..questions)
         .map(|i| {
             json!({"request": {"method": "cursor/ask_question", "id": 100 + i, "params": {
@@ -61,7 +61,7 @@ fn store_operations(scrape: &str) -> BTreeMap<String, f64> {
 
 pub async fn measure(questions: usize) -> AnswerReport {
     let dir = tempfile::tempdir().unwrap();
-    let script = scenario(dir.path(), questions);
+    let script = write_question_scenario(dir.path(), questions);
     let service = TestService::start_with(Backend::Postgres, script.to_str().unwrap(), Options::default()).await;
     let mut client = service.client().await;
     let (_, _, mut events) = begin_turn(&mut client, &service).await;
@@ -99,7 +99,7 @@ pub async fn measure(questions: usize) -> AnswerReport {
 }
 
 /// `n` single-row INSERT commits on the database at `url`, each timed.
-async fn single_row_commits(url: &str, n: usize) -> Vec<Duration> {
+pub(crate) async fn single_row_commits(url: &str, n: usize) -> Vec<Duration> {
     let mut connection = sqlx::PgConnection::connect(url)
         .await
         .expect("the bench's own connection");

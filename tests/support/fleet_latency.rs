@@ -1,0 +1,114 @@
+//! The cross-replica answer latency behind issue 20's benchmark (`benches/perf.rs`, goal
+//! S1): two `serve` replicas on one PostgreSQL database, both executions owned by the
+//! first; `AnswerInteraction` timed from a gRPC client through the owner (same replica)
+//! and through the other replica (forwarded one hop to the owner's internal listener),
+//! questions interleaved so both see the same machine, beside one single-row `INSERT`
+//! commit on the same server, in the same run. Each call returns only after the owner
+//! wrote the answer to the agent's stdin, so each bounds "answer → bytes on stdin".
+
+use std::time::Instant;
+
+use crate::answer_latency::{single_row_commits, write_question_scenario};
+use crate::lease_latency::Percentiles;
+use crate::service_process::{ServiceDirs, ServiceProcess, ServiceSettings, free_address, replica_env};
+use crate::{
+    Backend, Client, Subscriber, TestDatabase, create_execution_in, one_question_answer, payload, proto, start_turn,
+};
+
+/// The replicas' shared secret (the bench's own).
+const FLEET_TOKEN: &str = "bench-fleet-token-0123456789abcdef01234567";
+/// Long enough that no lease runs out during a run.
+const LEASE_MS: u64 = 60_000;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FleetAnswerReport {
+    pub questions: usize,
+    /// Answers sent to the replica that owns the execution.
+    pub same_replica: Percentiles,
+    /// Answers sent to another replica, which forwards them to the owner.
+    pub cross_replica: Percentiles,
+    /// One single-row `INSERT` in its own transaction, same server, same run.
+    pub single_row_commit: Percentiles,
+}
+
+/// Replica `name` of a fleet on `database_url`, its agents asking `scenario`'s questions.
+fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, scenario: &std::path::Path) -> ServiceProcess {
+    let token_file = dirs.root.path().join("fleet-token");
+    std::fs::write(&token_file, FLEET_TOKEN).expect("the fleet token");
+    let mut env = replica_env(name, LEASE_MS);
+    env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), free_address().to_string()));
+    env.push((
+        "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
+        token_file.display().to_string(),
+    ));
+    ServiceProcess::start(ServiceSettings {
+        binary: &crate::agent_init(),
+        database_url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().expect("a UTF-8 path"),
+        record: &dirs.record,
+        env,
+        args: Vec::new(),
+    })
+}
+
+/// An execution on `owner`'s replica in its turn, and its event stream.
+async fn asking(owner: &mut Client, dirs: &ServiceDirs, tag: &str) -> (proto::Execution, Subscriber) {
+    let execution = create_execution_in(owner, &dirs.workspace, &format!("create-{tag}")).await;
+    let events = Subscriber::open(owner, &execution.execution_id, 0)
+        .await
+        .expect("StreamEvents");
+    start_turn(owner, &execution.execution_id, &format!("turn-{tag}"))
+        .await
+        .expect("StartTurn");
+    (execution, events)
+}
+
+/// Answers the next question `events` shows through `client`; how long the call took.
+async fn answer_next(client: &mut Client, events: &mut Subscriber, request_id: String) -> std::time::Duration {
+    let created = payload(
+        events
+            .events_until("runtime_request.created")
+            .await
+            .last()
+            .expect("a question"),
+    );
+    let answer = one_question_answer(&created, &request_id, "option-1");
+    let started = Instant::now();
+    let answered = client.answer_interaction(answer).await.expect("answered").into_inner();
+    let took = started.elapsed();
+    assert_eq!(
+        answered.interaction.expect("interaction").state,
+        proto::InteractionState::Delivered as i32
+    );
+    took
+}
+
+pub async fn measure(questions: usize) -> FleetAnswerReport {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let scenario = write_question_scenario(scratch.path(), questions);
+    let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
+    let a = replica(&database.url, &a_dirs, "bench-a", &scenario);
+    let b = replica(&database.url, &b_dirs, "bench-b", &scenario);
+    let (mut a_client, mut b_client) = (a.client().await, b.client().await);
+    let (_, mut local) = asking(&mut a_client, &a_dirs, "same").await;
+    let (_, mut forwarded) = asking(&mut a_client, &a_dirs, "cross").await;
+    let (mut same, mut cross) = (Vec::with_capacity(questions), Vec::with_capacity(questions));
+    for i in 0..questions {
+        same.push(answer_next(&mut a_client, &mut local, format!("same-{i}")).await);
+        cross.push(answer_next(&mut b_client, &mut forwarded, format!("cross-{i}")).await);
+    }
+    local.until_turn_settles().await;
+    forwarded.until_turn_settles().await;
+    let mut commits = single_row_commits(&database.url, questions).await;
+    a.stop();
+    b.stop();
+    database.drop_database().await;
+    FleetAnswerReport {
+        questions,
+        same_replica: Percentiles::of(&mut same),
+        cross_replica: Percentiles::of(&mut cross),
+        single_row_commit: Percentiles::of(&mut commits),
+    }
+}
