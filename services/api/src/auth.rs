@@ -30,12 +30,35 @@ use crate::status::to_status;
 pub const MAX_TOKENS_FILE_BYTES: u64 = 1024 * 1024;
 /// Longest tenant id accepted.
 pub const MAX_TENANT_ID_CHARS: usize = 128;
-/// Metadata naming the tenant a forwarded call is for (trusted only with the fleet token).
-pub const FORWARDED_TENANT_METADATA: &str = "x-cursor-runner-tenant";
+/// Metadata naming the tenant a forwarded call is for, its UTF-8 bytes in hex, so the
+/// owner acts for exactly the tenant the forwarding replica authenticated (trusted only
+/// with the fleet token).
+pub const FORWARDED_TENANT_METADATA: &str = "x-cursor-runner-tenant-hex";
+/// Metadata naming the replica a forwarded call is for: a replica that is not it (one that
+/// took over the owner's address) turns the call away as the owner's unreachability.
+pub const FORWARDED_OWNER_METADATA: &str = "x-cursor-runner-owner";
 /// Shortest fleet token accepted: 32 characters (e.g. `openssl rand -hex 16`).
 pub const MIN_FLEET_TOKEN_CHARS: usize = 32;
+/// Most tokens a fleet token file holds (one per line: the first is sent, each is
+/// accepted, so a token is rotated without a window in which replicas refuse each other).
+pub const MAX_FLEET_TOKENS: usize = 4;
 /// Largest fleet token file read.
 pub const MAX_FLEET_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// What is wrong with a tenant id, if anything: it has 1 to [`MAX_TENANT_ID_CHARS`]
+/// characters, no surrounding whitespace and no control characters (one rule for tokens
+/// files and forwarded calls, so a tenant keeps its exact name across a hop).
+pub fn tenant_id_problem(tenant_id: &str) -> Option<&'static str> {
+    if tenant_id.is_empty() || tenant_id.chars().count() > MAX_TENANT_ID_CHARS {
+        Some("a tenant id has 1 to 128 characters")
+    } else if tenant_id.trim() != tenant_id {
+        Some("a tenant id has no surrounding whitespace")
+    } else if tenant_id.chars().any(char::is_control) {
+        Some("a tenant id has no control characters")
+    } else {
+        None
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -189,8 +212,8 @@ fn load(path: &PathBuf) -> Result<Loaded, TokensFileError> {
                 ));
             }
         };
-        if entry.tenant_id.trim().is_empty() {
-            return Err(error("an entry has no tenant_id".into()));
+        if let Some(problem) = tenant_id_problem(&entry.tenant_id) {
+            return Err(error(format!("an entry's tenant_id is unusable: {problem}")));
         }
         entries.push((
             credential,
@@ -206,10 +229,11 @@ fn load(path: &PathBuf) -> Result<Loaded, TokensFileError> {
     })
 }
 
-/// The secret every replica of a fleet shares (`--fleet-token-file`).
+/// The secret every replica of a fleet shares (`--fleet-token-file`): the token this replica
+/// sends, and every token it accepts (the file's lines, the sent one first).
 pub struct FleetToken {
     value: tonic::metadata::AsciiMetadataValue,
-    digest: [u8; 32],
+    accepted: Vec<[u8; 32]>,
 }
 
 impl std::fmt::Debug for FleetToken {
@@ -226,8 +250,9 @@ pub struct FleetTokenError {
 }
 
 impl FleetToken {
-    /// The token in `path`, surrounding whitespace ignored: at least
-    /// [`MIN_FLEET_TOKEN_CHARS`] visible ASCII characters.
+    /// The tokens in `path`, one per line (blank lines and surrounding whitespace
+    /// ignored), at most [`MAX_FLEET_TOKENS`], each at least [`MIN_FLEET_TOKEN_CHARS`]
+    /// visible ASCII characters: the first is sent, each is accepted.
     pub fn from_file(path: &Path) -> Result<Self, FleetTokenError> {
         let error = |reason: String| FleetTokenError {
             path: path.display().to_string(),
@@ -238,22 +263,31 @@ impl FleetToken {
             return Err(error(format!("larger than {MAX_FLEET_TOKEN_FILE_BYTES} bytes")));
         }
         let text = std::fs::read_to_string(path).map_err(|_| error("it is not UTF-8 text".into()))?;
-        Self::new(text.trim()).map_err(error)
+        Self::new(text.lines().map(str::trim).filter(|line| !line.is_empty())).map_err(error)
     }
 
-    fn new(token: &str) -> Result<Self, String> {
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("the token must be visible ASCII characters only".into());
+    fn new<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        let tokens: Vec<&str> = tokens.into_iter().collect();
+        let Some(sent) = tokens.first() else {
+            return Err("it holds no token".into());
+        };
+        if tokens.len() > MAX_FLEET_TOKENS {
+            return Err(format!("it holds more than {MAX_FLEET_TOKENS} tokens"));
         }
-        if token.len() < MIN_FLEET_TOKEN_CHARS {
-            return Err(format!("the token has fewer than {MIN_FLEET_TOKEN_CHARS} characters"));
+        for token in &tokens {
+            if !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err("a token must be visible ASCII characters only".into());
+            }
+            if token.len() < MIN_FLEET_TOKEN_CHARS {
+                return Err(format!("a token has fewer than {MIN_FLEET_TOKEN_CHARS} characters"));
+            }
         }
-        let value = format!("Bearer {token}")
+        let value = format!("Bearer {sent}")
             .parse()
             .map_err(|_| "the token is not a valid header value".to_owned())?;
         Ok(Self {
             value,
-            digest: Sha256::digest(token.as_bytes()).into(),
+            accepted: tokens.iter().map(|t| Sha256::digest(t.as_bytes()).into()).collect(),
         })
     }
 
@@ -262,14 +296,16 @@ impl FleetToken {
         self.value.clone()
     }
 
-    /// Whether an `authorization` header value presents this token (compared in constant
-    /// time, by digest).
+    /// Whether an `authorization` header value presents one of the accepted tokens
+    /// (compared in constant time, by digest, against each).
     pub(crate) fn presented_in(&self, header: Option<&str>) -> bool {
         let Some(token) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
             return false;
         };
         let presented: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-        constant_time_eq(&presented, &self.digest)
+        self.accepted
+            .iter()
+            .fold(false, |found, accepted| found | constant_time_eq(&presented, accepted))
     }
 }
 
@@ -283,9 +319,9 @@ enum Gate {
     /// The public listener: callers by token or certificate; `None`: everyone, naming
     /// their tenant in `x-tenant-id`.
     Callers(Option<Arc<TokenAuth>>),
-    /// The internal listener: replicas presenting the fleet token, each call naming the
-    /// tenant it forwards for.
-    Fleet(Arc<FleetToken>),
+    /// The internal listener of the replica named `me`: replicas presenting the fleet
+    /// token, each call naming the tenant it forwards for and the replica it is for.
+    Fleet { token: Arc<FleetToken>, me: Arc<str> },
 }
 
 /// Authentication in front of every service (a tower layer on the HTTP requests, so
@@ -303,10 +339,11 @@ impl AuthLayer {
         }
     }
 
-    /// The internal listener's: only replicas of the fleet, forwarding calls.
-    pub fn fleet(token: Arc<FleetToken>) -> Self {
+    /// The internal listener's, on the replica named `me`: only replicas of the fleet,
+    /// forwarding calls for `me`.
+    pub fn fleet(token: Arc<FleetToken>, me: &str) -> Self {
         Self {
-            gate: Gate::Fleet(token),
+            gate: Gate::Fleet { token, me: me.into() },
         }
     }
 }
@@ -352,32 +389,40 @@ fn admit<B>(auth: Option<&TokenAuth>, request: &mut http::Request<B>) -> Result<
     Ok(())
 }
 
-/// Decides one forwarded call: the fleet token, and the tenant it is forwarded for.
-fn admit_forwarded<B>(token: &FleetToken, request: &mut http::Request<B>) -> Result<(), Status> {
-    let header = request
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if !token.presented_in(header) {
+/// Decides one forwarded call: the fleet token, the replica it is for (this one, `me`),
+/// and the tenant it is forwarded for.
+fn admit_forwarded<B>(token: &FleetToken, me: &str, request: &mut http::Request<B>) -> Result<(), Status> {
+    let headers = request.headers();
+    let header = |name| headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
+    if !token.presented_in(header(http::header::AUTHORIZATION.as_str())) {
         return Err(to_status(EngineError::new(
             ErrorKind::Unauthenticated,
             Reason::Unauthenticated,
             "the internal listener takes only calls forwarded by replicas with the fleet token",
         )));
     }
-    let tenant = request
-        .headers()
-        .get(FORWARDED_TENANT_METADATA)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|t| !t.is_empty() && t.chars().count() <= MAX_TENANT_ID_CHARS)
+    let owner = header(FORWARDED_OWNER_METADATA).unwrap_or_default();
+    if owner != me {
+        return Err(to_status(
+            EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::OwnerUnreachable,
+                format!("the call was forwarded to replica `{owner}`, but its address now leads to replica `{me}`"),
+            )
+            .with("owner_replica", owner)
+            .retry_after(cursor_runner_executions::error::OWNER_UNREACHABLE_RETRY_AFTER),
+        ));
+    }
+    let tenant = header(FORWARDED_TENANT_METADATA)
+        .and_then(|hex_text| hex::decode(hex_text).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .filter(|tenant| tenant_id_problem(tenant).is_none())
         .ok_or_else(|| {
             to_status(EngineError::invalid(
                 Reason::TenantRequired,
-                format!("a forwarded call names its tenant in {FORWARDED_TENANT_METADATA} (1 to 128 characters)"),
+                format!("a forwarded call names its tenant's UTF-8 bytes in hex in {FORWARDED_TENANT_METADATA}"),
             ))
-        })?
-        .to_owned();
+        })?;
     request.extensions_mut().insert(Caller {
         tenant_id: tenant,
         role: Role::Tenant,
@@ -411,7 +456,7 @@ where
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let admitted = match &self.gate {
             Gate::Callers(auth) => admit(auth.as_deref(), &mut request),
-            Gate::Fleet(token) => admit_forwarded(token, &mut request),
+            Gate::Fleet { token, me } => admit_forwarded(token, me, &mut request),
         };
         match admitted {
             Ok(()) => Box::pin(self.inner.call(request)),
@@ -495,10 +540,42 @@ mod tests {
     #[test]
     fn a_fleet_token_needs_at_least_its_minimum_of_visible_ascii_characters() {
         let shortest = "t".repeat(MIN_FLEET_TOKEN_CHARS);
-        assert!(FleetToken::new(&shortest).is_ok());
-        assert!(FleetToken::new(&shortest[1..]).is_err());
-        assert!(FleetToken::new(&format!("{} x", &shortest)).is_err(), "a space");
-        assert!(FleetToken::new(&format!("{shortest}é")).is_err(), "non-ASCII");
+        assert!(FleetToken::new([shortest.as_str()]).is_ok());
+        assert!(FleetToken::new([&shortest[1..]]).is_err());
+        assert!(
+            FleetToken::new([format!("{} x", &shortest).as_str()]).is_err(),
+            "a space"
+        );
+        assert!(FleetToken::new([format!("{shortest}é").as_str()]).is_err(), "non-ASCII");
+        assert!(FleetToken::new([]).is_err(), "none");
+    }
+
+    #[test]
+    fn a_fleet_token_file_sends_its_first_token_and_accepts_each_up_to_its_bound() {
+        let tokens: Vec<String> = (0..=MAX_FLEET_TOKENS)
+            .map(|i| format!("{i}").repeat(MIN_FLEET_TOKEN_CHARS))
+            .collect();
+        let bearer = |token: &str| format!("Bearer {token}");
+        let rotating = FleetToken::new(tokens[..2].iter().map(String::as_str)).unwrap();
+        assert_eq!(rotating.authorization(), bearer(&tokens[0]).as_str());
+        assert!(rotating.presented_in(Some(&bearer(&tokens[0]))));
+        assert!(rotating.presented_in(Some(&bearer(&tokens[1]))));
+        assert!(!rotating.presented_in(Some(&bearer(&tokens[2]))));
+        assert!(FleetToken::new(tokens[..MAX_FLEET_TOKENS].iter().map(String::as_str)).is_ok());
+        assert!(FleetToken::new(tokens.iter().map(String::as_str)).is_err());
+    }
+
+    #[test]
+    fn a_tenant_id_has_one_rule_for_tokens_files_and_forwarded_calls() {
+        let longest = "t".repeat(MAX_TENANT_ID_CHARS);
+        for good in ["acme", "acmé-ü", longest.as_str(), "a b"] {
+            assert_eq!(tenant_id_problem(good), None, "{good:?}");
+        }
+        for bad in ["", " acme", "acme ", "ac\nme", &format!("{longest}t")] {
+            assert!(tenant_id_problem(bad).is_some(), "{bad:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        assert!(TokenAuth::from_file(file(dir.path(), &[(" padded ", "tok-a")])).is_err());
     }
 
     #[test]

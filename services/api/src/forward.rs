@@ -18,20 +18,17 @@ use tonic::{Request, Response, Status};
 use tonic_types::StatusExt;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::auth::{FORWARDED_TENANT_METADATA, FleetToken};
+use crate::auth::{FORWARDED_OWNER_METADATA, FORWARDED_TENANT_METADATA, FleetToken};
 use crate::pb::runner_service_client::RunnerServiceClient;
 use crate::status::{ERROR_DOMAIN, to_status};
 
-/// How long opening a connection to an owner may take.
+/// How long opening a connection to an owner may take, resolving its name included.
 pub const FORWARD_CONNECT_LIMIT: Duration = Duration::from_secs(2);
 /// While a forwarded call is open, the owner is pinged this often (HTTP/2 PING)…
 pub const FORWARD_PING_EVERY: Duration = Duration::from_secs(2);
 /// …and an owner that answers no ping within this is given up on (`OWNER_UNREACHABLE`):
 /// a frozen owner keeps its TCP connection open, so only its silence tells.
 pub const FORWARD_PING_LIMIT: Duration = Duration::from_secs(3);
-/// How long a forwarded call may run when its caller set no deadline (longer than any
-/// call's own bounds, e.g. a close's stop ladder).
-pub const FORWARD_WAIT_LIMIT: Duration = Duration::from_secs(120);
 /// Owners whose connections are kept; past it they are all dropped and reopened on use.
 pub const MAX_FORWARD_TARGETS: usize = 64;
 /// Trace context carried to the owner, so its span is a child of this replica's.
@@ -70,16 +67,22 @@ impl Forwarder {
         }
     }
 
-    fn channel(&self, address: &str) -> Result<Channel, Status> {
-        let mut channels = self.channels.lock();
-        if let Some(channel) = channels.get(address) {
+    /// The connection to the owner at `address`, opened lazily; a name is resolved first,
+    /// within [`FORWARD_CONNECT_LIMIT`] (a resolver that does not answer must not hold the
+    /// call), and again whenever a call to it failed.
+    async fn channel(&self, address: &str) -> Result<Channel, String> {
+        if let Some(channel) = self.channels.lock().get(address) {
             return Ok(channel.clone());
         }
-        let refused =
-            |e: &dyn std::fmt::Display| to_status(EngineError::internal(format!("owner address `{address}`: {e}")));
+        let resolved = tokio::time::timeout(FORWARD_CONNECT_LIMIT, tokio::net::lookup_host(address))
+            .await
+            .map_err(|_| format!("resolving `{address}` took longer than {FORWARD_CONNECT_LIMIT:?}"))?
+            .map_err(|e| format!("resolving `{address}`: {e}"))?
+            .next()
+            .ok_or_else(|| format!("`{address}` resolves to no address"))?;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
-            .map_err(|e| refused(&e))?
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{resolved}"))
+            .map_err(|e| e.to_string())?
             .connect_timeout(FORWARD_CONNECT_LIMIT)
             .http2_keep_alive_interval(FORWARD_PING_EVERY)
             .keep_alive_timeout(FORWARD_PING_LIMIT)
@@ -88,12 +91,13 @@ impl Forwarder {
             let config = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(&tls.ca_pem))
                 .domain_name(tls.domain.clone());
-            endpoint = endpoint.tls_config(config).map_err(|e| refused(&e))?;
+            endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
         }
+        let channel = endpoint.connect_lazy();
+        let mut channels = self.channels.lock();
         if channels.len() >= MAX_FORWARD_TARGETS {
             channels.clear();
         }
-        let channel = endpoint.connect_lazy();
         channels.insert(address.to_owned(), channel.clone());
         Ok(channel)
     }
@@ -126,44 +130,71 @@ impl Forwarder {
                 .retry_after(cursor_runner_executions::error::OWNER_UNREACHABLE_RETRY_AFTER),
             )
         };
-        let client = RunnerServiceClient::new(self.channel(&owner.address)?);
-        let deadline = caller_deadline(request.metadata()).unwrap_or(FORWARD_WAIT_LIMIT);
+        let channel = match self.channel(&owner.address).await {
+            Ok(channel) => channel,
+            Err(detail) => {
+                self.metrics.call_forwarded(false);
+                tracing::warn!(owner = %owner.name, %detail, "a call could not be forwarded to its owner");
+                return Err(unreachable(&detail));
+            }
+        };
+        // The owner's server bounds no answer: neither does this hop (the caller's own
+        // client bounds what it takes, as from the owner directly).
+        let client = RunnerServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        let deadline = caller_deadline(request.metadata());
         let mut outgoing = Request::new(request.into_inner());
-        outgoing.set_timeout(deadline);
+        if let Some(deadline) = deadline {
+            outgoing.set_timeout(deadline);
+        }
         let metadata = outgoing.metadata_mut();
         metadata.insert("authorization", self.token.authorization());
-        let tenant = tenant_id
+        let for_owner = owner
+            .name
             .parse()
-            .map_err(|_| to_status(EngineError::internal("the tenant id is not a header value")))?;
+            .map_err(|_| to_status(EngineError::internal("the owner's name is not a header value")))?;
+        metadata.insert(FORWARDED_OWNER_METADATA, for_owner);
+        let tenant = hex::encode(tenant_id.as_bytes())
+            .parse()
+            .map_err(|_| to_status(EngineError::internal("a hex tenant id is a header value")))?;
         metadata.insert(FORWARDED_TENANT_METADATA, tenant);
         let context = tracing::Span::current().context();
         opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut TraceContext(metadata)));
         let answer = rpc(client, outgoing).await;
-        self.metrics
-            .call_forwarded(answer.as_ref().map_or_else(is_ours, |_| true));
-        match answer {
-            Ok(response) => Ok(Response::new(response.into_inner())),
+        let hop_failed = answer.as_ref().err().and_then(hop_failure);
+        self.metrics.call_forwarded(hop_failed.is_none());
+        match (answer, hop_failed) {
+            (Ok(response), _) => Ok(Response::new(response.into_inner())),
             // The owner's own answer: what a local call gets, untouched.
-            Err(status) if is_ours(&status) => Err(Status::with_details(
+            (Err(status), None) => Err(Status::with_details(
                 status.code(),
                 status.message(),
                 status.details().to_vec().into(),
             )),
-            Err(status) => {
-                tracing::warn!(owner = %owner.name, code = ?status.code(), "a forwarded call got no answer from its owner");
-                Err(unreachable(&format!("{:?}", status.code())))
+            (Err(status), Some(detail)) => {
+                // The next call opens (and resolves) the connection anew.
+                self.channels.lock().remove(&owner.address);
+                tracing::warn!(owner = %owner.name, code = ?status.code(), %detail, "a forwarded call got no answer from its owner");
+                Err(unreachable(&detail))
             }
         }
     }
 }
 
-/// Whether a status is this service's own (its `ErrorInfo` names our domain), not the
-/// transport's.
-fn is_ours(status: &Status) -> bool {
-    status
-        .get_error_details()
-        .error_info()
-        .is_some_and(|info| info.domain == ERROR_DOMAIN)
+/// Why a forwarded call's status is no answer of its owner's handler, if it is not: the
+/// transport's (no `ErrorInfo` of ours), or the owner's listener refusing this replica
+/// itself (a fleet token it does not accept, a tenant it cannot read). A call admitted here
+/// was authenticated here; the owner's handlers never refuse it for who the caller is.
+fn hop_failure(status: &Status) -> Option<String> {
+    match status.get_error_details().error_info() {
+        Some(info) if info.domain == ERROR_DOMAIN => match Reason::parse(&info.reason) {
+            Some(Reason::Unauthenticated | Reason::TenantRequired | Reason::PermissionDenied) => Some(format!(
+                "its internal listener refused this replica ({}: do the fleet tokens match?)",
+                info.reason
+            )),
+            _ => None,
+        },
+        _ => Some(format!("{:?}", status.code())),
+    }
 }
 
 /// The deadline the caller gave (`grpc-timeout`: up to 8 digits and a unit).

@@ -238,7 +238,7 @@ pub async fn serve_internal(
     let incoming = tls::incoming(listener, tls, engine.clone());
     tonic::transport::Server::builder()
         .layer(trace::TraceLayer)
-        .layer(AuthLayer::fleet(token))
+        .layer(AuthLayer::fleet(token, engine.replica_name()))
         .add_service(
             pb::runner_service_server::RunnerServiceServer::new(RunnerApi::new(engine, None))
                 .max_decoding_message_size(bounds::MAX_REQUEST_BYTES),

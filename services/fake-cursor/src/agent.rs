@@ -368,7 +368,7 @@ impl Agent {
                 }
             }
             "cursor/list_available_models" if !self.sc.list_models_unsupported => {
-                self.respond(id, SessionConfig::list_available_models());
+                self.respond(id, SessionConfig::list_available_models(&self.sc.extra_models));
             }
             other => self.respond_error(
                 id,

@@ -205,8 +205,9 @@ impl SessionConfig {
         })
     }
 
-    /// `cursor/list_available_models`: every model with its own parameter options.
-    pub fn list_available_models() -> Value {
+    /// `cursor/list_available_models`: every model with its own parameter options, then
+    /// the scenario's `extra` ones.
+    pub fn list_available_models(extra: &[Value]) -> Value {
         let models: Vec<Value> = CATALOG
             .iter()
             .map(|m| {
@@ -216,6 +217,7 @@ impl SessionConfig {
                     "configOptions": m.parameters.iter().map(|p| parameter_option(p, json!(p.default))).collect::<Vec<_>>(),
                 })
             })
+            .chain(extra.iter().cloned())
             .collect();
         json!({"models": models})
     }

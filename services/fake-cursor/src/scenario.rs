@@ -36,6 +36,9 @@ pub struct Scenario {
     pub config_options_unsupported: bool,
     /// `-32601` for `cursor/list_available_models` (older builds).
     pub list_models_unsupported: bool,
+    /// Models `cursor/list_available_models` lists after the catalog's, as given (e.g. one
+    /// whose name is a `$repeat` of megabytes, for an answer past a transport's bound).
+    pub extra_models: Vec<Value>,
     /// Answer `session/set_mode` with this JSON-RPC error, whatever the mode (a build
     /// that switches the model, then refuses the mode).
     pub set_mode_error: Option<Value>,
@@ -107,6 +110,8 @@ struct RawScenario {
     config_options_unsupported: bool,
     #[serde(default)]
     list_models_unsupported: bool,
+    #[serde(default)]
+    extra_models: Vec<Value>,
     #[serde(default)]
     set_mode_error: Option<Value>,
     #[serde(default)]
@@ -192,6 +197,7 @@ impl Scenario {
             config_echo_override: raw.config_echo_override,
             config_options_unsupported: raw.config_options_unsupported,
             list_models_unsupported: raw.list_models_unsupported,
+            extra_models: raw.extra_models,
             set_mode_error: raw.set_mode_error.filter(|v| !v.is_null()),
             unauthenticated: raw.unauthenticated,
             requires_authenticate: raw.requires_authenticate,

@@ -44,8 +44,20 @@ fn fleet_replica(database_url: &str, name: &str, lease_ms: u64) -> Replica {
     fleet_replica_with(database_url, name, lease_ms, Vec::new())
 }
 
-/// [`fleet_replica`] with more of the service's environment.
+/// [`fleet_replica`] with more of the service's environment (a later value of a variable
+/// replaces an earlier one).
 fn fleet_replica_with(database_url: &str, name: &str, lease_ms: u64, more_env: Vec<(String, String)>) -> Replica {
+    fleet_replica_playing(database_url, name, lease_ms, more_env, "demo.json")
+}
+
+/// [`fleet_replica_with`], its agents playing `scenario`.
+fn fleet_replica_playing(
+    database_url: &str,
+    name: &str,
+    lease_ms: u64,
+    more_env: Vec<(String, String)>,
+    scenario: &str,
+) -> Replica {
     let dirs = ServiceDirs::new();
     let token_file = dirs.root.path().join("fleet-token");
     std::fs::write(&token_file, format!("{FLEET_TOKEN}\n")).unwrap();
@@ -59,7 +71,7 @@ fn fleet_replica_with(database_url: &str, name: &str, lease_ms: u64, more_env: V
     ));
     env.extend(more_env);
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
-    let process = ServiceProcess::serve_in(binary, database_url, &dirs, "demo.json", env);
+    let process = ServiceProcess::serve_in(binary, database_url, &dirs, scenario, env);
     Replica {
         process,
         internal,
@@ -355,24 +367,31 @@ fn client_with(channel: tonic::transport::Channel, metadata: Vec<(&'static str, 
     pb::runner_service_client::RunnerServiceClient::with_interceptor(channel, Metadata(metadata))
 }
 
-/// A plaintext client of `address` whose calls carry `authorization` and the
-/// forwarded-tenant metadata as given.
+/// The metadata a replica forwards a call for `tenant` to replica `owner` with.
+fn forwarded_as(owner: &str, tenant: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (cursor_runner_api::auth::FORWARDED_OWNER_METADATA, owner.to_owned()),
+        (
+            cursor_runner_api::auth::FORWARDED_TENANT_METADATA,
+            hex::encode(tenant.as_bytes()),
+        ),
+    ]
+}
+
+/// A plaintext client of `address` whose calls carry `authorization` (if any) and `more`.
 async fn internal_client(
     address: SocketAddr,
     authorization: Option<String>,
-    tenant: Option<&'static str>,
+    more: Vec<(&'static str, String)>,
 ) -> MetadataClient {
     let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
         .unwrap()
         .connect()
         .await
         .expect("the internal listener");
-    let mut metadata = Vec::new();
+    let mut metadata = more;
     if let Some(authorization) = authorization {
         metadata.push(("authorization", authorization));
-    }
-    if let Some(tenant) = tenant {
-        metadata.push((cursor_runner_api::auth::FORWARDED_TENANT_METADATA, tenant.to_owned()));
     }
     client_with(channel, metadata)
 }
@@ -388,24 +407,34 @@ async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_th
         execution_id: execution_id.to_owned(),
     };
     let bearer = |token: &str| Some(format!("Bearer {token}"));
-    for (authorization, tenant, reason_expected) in [
-        (None, Some(TENANT), "UNAUTHENTICATED"),
+    let for_b = || forwarded_as("replica-b", TENANT);
+    let no_tenant = || {
+        vec![(
+            cursor_runner_api::auth::FORWARDED_OWNER_METADATA,
+            "replica-b".to_owned(),
+        )]
+    };
+    for (authorization, metadata, reason_expected) in [
+        (None, for_b(), "UNAUTHENTICATED"),
         (
             bearer("not-the-fleet-token-0123456789abcdef"),
-            Some(TENANT),
+            for_b(),
             "UNAUTHENTICATED",
         ),
-        (bearer(FLEET_TOKEN), None, "TENANT_REQUIRED"),
+        (bearer(FLEET_TOKEN), no_tenant(), "TENANT_REQUIRED"),
+        // For another replica: its address now leads here.
+        (
+            bearer(FLEET_TOKEN),
+            forwarded_as("replica-c", TENANT),
+            "OWNER_UNREACHABLE",
+        ),
     ] {
-        let mut client = internal_client(fleet.b.internal, authorization.clone(), tenant).await;
+        let described = format!("{authorization:?} {metadata:?}");
+        let mut client = internal_client(fleet.b.internal, authorization, metadata).await;
         let refused = client.get_execution(get(&execution.execution_id)).await.unwrap_err();
-        assert_eq!(
-            reason(&refused),
-            reason_expected,
-            "{authorization:?} {tenant:?}: {refused:?}"
-        );
+        assert_eq!(reason(&refused), reason_expected, "{described}: {refused:?}");
     }
-    let mut fleet_client = internal_client(fleet.b.internal, bearer(FLEET_TOKEN), Some(TENANT)).await;
+    let mut fleet_client = internal_client(fleet.b.internal, bearer(FLEET_TOKEN), for_b()).await;
     let seen = fleet_client
         .get_execution(get(&execution.execution_id))
         .await
@@ -612,10 +641,11 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
     if let Ok(channel) = plaintext {
         let mut client = client_with(
             channel,
-            vec![
-                ("authorization", format!("Bearer {FLEET_TOKEN}")),
-                (cursor_runner_api::auth::FORWARDED_TENANT_METADATA, TENANT.to_owned()),
-            ],
+            [
+                vec![("authorization", format!("Bearer {FLEET_TOKEN}"))],
+                forwarded_as("replica-a", TENANT),
+            ]
+            .concat(),
         );
         let refused = client
             .get_execution(pb::GetExecutionRequest {
@@ -769,5 +799,184 @@ async fn a_draining_replica_places_new_executions_elsewhere_and_still_answers_fo
     );
     close_all(&mut b_client, &[&placed]).await;
     b.process.stop();
+    database.drop_database().await;
+}
+
+/// Writes `lines` as a fleet token file under `dirs`; its path, as the environment names it.
+fn token_file(dirs: &ServiceDirs, lines: &[&str]) -> (String, String) {
+    let path = dirs.root.path().join("fleet-tokens-rotating");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    ("CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(), path.display().to_string())
+}
+
+/// A fleet token is rotated without replicas refusing each other: a replica whose file
+/// holds the new token first and the old one after accepts both. A replica whose token
+/// the owner does not accept gets `OWNER_UNREACHABLE` for the hop (logged there), never
+/// `UNAUTHENTICATED`, which would tell the authenticated caller its credential is bad.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_token_in_rotation_is_taken_both_ways_and_a_mismatch_is_the_owners_unreachability() {
+    const OLD: &str = "old-fleet-token-0123456789abcdef0123456789";
+    const NEW: &str = "new-fleet-token-0123456789abcdef0123456789";
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let scratch = ServiceDirs::new();
+    let a = fleet_replica_with(
+        &database.url,
+        "replica-a",
+        LONG_LEASE_MS,
+        vec![token_file(&scratch, &[NEW, OLD])],
+    );
+    let b_dirs = ServiceDirs::new();
+    let b = fleet_replica_with(
+        &database.url,
+        "replica-b",
+        LONG_LEASE_MS,
+        vec![token_file(&b_dirs, &[OLD])],
+    );
+    let mut a_client = a.process.client().await;
+    let mut b_client = b.process.client().await;
+    let on_a = create(&mut a_client, &a.dirs, "create-on-a").await.expect("on A");
+    let on_b = create(&mut b_client, &b.dirs, "create-on-b").await.expect("on B");
+    let models = |execution: &pb::Execution| pb::ListModelsRequest {
+        execution_id: execution.execution_id.clone(),
+    };
+    b_client
+        .list_models(models(&on_a))
+        .await
+        .expect("B sends the old token, which A still takes");
+    let refused = a_client
+        .list_models(models(&on_b))
+        .await
+        .expect_err("A sends the new token, which B does not take yet");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-b"));
+    assert_eq!(a.forwarded("unreachable"), 1);
+    close_all(&mut a_client, &[&on_a]).await;
+    close_all(&mut b_client, &[&on_b]).await;
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
+}
+
+/// A tenant a token names keeps its exact name through another replica, whatever
+/// characters the tokens file gives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_a_token_names_keeps_its_exact_name_through_another_replica() {
+    use sha2::Digest;
+    const TOKEN: &str = "tenant-token-acme";
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let scratch = ServiceDirs::new();
+    let tokens = scratch.root.path().join("tokens.json");
+    let digest = hex::encode(sha2::Sha256::digest(TOKEN.as_bytes()));
+    std::fs::write(
+        &tokens,
+        serde_json::json!({"tokens": [{"tenant_id": "acmé ü", "sha256": digest}]}).to_string(),
+    )
+    .unwrap();
+    let tokens_env = || vec![("CURSOR_RUNNER_TOKENS_FILE".to_owned(), tokens.display().to_string())];
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, tokens_env());
+    let b = fleet_replica_with(&database.url, "replica-b", LONG_LEASE_MS, tokens_env());
+    a.process.client().await;
+    let mut a_client = connect_with_token(a.process.address, Some(TOKEN), None).await;
+    let mut b_client = connect_with_token(b.process.address, Some(TOKEN), None).await;
+    let execution = create(&mut a_client, &a.dirs, "create").await.expect("on A");
+    let listed = |client: &mut Client| {
+        let mut client = client.clone();
+        let id = execution.execution_id.clone();
+        async move {
+            client
+                .list_models(pb::ListModelsRequest { execution_id: id })
+                .await
+                .map(tonic::Response::into_inner)
+        }
+    };
+    assert_eq!(
+        listed(&mut b_client).await.expect("the same tenant on the owner"),
+        listed(&mut a_client).await.unwrap()
+    );
+    close_all(&mut a_client, &[&execution]).await;
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
+}
+
+/// An owner's answer past tonic's default 4 MiB bound (a model catalog of 5 MiB) reaches
+/// the caller through another replica as it does from the owner: the hop bounds nothing
+/// the owner's own listener would send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owners_answer_past_four_mebibytes_reaches_the_caller_through_another_replica() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica_playing(
+        &database.url,
+        "replica-a",
+        LONG_LEASE_MS,
+        Vec::new(),
+        "big_model_catalog.json",
+    );
+    let b = fleet_replica_playing(
+        &database.url,
+        "replica-b",
+        LONG_LEASE_MS,
+        Vec::new(),
+        "big_model_catalog.json",
+    );
+    const LARGE: usize = 64 * 1024 * 1024;
+    let mut a_client = a.process.client().await.max_decoding_message_size(LARGE);
+    let mut b_client = b.process.client().await.max_decoding_message_size(LARGE);
+    let execution = create(&mut a_client, &a.dirs, "create").await.expect("on A");
+    let list = |client: &mut Client| {
+        let mut client = client.clone();
+        let id = execution.execution_id.clone();
+        async move {
+            client
+                .list_models(pb::ListModelsRequest { execution_id: id })
+                .await
+                .map(tonic::Response::into_inner)
+        }
+    };
+    let direct = list(&mut a_client).await.expect("from the owner");
+    assert!(
+        direct.models.iter().map(|m| m.name.len()).sum::<usize>() > 4 * 1024 * 1024,
+        "the answer is past the default bound"
+    );
+    assert_eq!(list(&mut b_client).await.expect("through replica-b"), direct);
+    close_all(&mut a_client, &[&execution]).await;
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
+}
+
+/// When the owner died and another replica took its internal address while the owner's
+/// lease still runs, a call forwarded there is that replica's to turn away: the caller gets
+/// `OWNER_UNREACHABLE` naming the owner, as while nothing listened there, not a refusal
+/// telling it to send its calls to the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_forwarded_to_an_address_another_replica_took_over_is_the_owners_unreachability() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica(&database.url, "replica-a", LONG_LEASE_MS);
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut a_client = a.process.client().await;
+    let mut b_client = b.process.client().await;
+    let (execution, created) = question_pending(&mut a_client, &a.dirs, "a").await;
+    let address = a.internal;
+    a.process.kill();
+    let z = fleet_replica_with(
+        &database.url,
+        "replica-z",
+        LONG_LEASE_MS,
+        vec![("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), address.to_string())],
+    );
+    z.process.client().await;
+    let refused = b_client
+        .answer_interaction(one_question_answer(&created, "answer-through-b", "option-1"))
+        .await
+        .expect_err("the owner is dead");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
+    assert_eq!(answers_read(&a.dirs.record), 0);
+    let _ = execution;
+    b.process.stop();
+    z.process.stop();
     database.drop_database().await;
 }

@@ -22,6 +22,11 @@ pub enum Route {
 }
 
 impl Engine {
+    /// This replica's name (`--replica-name`): what calls forwarded to it name.
+    pub fn replica_name(&self) -> &str {
+        self.config.replica.name.as_str()
+    }
+
     /// Where a call for the tenant's execution `execution_id` is answered. One read of the
     /// owner, and none for an execution this replica runs; a failed read answers here, whose
     /// own reads then report the store's state.
