@@ -603,6 +603,27 @@ pub async fn create_execution(client: &mut Client, service: &TestService, reques
     create_execution_in(client, &service.workspace, request_id).await
 }
 
+/// An execution in `workspace` whose first turn has asked a question (as `demo.json`'s
+/// does): the execution, its stream from the start up to the question, and the question's
+/// `runtime_request.created` payload. `tag` keeps request ids apart on a shared database.
+pub async fn question_asked(client: &mut Client, workspace: &Path, tag: &str) -> (pb::Execution, Subscriber, Value) {
+    let execution = create_execution_in(client, workspace, &format!("create-{tag}")).await;
+    let mut events = Subscriber::open(client, &execution.execution_id, 0)
+        .await
+        .expect("StreamEvents");
+    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
+        .await
+        .expect("StartTurn");
+    let created = payload(
+        events
+            .events_until("runtime_request.created")
+            .await
+            .last()
+            .expect("a question"),
+    );
+    (execution, events, created)
+}
+
 /// [`create_execution`] for any service (e.g. a [`ServiceProcess`]) and workspace.
 pub async fn create_execution_in(client: &mut Client, workspace: &Path, request_id: &str) -> pb::Execution {
     client

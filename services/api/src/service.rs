@@ -39,14 +39,23 @@ impl RunnerApi {
 
     /// The replica that answers a call for `execution_id`, when it is not this one.
     async fn owner_of(&self, tenant_id: &str, execution_id: &str) -> Option<(Arc<Forwarder>, Owner)> {
-        let forwarder = self.forwarder.as_ref()?;
-        if execution_id.is_empty() {
-            return None;
-        }
-        match self.engine.route(tenant_id, execution_id).await {
-            Route::Here => None,
-            Route::Owner { name, address } => Some((forwarder.clone(), Owner { name, address })),
-        }
+        let forwarder = self.forwarder.as_ref().filter(|_| !execution_id.is_empty())?;
+        elsewhere(forwarder, self.engine.route(tenant_id, execution_id).await)
+    }
+
+    /// The replica that opens the tenant's recorded `session_id` (where its history is),
+    /// when it is not this one.
+    async fn session_owner(&self, tenant_id: &str, session_id: &str) -> Option<(Arc<Forwarder>, Owner)> {
+        let forwarder = self.forwarder.as_ref().filter(|_| !session_id.is_empty())?;
+        elsewhere(forwarder, self.engine.session_route(tenant_id, session_id).await)
+    }
+}
+
+/// The forwarder and the owner when `route` leads elsewhere.
+fn elsewhere(forwarder: &Arc<Forwarder>, route: Route) -> Option<(Arc<Forwarder>, Owner)> {
+    match route {
+        Route::Here => None,
+        Route::Owner { name, address } => Some((forwarder.clone(), Owner { name, address })),
     }
 }
 
@@ -186,6 +195,14 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         request: Request<pb::CreateExecutionRequest>,
     ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
         let tenant_id = admit(&request)?;
+        let session_id = request.get_ref().load_session_id.clone();
+        if let Some((forwarder, owner)) = self.session_owner(&tenant_id, &session_id).await {
+            return forwarder
+                .forward(owner, &tenant_id, request, |mut client, request| async move {
+                    client.create_execution(request).await
+                })
+                .await;
+        }
         // Kept to place the call on another replica if this one has no room for it.
         let placeable = self
             .forwarder

@@ -48,31 +48,6 @@ fn replica_with(
     )
 }
 
-/// An execution in `dirs`' workspace whose turn waits on a pending question; its
-/// subscriber and the question's `runtime_request.created` payload. `tag` keeps request
-/// ids apart on the shared database.
-async fn pending_question(client: &mut Client, dirs: &ServiceDirs, tag: &str) -> (pb::Execution, Subscriber, Value) {
-    let execution = client
-        .create_execution(proto::CreateExecutionRequest {
-            request_id: format!("create-{tag}"),
-            workspace: dirs.workspace.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .expect("CreateExecution")
-        .into_inner()
-        .execution
-        .expect("execution");
-    let mut events = Subscriber::open(client, &execution.execution_id, 0)
-        .await
-        .expect("StreamEvents");
-    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
-        .await
-        .expect("StartTurn");
-    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
-    (execution, events, created)
-}
-
 /// The question is still pending, is answered through its own replica, and its turn
 /// completes: nobody settled it.
 async fn answered_and_completed(client: &mut Client, events: &mut Subscriber, created: &Value, tag: &str) {
@@ -124,7 +99,7 @@ impl TwoReplicas {
         let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
         let a = replica(&database.url, &a_dirs, Some("replica-a"));
         let mut a_client = a.client().await;
-        let (execution, events, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+        let (execution, events, created) = question_asked(&mut a_client, &a_dirs.workspace, "a").await;
         let b_metrics = free_address();
         let b = replica_with(
             &database.url,
@@ -172,7 +147,7 @@ async fn a_second_replica_starting_on_the_same_database_settles_none_of_the_firs
     assert_eq!(seen_from_b.owner_replica, "replica-a", "GetExecution names the owner");
     assert!(!seen_from_b.owner_incarnation.is_empty());
     // The second replica serves executions of its own.
-    let (_, mut b_events, b_created) = pending_question(&mut b_client, &b_dirs, "b").await;
+    let (_, mut b_events, b_created) = question_asked(&mut b_client, &b_dirs.workspace, "b").await;
 
     answered_and_completed(&mut a_client, &mut events, &created, "a").await;
     answered_and_completed(&mut b_client, &mut b_events, &b_created, "b").await;
@@ -326,7 +301,7 @@ async fn a_process_taking_a_replica_name_in_use_is_refused_and_the_first_goes_on
     let (first_dirs, second_dirs) = (ServiceDirs::new(), ServiceDirs::new());
     let first = replica(&database.url, &first_dirs, Some("replica-a"));
     let mut client = first.client().await;
-    let (_, mut events, created) = pending_question(&mut client, &first_dirs, "a").await;
+    let (_, mut events, created) = question_asked(&mut client, &first_dirs.workspace, "a").await;
 
     let started = tokio::time::Instant::now();
     let mut second = replica(&database.url, &second_dirs, Some("replica-a"));
@@ -348,7 +323,7 @@ async fn a_second_replica_on_the_same_state_directory_is_refused_and_the_first_o
     let dirs = ServiceDirs::new();
     let first = replica(&database.url, &dirs, Some("replica-a"));
     let mut client = first.client().await;
-    let (_, mut events, created) = pending_question(&mut client, &dirs, "a").await;
+    let (_, mut events, created) = question_asked(&mut client, &dirs.workspace, "a").await;
 
     // Another name, the same directory: its start-up sweep would kill replica-a's agents.
     let mut second = replica(&database.url, &dirs, Some("replica-b"));
@@ -366,7 +341,7 @@ async fn a_process_whose_name_is_let_go_within_the_wait_starts_and_settles_its_p
     let dirs = ServiceDirs::new();
     let first = replica(&database.url, &dirs, Some("replica-a"));
     let mut client = first.client().await;
-    let (_, _, created) = pending_question(&mut client, &dirs, "a").await;
+    let (_, _, created) = question_asked(&mut client, &dirs.workspace, "a").await;
 
     // A pod restarted in place: the new process starts while the old one still stops.
     let started = tokio::time::Instant::now();
@@ -388,10 +363,10 @@ async fn a_restarted_replica_with_its_name_settles_its_predecessors_executions_b
     let (a_dirs, b_dirs) = (ServiceDirs::new(), ServiceDirs::new());
     let b = replica(&database.url, &b_dirs, Some("replica-b"));
     let mut b_client = b.client().await;
-    let (_, mut b_events, b_created) = pending_question(&mut b_client, &b_dirs, "b").await;
+    let (_, mut b_events, b_created) = question_asked(&mut b_client, &b_dirs.workspace, "b").await;
     let a = replica(&database.url, &a_dirs, Some("replica-a"));
     let mut a_client = a.client().await;
-    let (execution, _, created) = pending_question(&mut a_client, &a_dirs, "a").await;
+    let (execution, _, created) = question_asked(&mut a_client, &a_dirs.workspace, "a").await;
     let before = get_execution(&mut a_client, &execution.execution_id).await;
 
     a.kill();
@@ -475,7 +450,7 @@ async fn a_second_service_on_the_same_sqlite_file_is_refused_and_the_first_goes_
     let (first_dirs, second_dirs) = (ServiceDirs::new(), ServiceDirs::new());
     let first = replica(&database.url, &first_dirs, None);
     let mut client = first.client().await;
-    let (_, mut events, created) = pending_question(&mut client, &first_dirs, "a").await;
+    let (_, mut events, created) = question_asked(&mut client, &first_dirs.workspace, "a").await;
 
     let mut second = replica(&database.url, &second_dirs, None);
     second.wait_for_stderr("another cursor-runner serves this database");

@@ -133,18 +133,6 @@ impl Fleet {
     }
 }
 
-/// An execution on `client`'s replica whose turn waits on the demo's question; the
-/// question's `runtime_request.created` payload.
-async fn question_pending(client: &mut Client, dirs: &ServiceDirs, tag: &str) -> (pb::Execution, Value) {
-    let execution = create_execution_in(client, &dirs.workspace, &format!("create-{tag}")).await;
-    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
-    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
-        .await
-        .unwrap();
-    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
-    (execution, created)
-}
-
 /// What a caller can tell of a refusal: code, message, `ErrorInfo` reason and metadata.
 fn refusal(status: tonic::Status) -> (tonic::Code, String, String, Vec<(String, String)>) {
     use tonic_types::StatusExt;
@@ -172,7 +160,7 @@ fn answers_read(record: &std::path::Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_through_replicas_that_do_not_own_the_execution_are_the_owners_own() {
     let mut fleet = Fleet::start(LONG_LEASE_MS).await;
-    let (execution, created) = question_pending(&mut fleet.a_client, &fleet.a.dirs, "a").await;
+    let (execution, _, created) = question_asked(&mut fleet.a_client, &fleet.a.dirs.workspace, "a").await;
     let id = execution.execution_id.clone();
     let turn_id = created["turnId"].as_str().unwrap().to_owned();
     let mut stale = one_question_answer(&created, "stale", "option-1");
@@ -402,7 +390,7 @@ async fn internal_client(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_them_again() {
     let mut fleet = Fleet::start(LONG_LEASE_MS).await;
-    let (execution, _created) = question_pending(&mut fleet.a_client, &fleet.a.dirs, "a").await;
+    let (execution, _, _created) = question_asked(&mut fleet.a_client, &fleet.a.dirs.workspace, "a").await;
     let get = |execution_id: &str| pb::GetExecutionRequest {
         execution_id: execution_id.to_owned(),
     };
@@ -465,7 +453,7 @@ async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_for_an_execution_whose_owner_died_is_owner_unreachable_until_it_is_taken_over() {
     let mut fleet = Fleet::start(SHORT_LEASE_MS).await;
-    let (execution, created) = question_pending(&mut fleet.a_client, &fleet.a.dirs, "a").await;
+    let (execution, _, created) = question_asked(&mut fleet.a_client, &fleet.a.dirs.workspace, "a").await;
     let id = execution.execution_id.clone();
     let Fleet {
         database,
@@ -771,7 +759,7 @@ async fn a_draining_replica_places_new_executions_elsewhere_and_still_answers_fo
     let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
     let mut a_client = a.process.client().await;
     let mut b_client = b.process.client().await;
-    let (execution, created) = question_pending(&mut a_client, &a.dirs, "a").await;
+    let (execution, _, created) = question_asked(&mut a_client, &a.dirs.workspace, "a").await;
     a.process.signal(nix::sys::signal::Signal::SIGTERM);
     a.process.wait_for_stderr("draining: no new executions or turns");
     let placed = create(&mut a_client, &a.dirs, "create-while-draining")
@@ -957,7 +945,7 @@ async fn a_call_forwarded_to_an_address_another_replica_took_over_is_the_owners_
     let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
     let mut a_client = a.process.client().await;
     let mut b_client = b.process.client().await;
-    let (execution, created) = question_pending(&mut a_client, &a.dirs, "a").await;
+    let (execution, _, created) = question_asked(&mut a_client, &a.dirs.workspace, "a").await;
     let address = a.internal;
     a.process.kill();
     let z = fleet_replica_with(
@@ -978,5 +966,40 @@ async fn a_call_forwarded_to_an_address_another_replica_took_over_is_the_owners_
     let _ = execution;
     b.process.stop();
     z.process.stop();
+    database.drop_database().await;
+}
+
+/// A `CreateExecution` that loads a recorded session through any replica runs on the
+/// replica that ran the session (its history lives in a home on that node), forwarded
+/// there, and loads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_loaded_through_any_replica_opens_on_the_replica_that_ran_it() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica(&database.url, "replica-a", LONG_LEASE_MS);
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut a_client = a.process.client().await;
+    let mut b_client = b.process.client().await;
+    let first = create(&mut a_client, &a.dirs, "create-first").await.expect("on A");
+    let session_id = get_execution(&mut a_client, &first.execution_id).await.session_id;
+    assert!(!session_id.is_empty(), "the execution recorded its session");
+    close_all(&mut a_client, &[&first]).await;
+    let loaded = b_client
+        .create_execution(pb::CreateExecutionRequest {
+            request_id: "load-through-b".into(),
+            workspace: a.dirs.workspace.display().to_string(),
+            load_session_id: session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("the session is loaded where it ran")
+        .into_inner()
+        .execution
+        .unwrap();
+    let seen = get_execution(&mut b_client, &loaded.execution_id).await;
+    assert_eq!(seen.owner_replica, "replica-a");
+    assert_eq!(seen.session_id, session_id);
+    close_all(&mut b_client, &[&loaded]).await;
+    a.process.stop();
+    b.process.stop();
     database.drop_database().await;
 }

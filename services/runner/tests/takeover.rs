@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use cursor_runner_e2e::*;
 use nix::sys::signal::Signal;
 use proto as pb;
-use serde_json::Value;
 use sqlx::Connection;
 
 /// Short, so a test waits one out; four renewals (and takeover scans) fit in it.
@@ -50,18 +49,6 @@ fn taken_over(metrics: SocketAddr) -> u64 {
         .find_map(|line| line.strip_prefix("cursor_runner_takeovers_total "))
         .and_then(|value| value.trim().parse().ok())
         .expect("cursor_runner_takeovers_total is exposed")
-}
-
-/// An execution on `client`'s replica whose turn has asked a question and, per `scenario`,
-/// waits on it or talks on; the question's `runtime_request.created` payload.
-async fn question_pending(client: &mut Client, dirs: &ServiceDirs, tag: &str) -> (pb::Execution, Value) {
-    let execution = create_execution_in(client, &dirs.workspace, &format!("create-{tag}")).await;
-    let mut events = Subscriber::open(client, &execution.execution_id, 0).await.unwrap();
-    start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
-        .await
-        .unwrap();
-    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
-    (execution, created)
 }
 
 /// The execution's whole stream, read through `client` until it is caught up after the
@@ -108,7 +95,7 @@ async fn an_owner_killed_mid_turn_with_a_pending_question_is_taken_over_exactly_
     let dirs: Vec<ServiceDirs> = (0..3).map(|_| ServiceDirs::new()).collect();
     let (a, _) = replica(&database.url, &dirs[0], "replica-a", "question_then_talks_on.json");
     let mut a_client = a.client().await;
-    let (execution, created) = question_pending(&mut a_client, &dirs[0], "a").await;
+    let (execution, _, created) = question_asked(&mut a_client, &dirs[0].workspace, "a").await;
     let agents = descendants_of(a.child.id() as i32);
     let (b, b_metrics) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
     let (c, c_metrics) = replica(&database.url, &dirs[2], "replica-c", "demo.json");
@@ -155,7 +142,11 @@ async fn two_survivors_racing_settle_each_of_several_executions_exactly_once() {
     let mut a_client = a.client().await;
     let mut executions = Vec::new();
     for n in 0..EXECUTIONS {
-        executions.push(question_pending(&mut a_client, &dirs[0], &format!("a{n}")).await.0);
+        executions.push(
+            question_asked(&mut a_client, &dirs[0].workspace, &format!("a{n}"))
+                .await
+                .0,
+        );
     }
     let (b, b_metrics) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
     let (c, c_metrics) = replica(&database.url, &dirs[2], "replica-c", "demo.json");
@@ -185,7 +176,7 @@ async fn a_stream_cut_by_its_owners_death_resumes_on_a_survivor_from_its_cursor_
     let dirs: Vec<ServiceDirs> = (0..2).map(|_| ServiceDirs::new()).collect();
     let (a, _) = replica(&database.url, &dirs[0], "replica-a", "question_then_talks_on.json");
     let mut a_client = a.client().await;
-    let (execution, _) = question_pending(&mut a_client, &dirs[0], "a").await;
+    let (execution, _, _) = question_asked(&mut a_client, &dirs[0].workspace, "a").await;
     let mut on_a = Subscriber::open(&mut a_client, &execution.execution_id, 0)
         .await
         .unwrap();
@@ -229,7 +220,7 @@ async fn an_owner_frozen_past_its_lease_is_taken_over_and_writes_nothing_once_it
     let dirs: Vec<ServiceDirs> = (0..2).map(|_| ServiceDirs::new()).collect();
     let (mut a, _) = replica(&database.url, &dirs[0], "replica-a", "question_then_talks_on.json");
     let mut a_client = a.client().await;
-    let (execution, _) = question_pending(&mut a_client, &dirs[0], "a").await;
+    let (execution, _, _) = question_asked(&mut a_client, &dirs[0].workspace, "a").await;
     let (b, _) = replica(&database.url, &dirs[1], "replica-b", "demo.json");
     let mut b_client = b.client().await;
 

@@ -42,6 +42,16 @@ impl Engine {
 }
 
 impl Engine {
+    /// Where a `CreateExecution` that loads the tenant's `session_id` runs: on the replica
+    /// that ran the session last while it serves (the session's history is in a home on
+    /// its node), else here.
+    pub async fn session_route(&self, tenant_id: &str, session_id: &str) -> Route {
+        match self.store.find_session(tenant_id, session_id).await {
+            Ok(Some(recorded)) => self.route(tenant_id, &recorded.id).await,
+            Ok(None) | Err(_) => Route::Here,
+        }
+    }
+
     /// Where a `CreateExecution` this replica refused with `refusal` may be placed instead:
     /// up to [`PLACEMENT_ATTEMPTS`] other serving replicas that take forwarded calls, the
     /// least loaded first; none when the refusal is not for want of room here.
