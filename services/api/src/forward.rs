@@ -104,12 +104,14 @@ impl Forwarder {
 
     /// Sends `request` (already admitted here: authenticated, within bounds) for
     /// `tenant_id` to `owner` with `rpc`, and returns the owner's answer as it gave it. An
-    /// owner that does not answer is `OWNER_UNREACHABLE`.
+    /// owner that does not answer is `OWNER_UNREACHABLE`. `spent`: how much of the caller's
+    /// deadline has gone already.
     pub(crate) async fn forward<T, R, F, Fut>(
         &self,
         owner: Owner,
         tenant_id: &str,
         request: Request<T>,
+        spent: Duration,
         rpc: F,
     ) -> Result<Response<R>, Status>
     where
@@ -144,7 +146,7 @@ impl Forwarder {
         let deadline = caller_deadline(request.metadata());
         let mut outgoing = Request::new(request.into_inner());
         if let Some(deadline) = deadline {
-            outgoing.set_timeout(deadline);
+            outgoing.set_timeout(deadline.saturating_sub(spent));
         }
         let metadata = outgoing.metadata_mut();
         metadata.insert("authorization", self.token.authorization());
@@ -191,6 +193,8 @@ fn hop_failure(status: &Status) -> Option<String> {
                 "its internal listener refused this replica ({}: do the fleet tokens match?)",
                 info.reason
             )),
+            // Another replica answered at the owner's address (it took the address over).
+            Some(Reason::OwnerUnreachable) => Some(status.message().to_owned()),
             _ => None,
         },
         _ => Some(format!("{:?}", status.code())),

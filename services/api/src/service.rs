@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
 use cursor_runner_executions::prompt::Prompt;
@@ -14,7 +15,6 @@ use sha2::{Digest, Sha256};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::MAX_TENANT_ID_CHARS;
 use crate::bounds::Bounded;
 use crate::convert;
 use crate::forward::{Forwarder, Owner};
@@ -62,12 +62,14 @@ fn elsewhere(forwarder: &Arc<Forwarder>, route: Route) -> Option<(Arc<Forwarder>
 impl RunnerApi {
     /// A `CreateExecution` this replica refused for want of room, sent as it came to the
     /// replicas the engine names (the least loaded first) until one takes it; the fleet's
-    /// refusal when none does, or this replica's own when there is nobody to ask.
+    /// refusal when each had no room, or this replica's own when there is nobody to ask. A
+    /// replica that does not answer ends the search: the call may have run there, so its
+    /// caller retries it under the same `request_id` rather than hear nothing was created.
+    /// `received`: when the call arrived (its deadline counts from then).
     async fn placed_elsewhere(
         &self,
         tenant_id: &str,
-        metadata: tonic::metadata::MetadataMap,
-        body: pb::CreateExecutionRequest,
+        (metadata, body, received): (tonic::metadata::MetadataMap, pb::CreateExecutionRequest, Instant),
         refusal: EngineError,
     ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
         let targets = self.engine.placement_targets(&refusal).await;
@@ -81,9 +83,13 @@ impl RunnerApi {
                 address: target.address.clone(),
             };
             let placed = forwarder
-                .forward(owner, tenant_id, request, |mut client, request| async move {
-                    client.create_execution(request).await
-                })
+                .forward(
+                    owner,
+                    tenant_id,
+                    request,
+                    received.elapsed(),
+                    |mut client, request| async move { client.create_execution(request).await },
+                )
                 .await;
             match placed {
                 Err(status) if no_room_there(&status) => continue,
@@ -94,14 +100,14 @@ impl RunnerApi {
     }
 }
 
-/// Whether a replica the call was placed on had no room either (or did not answer).
+/// Whether a replica the call was placed on had no room either.
 fn no_room_there(status: &Status) -> bool {
     use tonic_types::StatusExt;
     status
         .get_error_details()
         .error_info()
         .and_then(|info| Reason::parse(&info.reason))
-        .is_some_and(|reason| reason == Reason::OwnerUnreachable || cursor_runner_executions::for_want_of_room(reason))
+        .is_some_and(cursor_runner_executions::for_want_of_room)
 }
 
 /// Returns the owner's answer to the call when another replica owns its execution.
@@ -109,9 +115,13 @@ macro_rules! answered_by_owner {
     ($self:ident, $request:ident, $tenant_id:expr, $execution_id:expr, $rpc:ident) => {
         if let Some((forwarder, owner)) = $self.owner_of(&$tenant_id, &$execution_id).await {
             return forwarder
-                .forward(owner, &$tenant_id, $request, |mut client, request| async move {
-                    client.$rpc(request).await
-                })
+                .forward(
+                    owner,
+                    &$tenant_id,
+                    $request,
+                    Duration::ZERO,
+                    |mut client, request| async move { client.$rpc(request).await },
+                )
                 .await;
         }
     };
@@ -135,8 +145,8 @@ fn tenant<T>(request: &Request<T>) -> Result<String, Status> {
         .get(TENANT_METADATA)
         .ok_or_else(|| refuse("the x-tenant-id metadata is required"))?;
     let tenant = value.to_str().map_err(|_| refuse("x-tenant-id must be ASCII"))?.trim();
-    if tenant.is_empty() || tenant.chars().count() > MAX_TENANT_ID_CHARS {
-        return Err(refuse("x-tenant-id must have 1 to 128 characters"));
+    if let Some(problem) = crate::auth::tenant_id_problem(tenant) {
+        return Err(refuse(&format!("x-tenant-id is unusable: {problem}")));
     }
     Ok(tenant.to_owned())
 }
@@ -198,16 +208,19 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let session_id = request.get_ref().load_session_id.clone();
         if let Some((forwarder, owner)) = self.session_owner(&tenant_id, &session_id).await {
             return forwarder
-                .forward(owner, &tenant_id, request, |mut client, request| async move {
-                    client.create_execution(request).await
-                })
+                .forward(
+                    owner,
+                    &tenant_id,
+                    request,
+                    Duration::ZERO,
+                    |mut client, request| async move { client.create_execution(request).await },
+                )
                 .await;
         }
-        // Kept to place the call on another replica if this one has no room for it.
-        let placeable = self
-            .forwarder
-            .is_some()
-            .then(|| (request.metadata().clone(), request.get_ref().clone()));
+        // Kept to place the call on another replica if this one has no room for it; never
+        // a session's load, which opens only where the session's history is.
+        let placeable = (self.forwarder.is_some() && session_id.is_empty())
+            .then(|| (request.metadata().clone(), request.get_ref().clone(), Instant::now()));
         let body = request.into_inner();
         // The secret never enters the idempotency digest (rows keep digests only, but a
         // digest of a secret is still derived from it).
@@ -245,7 +258,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             (Ok(record), _) => Ok(Response::new(pb::CreateExecutionResponse {
                 execution: Some(convert::execution(record)),
             })),
-            (Err(refusal), Some((metadata, body))) => self.placed_elsewhere(&tenant_id, metadata, body, refusal).await,
+            (Err(refusal), Some(call)) => self.placed_elsewhere(&tenant_id, call, refusal).await,
             (Err(refusal), None) => Err(to_status(refusal)),
         }
     }

@@ -404,29 +404,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         .await
         .context("binding the listener")?;
     let mut options = options;
-    let (stop_internal, internal_server) = match fleet {
-        Some(fleet) => {
-            options.forwarder = Some(std::sync::Arc::new(cursor_runner_api::Forwarder::new(
-                fleet.token.clone(),
-                fleet.tls.clone(),
-                engine.metrics().clone(),
-            )));
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let (engine, tls) = (engine.clone(), options.tls.clone());
-            let server = tokio::spawn(async move {
-                let stopped = async {
-                    let _ = stopped.await;
-                };
-                if let Err(e) =
-                    cursor_runner_api::serve_internal(engine, fleet.listener, stopped, fleet.token, tls).await
-                {
-                    tracing::error!(error = %e, "the internal listener failed");
-                }
-            });
-            (Some(stop), Some(server))
-        }
-        None => (None, None),
-    };
+    let internal_server = fleet.map(|fleet| {
+        let (forwarder, server) = fleet.serve(engine.clone(), options.tls.clone());
+        options.forwarder = Some(forwarder);
+        server
+    });
     let metrics_server = match args.metrics_listen {
         Some(address) => {
             let metrics_listener = tokio::net::TcpListener::bind(address)
@@ -452,9 +434,8 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     let stop = replica::until_stopped_or_fenced(engine.clone(), drain_on_signal(engine.clone()));
     cursor_runner_api::serve_with(engine.clone(), listener, stop, options).await?;
     // Calls forwarded here are answered until the public listener has closed too.
-    if let (Some(stop), Some(server)) = (stop_internal, internal_server) {
-        let _ = stop.send(());
-        let _ = tokio::time::timeout(cursor_runner_api::SHUTDOWN_GRACE, server).await;
+    if let Some(server) = internal_server {
+        server.stop().await;
     }
     if engine.lease_has_ended() {
         replica::exit_fenced(&engine).await;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use cursor_runner_api::{FleetToken, ForwardTls};
+use cursor_runner_api::{FleetToken, ForwardTls, Forwarder, TlsReloader};
 use cursor_runner_executions::Engine;
 use cursor_runner_executions::ownership::{self, ReplicaConfig, ReplicaName};
 
@@ -146,6 +146,48 @@ impl ReplicaArgs {
             token,
             tls,
         }))
+    }
+}
+
+impl Fleet {
+    /// Serves the internal listener in the background; the forwarder that carries this
+    /// replica's calls to the others. A listener that fails drains the replica: it could no
+    /// longer answer for its executions, which another replica then serves after it exits.
+    pub fn serve(self, engine: Arc<Engine>, tls: Option<Arc<TlsReloader>>) -> (Arc<Forwarder>, InternalServer) {
+        let forwarder = Arc::new(Forwarder::new(self.token.clone(), self.tls, engine.metrics().clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let stopped = async {
+                let _ = stopped.await;
+            };
+            let served =
+                cursor_runner_api::serve_internal(engine.clone(), self.listener, stopped, self.token, tls).await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the internal listener failed: draining this replica");
+                engine.begin_drain(None);
+            }
+        });
+        (forwarder, InternalServer { stop, task })
+    }
+}
+
+/// The internal listener, serving until [`InternalServer::stop`].
+pub struct InternalServer {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InternalServer {
+    /// Takes no more forwarded calls; the open ones get `SHUTDOWN_GRACE` to finish.
+    pub async fn stop(self) {
+        let Self { stop, mut task } = self;
+        let _ = stop.send(());
+        if tokio::time::timeout(cursor_runner_api::SHUTDOWN_GRACE, &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
     }
 }
 

@@ -513,6 +513,12 @@ async fn serve_refuses_a_fleet_setup_it_cannot_serve() {
             FLEET_TOKEN.to_owned(),
             "give --advertise-address",
         ),
+        (
+            &postgres.url,
+            "127.0.0.1:0",
+            FLEET_TOKEN.to_owned(),
+            "give --internal-tls-ca",
+        ),
     ];
     let ca = cursor_runner_e2e::pki::TestCa::new("fleet-ca");
     let pki = tempfile::tempdir().unwrap();
@@ -572,7 +578,8 @@ async fn tls_channel(address: SocketAddr, ca_pem: &str) -> tonic::transport::Cha
 
 /// When the gRPC listeners serve TLS, so do the internal ones: a call through a replica
 /// that does not own the execution reaches its owner over TLS, verified against the fleet's
-/// CA and name, and a plaintext client finds no way in.
+/// CA and name; a replica trusting another CA finds the owner unreachable, and a plaintext
+/// client finds no way in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
     let database = TestDatabase::create(Backend::Postgres).await;
@@ -592,6 +599,15 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
     };
     let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, tls_env());
     let b = fleet_replica_with(&database.url, "replica-b", LONG_LEASE_MS, tls_env());
+    let stranger_ca = tempfile::tempdir().unwrap();
+    let (stranger_ca_file, _, _) =
+        cursor_runner_e2e::pki::TestCa::new("another-ca").write_server_files(stranger_ca.path());
+    let mut trusting_another_ca = tls_env();
+    trusting_another_ca.push((
+        "CURSOR_RUNNER_INTERNAL_TLS_CA".to_owned(),
+        stranger_ca_file.display().to_string(),
+    ));
+    let c = fleet_replica_with(&database.url, "replica-c", LONG_LEASE_MS, trusting_another_ca);
     let tenant = || vec![(cursor_runner_api::TENANT_METADATA, TENANT.to_owned())];
     let mut a_client = client_with(tls_channel(a.process.address, &ca.pem()).await, tenant());
     let mut b_client = client_with(tls_channel(b.process.address, &ca.pem()).await, tenant());
@@ -622,30 +638,35 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
         .unwrap();
     assert_eq!(turn.execution_id, execution.execution_id);
     assert_eq!(b.forwarded("answered"), 1);
-    let plaintext = tonic::transport::Channel::from_shared(format!("http://{}", a.internal))
+    let mut c_client = client_with(tls_channel(c.process.address, &ca.pem()).await, tenant());
+    let refused = c_client
+        .list_models(pb::ListModelsRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .expect_err("replica-c cannot verify the owner");
+    assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
+    let plaintext = tonic::transport::Endpoint::from_shared(format!("http://{}", a.internal))
         .unwrap()
-        .connect()
-        .await;
-    if let Ok(channel) = plaintext {
-        let mut client = client_with(
-            channel,
-            [
-                vec![("authorization", format!("Bearer {FLEET_TOKEN}"))],
-                forwarded_as("replica-a", TENANT),
-            ]
-            .concat(),
-        );
-        let refused = client
-            .get_execution(pb::GetExecutionRequest {
-                execution_id: execution.execution_id.clone(),
-            })
-            .await
-            .expect_err("the internal listener speaks TLS only");
-        assert!(
-            reason(&refused).is_empty(),
-            "a transport failure, not an answer: {refused:?}"
-        );
-    }
+        .connect_lazy();
+    let mut client = client_with(
+        plaintext,
+        [
+            vec![("authorization", format!("Bearer {FLEET_TOKEN}"))],
+            forwarded_as("replica-a", TENANT),
+        ]
+        .concat(),
+    );
+    let refused = client
+        .get_execution(pb::GetExecutionRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .expect_err("the internal listener speaks TLS only");
+    assert!(
+        reason(&refused).is_empty(),
+        "a transport failure, not an answer: {refused:?}"
+    );
     a_client
         .close_execution(pb::CloseExecutionRequest {
             request_id: "close".into(),
@@ -963,6 +984,7 @@ async fn a_call_forwarded_to_an_address_another_replica_took_over_is_the_owners_
     assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
     assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-a"));
     assert_eq!(answers_read(&a.dirs.record), 0);
+    assert_eq!(b.forwarded("unreachable"), 1, "counted as the hop's failure");
     let _ = execution;
     b.process.stop();
     z.process.stop();
@@ -999,6 +1021,69 @@ async fn a_session_loaded_through_any_replica_opens_on_the_replica_that_ran_it()
     assert_eq!(seen.owner_replica, "replica-a");
     assert_eq!(seen.session_id, session_id);
     close_all(&mut b_client, &[&loaded]).await;
+    a.process.stop();
+    b.process.stop();
+    database.drop_database().await;
+}
+
+/// A `CreateExecution` placed on a replica that does not answer may have run there: the
+/// search ends and its caller is told to retry under the same `request_id`
+/// (`OWNER_UNREACHABLE`), never that the fleet is full and nothing was created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_placed_on_a_replica_that_does_not_answer_is_retried_not_refused_as_fleet_full() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut a_client = a.process.client().await;
+    b.process.client().await;
+    let first = create(&mut a_client, &a.dirs, "create-first").await.expect("room on A");
+    b.process.kill();
+    let refused = create(&mut a_client, &a.dirs, "create-second")
+        .await
+        .expect_err("A is full and B does not answer");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "owner_replica").as_deref(), Some("replica-b"));
+    close_all(&mut a_client, &[&first]).await;
+    a.process.stop();
+    database.drop_database().await;
+}
+
+/// A session's load refused for want of room on the replica that holds the session is
+/// that replica's refusal: it is not placed on a replica without the session's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_load_refused_for_room_where_the_session_lives_is_not_placed_elsewhere() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut a_client = a.process.client().await;
+    b.process.client().await;
+    let first = create(&mut a_client, &a.dirs, "create-first").await.expect("on A");
+    let session_id = get_execution(&mut a_client, &first.execution_id).await.session_id;
+    close_all(&mut a_client, &[&first]).await;
+    // Another tenant's execution takes A's one process (its session, named as every fresh
+    // fake agent names its first one, is that tenant's: no conflict with the load).
+    let mut other_tenant = connect(a.process.address, Some("tenant-b")).await;
+    let filling = create(&mut other_tenant, &a.dirs, "create-filling")
+        .await
+        .expect("on A");
+    let refused = a_client
+        .create_execution(pb::CreateExecutionRequest {
+            request_id: "load-on-a-full-replica".into(),
+            workspace: a.dirs.workspace.display().to_string(),
+            load_session_id: session_id,
+            ..Default::default()
+        })
+        .await
+        .expect_err("the replica with the session has no room");
+    assert_eq!(reason(&refused), "POOL_EXHAUSTED", "{refused:?}");
+    assert_eq!(error_metadata(&refused, "scope"), None, "this replica's own refusal");
+    assert_eq!(
+        a.forwarded("answered") + a.forwarded("unreachable"),
+        0,
+        "nothing was placed"
+    );
+    close_all(&mut other_tenant, &[&filling]).await;
     a.process.stop();
     b.process.stop();
     database.drop_database().await;

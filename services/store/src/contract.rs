@@ -175,9 +175,12 @@ pub trait Store: Send + Sync + 'static {
     fn lease(&self) -> tokio::sync::watch::Receiver<Lease>;
     /// Ends this incarnation (a clean exit): its lease ends now and its locks are let go.
     async fn end_replica(&self) -> StoreResult<()>;
+    /// Marks this incarnation draining: it still serves (and renews its lease), but new
+    /// executions are not placed on it ([`Store::placement_targets`]).
+    async fn mark_replica_draining(&self) -> StoreResult<()>;
     /// Up to `limit` other replicas a new execution may be placed on: serving (their lease
-    /// live on the database's clock), taking forwarded calls (an address), those owning the
-    /// fewest live executions first. Empty until this store registers.
+    /// live on the database's clock, not draining), taking forwarded calls (an address),
+    /// those owning the fewest live executions first. Empty until this store registers.
     async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>>;
     /// Who owns an execution of the tenant, where it takes forwarded calls and whether it
     /// serves now (`None`: no such execution).

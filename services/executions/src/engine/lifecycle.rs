@@ -187,6 +187,16 @@ impl Engine {
         let first = !self.draining.send_replace(true);
         self.metrics.draining();
         self.pool.drain();
+        if first {
+            // Other replicas stop placing new executions here (best effort: a replica that
+            // is placed on anyway refuses DRAINING, and the placer moves on).
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.mark_replica_draining().await {
+                    tracing::warn!(error = %e, "marking this replica draining failed");
+                }
+            });
+        }
         let until = tokio::time::Instant::now() + deadline;
         let handles: Vec<mpsc::Sender<(Command, tracing::Span)>> =
             self.executions.lock().values().map(|h| h.commands.clone()).collect();

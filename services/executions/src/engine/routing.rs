@@ -67,12 +67,11 @@ impl Engine {
 }
 
 /// Whether a replica refused a new execution for want of room of its own, which another
-/// replica may have: its pool is full, it is draining, or the profile is quarantined on it.
+/// replica may have: its pool is full, or it is draining. Not a quarantined profile: its
+/// agents failed (often for its credential), and placing it would spread the failures, and
+/// the quarantine, over the fleet.
 pub fn for_want_of_room(reason: Reason) -> bool {
-    matches!(
-        reason,
-        Reason::PoolExhausted | Reason::Draining | Reason::ProfileQuarantined
-    )
+    matches!(reason, Reason::PoolExhausted | Reason::Draining)
 }
 
 /// The refusal of a `CreateExecution` once this replica and the `tried` others it was
@@ -106,10 +105,7 @@ mod tests {
     #[test]
     fn only_a_refusal_for_want_of_room_here_is_placed_elsewhere() {
         for reason in Reason::ALL {
-            let expected = matches!(
-                reason,
-                Reason::PoolExhausted | Reason::Draining | Reason::ProfileQuarantined
-            );
+            let expected = matches!(reason, Reason::PoolExhausted | Reason::Draining);
             assert_eq!(for_want_of_room(*reason), expected, "{reason:?}");
         }
         let full = fleet_full(2);

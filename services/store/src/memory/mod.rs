@@ -121,6 +121,10 @@ impl Store for MemoryStore {
         self.tables.lock().my_lease_until_ms = Some(i64::MIN);
         Ok(())
     }
+    async fn mark_replica_draining(&self) -> StoreResult<()> {
+        self.replicas.lock().drain();
+        Ok(())
+    }
     async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
         let candidates = self.replicas.lock().serving_elsewhere();
         self.run("placement_targets", |t| {

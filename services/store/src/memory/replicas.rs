@@ -19,6 +19,7 @@ pub(super) struct Replicas {
 struct Row {
     name: String,
     address: Option<String>,
+    draining: bool,
     ended: bool,
     lease_until_ms: i64,
 }
@@ -51,6 +52,7 @@ impl Replicas {
             Row {
                 name: name.to_owned(),
                 address: address.map(str::to_owned),
+                draining: false,
                 ended: false,
                 lease_until_ms,
             },
@@ -119,7 +121,7 @@ impl Replicas {
         let Some((me, _)) = &self.me else { return Vec::new() };
         self.rows
             .iter()
-            .filter(|(incarnation, _)| *incarnation != me && self.lease_live(incarnation))
+            .filter(|(incarnation, row)| *incarnation != me && !row.draining && self.lease_live(incarnation))
             .filter_map(|(incarnation, row)| {
                 let address = row.address.clone()?;
                 Some((
@@ -131,6 +133,15 @@ impl Replicas {
                 ))
             })
             .collect()
+    }
+
+    /// Marks this store's replica draining (no new executions are placed on it).
+    pub(super) fn drain(&mut self) {
+        if let Some((incarnation, _)) = &self.me
+            && let Some(row) = self.rows.get_mut(incarnation)
+        {
+            row.draining = true;
+        }
     }
 
     pub(super) fn end(&mut self) {

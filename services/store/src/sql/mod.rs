@@ -65,6 +65,9 @@ impl Store for SqlStore {
     async fn end_replica(&self) -> StoreResult<()> {
         SqlStore::end_replica(self).await
     }
+    async fn mark_replica_draining(&self) -> StoreResult<()> {
+        SqlStore::mark_replica_draining(self).await
+    }
     async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
         SqlStore::placement_targets(self, limit).await
     }

@@ -296,13 +296,27 @@ impl SqlStore {
         Ok(outcome?)
     }
 
+    pub(super) async fn mark_replica_draining(&self) -> StoreResult<()> {
+        let Some(me) = self.shared.identity.registered.get().map(|r| r.incarnation.clone()) else {
+            return Ok(());
+        };
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE replicas SET state = 'draining' WHERE incarnation = $1 AND state = 'serving'"
+        )
+        .bind(&me)
+        .execute(pool)
+        .await
+        .map(drop)?);
+        Ok(())
+    }
+
     pub(super) async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
         let Some(me) = self.shared.identity.registered.get().map(|r| r.incarnation.clone()) else {
             return Ok(Vec::new());
         };
         let sql = format!(
             "SELECT r.name, r.address FROM replicas r \
-             WHERE r.incarnation <> $1 AND r.state <> 'ended' AND r.lease_until_ms > {now} AND r.address IS NOT NULL \
+             WHERE r.incarnation <> $1 AND r.state = 'serving' AND r.lease_until_ms > {now} AND r.address IS NOT NULL \
              ORDER BY (SELECT COUNT(*) FROM executions e WHERE e.owner_incarnation = r.incarnation \
                        AND e.state IN ('starting', 'ready', 'closing')), r.incarnation \
              LIMIT $2",

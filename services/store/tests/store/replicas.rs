@@ -439,8 +439,8 @@ async fn postgres_a_predecessor_that_ended_while_it_still_owned_live_work_is_a_p
 }
 
 /// A new execution goes to a replica that serves and takes forwarded calls, the one owning
-/// the fewest live executions first; never to this one, an ended one or one without an
-/// address.
+/// the fewest live executions first; never to this one, an ended or draining one, or one
+/// without an address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_placement_targets_serving_replicas_with_an_address_least_loaded_first() {
     let (scratch, url) = Scratch::postgres().await;
@@ -488,6 +488,16 @@ async fn postgres_placement_targets_serving_replicas_with_an_address_least_loade
         me.placement_targets(1).await.unwrap(),
         vec![target("replica-idle", "10.0.0.3:50052")],
         "at most the limit"
+    );
+    idle.mark_replica_draining().await.unwrap();
+    assert_eq!(
+        me.placement_targets(3).await.unwrap(),
+        vec![target("replica-busy", "10.0.0.2:50052")],
+        "a draining replica takes no new execution"
+    );
+    assert!(
+        me.execution_owner(TENANT, "busy-1").await.unwrap().unwrap().serving,
+        "a draining replica still serves what it owns"
     );
     drop((me, busy, idle, unaddressed, ended));
     scratch.remove().await;
