@@ -133,6 +133,45 @@ impl Fleet {
     }
 }
 
+/// `replica-a` and `replica-b` of a fleet on a new database, each with its own environment
+/// added, and their clients.
+struct Pair {
+    database: TestDatabase,
+    a: Replica,
+    b: Replica,
+    a_client: Client,
+    b_client: Client,
+}
+
+impl Pair {
+    async fn start(a_env: Vec<(String, String)>, b_env: Vec<(String, String)>) -> Self {
+        Self::playing(a_env, b_env, "demo.json").await
+    }
+
+    /// [`Pair::start`], the agents playing `scenario`.
+    async fn playing(a_env: Vec<(String, String)>, b_env: Vec<(String, String)>, scenario: &str) -> Self {
+        let database = TestDatabase::create(Backend::Postgres).await;
+        let a = fleet_replica_playing(&database.url, "replica-a", LONG_LEASE_MS, a_env, scenario);
+        let b = fleet_replica_playing(&database.url, "replica-b", LONG_LEASE_MS, b_env, scenario);
+        let (a_client, b_client) = (a.process.client().await, b.process.client().await);
+        Self {
+            database,
+            a,
+            b,
+            a_client,
+            b_client,
+        }
+    }
+}
+
+/// Stops `replicas`, then drops `database`.
+async fn stop_all(database: TestDatabase, replicas: impl IntoIterator<Item = Replica>) {
+    for replica in replicas {
+        replica.process.stop();
+    }
+    database.drop_database().await;
+}
+
 /// What a caller can tell of a refusal: code, message, `ErrorInfo` reason and metadata.
 fn refusal(status: tonic::Status) -> (tonic::Code, String, String, Vec<(String, String)>) {
     use tonic_types::StatusExt;
@@ -713,11 +752,13 @@ async fn close_all(client: &mut Client, executions: &[&pb::Execution]) {
 /// execution is that replica's, and a retry of the call through the first finds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_on_a_full_replica_is_placed_on_one_with_room_and_its_retry_finds_it() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
-    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
-    let mut a_client = a.process.client().await;
-    let mut b_client = b.process.client().await;
+    let Pair {
+        database,
+        a,
+        b,
+        mut a_client,
+        mut b_client,
+    } = Pair::start(one_process(), Vec::new()).await;
     let first = create(&mut a_client, &a.dirs, "create-first").await.expect("room on A");
     let placed = create(&mut a_client, &a.dirs, "create-second")
         .await
@@ -740,20 +781,20 @@ async fn a_create_on_a_full_replica_is_placed_on_one_with_room_and_its_retry_fin
     );
     assert_eq!(a.forwarded("answered"), 1, "placed once");
     close_all(&mut b_client, &[&first, &placed]).await;
-    a.process.stop();
-    b.process.stop();
-    database.drop_database().await;
+    stop_all(database, [a, b]).await;
 }
 
 /// When every replica is full, a `CreateExecution` is refused `RESOURCE_EXHAUSTED` /
 /// `POOL_EXHAUSTED` for the whole fleet, with `RetryInfo`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_when_every_replica_is_full_is_resource_exhausted_for_the_fleet_with_retry_info() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
-    let b = fleet_replica_with(&database.url, "replica-b", LONG_LEASE_MS, one_process());
-    let mut a_client = a.process.client().await;
-    let mut b_client = b.process.client().await;
+    let Pair {
+        database,
+        a,
+        b,
+        mut a_client,
+        mut b_client,
+    } = Pair::start(one_process(), one_process()).await;
     let on_a = create(&mut a_client, &a.dirs, "create-on-a").await.expect("room on A");
     let on_b = create(&mut b_client, &b.dirs, "create-on-b").await.expect("room on B");
     let refused = create(&mut a_client, &a.dirs, "create-third")
@@ -765,9 +806,7 @@ async fn a_create_when_every_replica_is_full_is_resource_exhausted_for_the_fleet
     assert_eq!(error_metadata(&refused, "replicas_tried").as_deref(), Some("2"));
     assert!(retry_delay(&refused).is_some(), "{refused:?}");
     close_all(&mut a_client, &[&on_a, &on_b]).await;
-    a.process.stop();
-    b.process.stop();
-    database.drop_database().await;
+    stop_all(database, [a, b]).await;
 }
 
 /// A draining replica takes no new execution itself but places it on another replica; it
@@ -914,24 +953,16 @@ async fn a_tenant_a_token_names_keeps_its_exact_name_through_another_replica() {
 /// the owner's own listener would send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owners_answer_past_four_mebibytes_reaches_the_caller_through_another_replica() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let a = fleet_replica_playing(
-        &database.url,
-        "replica-a",
-        LONG_LEASE_MS,
-        Vec::new(),
-        "big_model_catalog.json",
-    );
-    let b = fleet_replica_playing(
-        &database.url,
-        "replica-b",
-        LONG_LEASE_MS,
-        Vec::new(),
-        "big_model_catalog.json",
-    );
     const LARGE: usize = 64 * 1024 * 1024;
-    let mut a_client = a.process.client().await.max_decoding_message_size(LARGE);
-    let mut b_client = b.process.client().await.max_decoding_message_size(LARGE);
+    let Pair {
+        database,
+        a,
+        b,
+        a_client,
+        b_client,
+    } = Pair::playing(Vec::new(), Vec::new(), "big_model_catalog.json").await;
+    let mut a_client = a_client.max_decoding_message_size(LARGE);
+    let mut b_client = b_client.max_decoding_message_size(LARGE);
     let execution = create(&mut a_client, &a.dirs, "create").await.expect("on A");
     let list = |client: &mut Client| {
         let mut client = client.clone();
@@ -950,9 +981,7 @@ async fn an_owners_answer_past_four_mebibytes_reaches_the_caller_through_another
     );
     assert_eq!(list(&mut b_client).await.expect("through replica-b"), direct);
     close_all(&mut a_client, &[&execution]).await;
-    a.process.stop();
-    b.process.stop();
-    database.drop_database().await;
+    stop_all(database, [a, b]).await;
 }
 
 /// When the owner died and another replica took its internal address while the owner's
@@ -996,11 +1025,13 @@ async fn a_call_forwarded_to_an_address_another_replica_took_over_is_the_owners_
 /// there, and loads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_loaded_through_any_replica_opens_on_the_replica_that_ran_it() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let a = fleet_replica(&database.url, "replica-a", LONG_LEASE_MS);
-    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
-    let mut a_client = a.process.client().await;
-    let mut b_client = b.process.client().await;
+    let Pair {
+        database,
+        a,
+        b,
+        mut a_client,
+        mut b_client,
+    } = Pair::start(Vec::new(), Vec::new()).await;
     let first = create(&mut a_client, &a.dirs, "create-first").await.expect("on A");
     let session_id = get_execution(&mut a_client, &first.execution_id).await.session_id;
     assert!(!session_id.is_empty(), "the execution recorded its session");
@@ -1021,9 +1052,7 @@ async fn a_session_loaded_through_any_replica_opens_on_the_replica_that_ran_it()
     assert_eq!(seen.owner_replica, "replica-a");
     assert_eq!(seen.session_id, session_id);
     close_all(&mut b_client, &[&loaded]).await;
-    a.process.stop();
-    b.process.stop();
-    database.drop_database().await;
+    stop_all(database, [a, b]).await;
 }
 
 /// A `CreateExecution` placed on a replica that does not answer may have run there: the
@@ -1053,11 +1082,13 @@ async fn a_create_placed_on_a_replica_that_does_not_answer_is_retried_not_refuse
 /// that replica's refusal: it is not placed on a replica without the session's history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_load_refused_for_room_where_the_session_lives_is_not_placed_elsewhere() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
-    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
-    let mut a_client = a.process.client().await;
-    b.process.client().await;
+    let Pair {
+        database,
+        a,
+        b,
+        mut a_client,
+        ..
+    } = Pair::start(one_process(), Vec::new()).await;
     let first = create(&mut a_client, &a.dirs, "create-first").await.expect("on A");
     let session_id = get_execution(&mut a_client, &first.execution_id).await.session_id;
     close_all(&mut a_client, &[&first]).await;
@@ -1084,7 +1115,5 @@ async fn a_session_load_refused_for_room_where_the_session_lives_is_not_placed_e
         "nothing was placed"
     );
     close_all(&mut other_tenant, &[&filling]).await;
-    a.process.stop();
-    b.process.stop();
-    database.drop_database().await;
+    stop_all(database, [a, b]).await;
 }
