@@ -924,7 +924,9 @@ async fn a_tenant_a_token_names_keeps_its_exact_name_through_another_replica() {
     let tokens_env = || vec![("CURSOR_RUNNER_TOKENS_FILE".to_owned(), tokens.display().to_string())];
     let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, tokens_env());
     let b = fleet_replica_with(&database.url, "replica-b", LONG_LEASE_MS, tokens_env());
+    // Both listen before the token clients connect (they do not wait for it).
     a.process.client().await;
+    b.process.client().await;
     let mut a_client = connect_with_token(a.process.address, Some(TOKEN), None).await;
     let mut b_client = connect_with_token(b.process.address, Some(TOKEN), None).await;
     let execution = create(&mut a_client, &a.dirs, "create").await.expect("on A");
