@@ -11,9 +11,7 @@ use std::time::Instant;
 use crate::answer_latency::{single_row_commits, write_question_scenario};
 use crate::lease_latency::Percentiles;
 use crate::service_process::{ServiceDirs, ServiceProcess, ServiceSettings, free_address, replica_env};
-use crate::{
-    Backend, Client, Subscriber, TestDatabase, create_execution_in, one_question_answer, payload, proto, start_turn,
-};
+use crate::{Backend, Client, Subscriber, TestDatabase, one_question_answer, payload, proto, turn_started};
 
 /// The replicas' shared secret (the bench's own).
 const FLEET_TOKEN: &str = "bench-fleet-token-0123456789abcdef01234567";
@@ -52,18 +50,6 @@ fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, scenario: &std::p
     })
 }
 
-/// An execution on `owner`'s replica in its turn, and its event stream.
-async fn asking(owner: &mut Client, dirs: &ServiceDirs, tag: &str) -> (proto::Execution, Subscriber) {
-    let execution = create_execution_in(owner, &dirs.workspace, &format!("create-{tag}")).await;
-    let events = Subscriber::open(owner, &execution.execution_id, 0)
-        .await
-        .expect("StreamEvents");
-    start_turn(owner, &execution.execution_id, &format!("turn-{tag}"))
-        .await
-        .expect("StartTurn");
-    (execution, events)
-}
-
 /// Answers the next question `events` shows through `client`; how long the call took.
 async fn answer_next(client: &mut Client, events: &mut Subscriber, request_id: String) -> std::time::Duration {
     let created = payload(
@@ -92,8 +78,8 @@ pub async fn measure(questions: usize) -> FleetAnswerReport {
     let a = replica(&database.url, &a_dirs, "bench-a", &scenario);
     let b = replica(&database.url, &b_dirs, "bench-b", &scenario);
     let (mut a_client, mut b_client) = (a.client().await, b.client().await);
-    let (_, mut local) = asking(&mut a_client, &a_dirs, "same").await;
-    let (_, mut forwarded) = asking(&mut a_client, &a_dirs, "cross").await;
+    let (_, mut local) = turn_started(&mut a_client, &a_dirs.workspace, "same").await;
+    let (_, mut forwarded) = turn_started(&mut a_client, &a_dirs.workspace, "cross").await;
     let (mut same, mut cross) = (Vec::with_capacity(questions), Vec::with_capacity(questions));
     for i in 0..questions {
         same.push(answer_next(&mut a_client, &mut local, format!("same-{i}")).await);

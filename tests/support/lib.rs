@@ -603,17 +603,24 @@ pub async fn create_execution(client: &mut Client, service: &TestService, reques
     create_execution_in(client, &service.workspace, request_id).await
 }
 
-/// An execution in `workspace` whose first turn has asked a question (as `demo.json`'s
-/// does): the execution, its stream from the start up to the question, and the question's
-/// `runtime_request.created` payload. `tag` keeps request ids apart on a shared database.
-pub async fn question_asked(client: &mut Client, workspace: &Path, tag: &str) -> (pb::Execution, Subscriber, Value) {
+/// An execution in `workspace` with its first turn started, and its stream from the start.
+/// `tag` keeps request ids apart on a shared database.
+pub async fn turn_started(client: &mut Client, workspace: &Path, tag: &str) -> (pb::Execution, Subscriber) {
     let execution = create_execution_in(client, workspace, &format!("create-{tag}")).await;
-    let mut events = Subscriber::open(client, &execution.execution_id, 0)
+    let events = Subscriber::open(client, &execution.execution_id, 0)
         .await
         .expect("StreamEvents");
     start_turn(client, &execution.execution_id, &format!("turn-{tag}"))
         .await
         .expect("StartTurn");
+    (execution, events)
+}
+
+/// [`turn_started`], once the turn has asked a question (as `demo.json`'s does): the
+/// execution, its stream up to the question, and the question's `runtime_request.created`
+/// payload.
+pub async fn question_asked(client: &mut Client, workspace: &Path, tag: &str) -> (pb::Execution, Subscriber, Value) {
+    let (execution, mut events) = turn_started(client, workspace, tag).await;
     let created = payload(
         events
             .events_until("runtime_request.created")

@@ -15,8 +15,19 @@ const LONG_LEASE_MS: u64 = 60_000;
 /// For the test that waits out a dead owner's lease: long enough that a call sent right
 /// after the owner died still finds its lease live.
 const SHORT_LEASE_MS: u64 = 5_000;
-/// The fleet's shared secret in these tests.
+/// The start of the fleets' shared secrets in these tests.
 const FLEET_TOKEN: &str = "fleet-token-0123456789abcdef0123456789";
+
+/// The shared secret of the fleet on `database_url`: each test's own, so that a replica of
+/// another test running at the same time, which took over a port a replica here let go
+/// of, refuses the calls forwarded to that port as the hop's failure.
+fn fleet_token(database_url: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "{FLEET_TOKEN}-{}",
+        &hex::encode(sha2::Sha256::digest(database_url.as_bytes()))[..16]
+    )
+}
 
 /// One replica of a fleet: its process, its internal listener, its `/metrics`, its
 /// directories.
@@ -60,7 +71,7 @@ fn fleet_replica_playing(
 ) -> Replica {
     let dirs = ServiceDirs::new();
     let token_file = dirs.root.path().join("fleet-token");
-    std::fs::write(&token_file, format!("{FLEET_TOKEN}\n")).unwrap();
+    std::fs::write(&token_file, format!("{}\n", fleet_token(database_url))).unwrap();
     let (internal, metrics) = (free_address(), free_address());
     let mut env = replica_env(name, lease_ms);
     env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), internal.to_string()));
@@ -433,6 +444,7 @@ async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_th
     let get = |execution_id: &str| pb::GetExecutionRequest {
         execution_id: execution_id.to_owned(),
     };
+    let token = fleet_token(&fleet.database.url);
     let bearer = |token: &str| Some(format!("Bearer {token}"));
     let for_b = || forwarded_as("replica-b", TENANT);
     let no_tenant = || {
@@ -448,20 +460,16 @@ async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_th
             for_b(),
             "UNAUTHENTICATED",
         ),
-        (bearer(FLEET_TOKEN), no_tenant(), "TENANT_REQUIRED"),
+        (bearer(&token), no_tenant(), "TENANT_REQUIRED"),
         // For another replica: its address now leads here.
-        (
-            bearer(FLEET_TOKEN),
-            forwarded_as("replica-c", TENANT),
-            "OWNER_UNREACHABLE",
-        ),
+        (bearer(&token), forwarded_as("replica-c", TENANT), "OWNER_UNREACHABLE"),
     ] {
         let described = format!("{authorization:?} {metadata:?}");
         let mut client = internal_client(fleet.b.internal, authorization, metadata).await;
         let refused = client.get_execution(get(&execution.execution_id)).await.unwrap_err();
         assert_eq!(reason(&refused), reason_expected, "{described}: {refused:?}");
     }
-    let mut fleet_client = internal_client(fleet.b.internal, bearer(FLEET_TOKEN), for_b()).await;
+    let mut fleet_client = internal_client(fleet.b.internal, bearer(&token), for_b()).await;
     let seen = fleet_client
         .get_execution(get(&execution.execution_id))
         .await
@@ -691,7 +699,7 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
     let mut client = client_with(
         plaintext,
         [
-            vec![("authorization", format!("Bearer {FLEET_TOKEN}"))],
+            vec![("authorization", format!("Bearer {}", fleet_token(&database.url)))],
             forwarded_as("replica-a", TENANT),
         ]
         .concat(),
