@@ -8,6 +8,7 @@
 pub mod agent_callers;
 pub mod agent_init;
 pub mod agent_users;
+pub mod checkpoint;
 mod guardian;
 pub mod isolation;
 mod launch;

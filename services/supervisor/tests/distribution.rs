@@ -533,7 +533,10 @@ fn an_entry_outside_dist_package_is_refused() {
     for name in ["package/index.js", "README", "dist-package-extra/x.js"] {
         assert_eq!(
             refusal_of(with_entry(name, RawKind::File)),
-            EntryRefusal::OutsideDistPackage { path: name.into() }
+            EntryRefusal::OutsideRoot {
+                path: name.into(),
+                root: "dist-package"
+            }
         );
     }
 }
@@ -712,7 +715,11 @@ fn every_refusal_has_a_distinct_reason() {
         EntryRefusal::AbsolutePath { path: "".into() }.reason(),
         EntryRefusal::ControlCharacter { path: "".into() }.reason(),
         EntryRefusal::NonUtf8Path { path: "".into() }.reason(),
-        EntryRefusal::OutsideDistPackage { path: "".into() }.reason(),
+        EntryRefusal::OutsideRoot {
+            path: "".into(),
+            root: "dist-package",
+        }
+        .reason(),
         EntryRefusal::Symlink { path: "".into() }.reason(),
         EntryRefusal::HardLink { path: "".into() }.reason(),
         EntryRefusal::Device { path: "".into() }.reason(),

@@ -26,8 +26,8 @@ pub enum EntryRefusal {
     ControlCharacter { path: String },
     #[error("archive entry `{path}` has a name that is not UTF-8")]
     NonUtf8Path { path: String },
-    #[error("archive entry `{path}` is outside `{ARCHIVE_ROOT}/`")]
-    OutsideDistPackage { path: String },
+    #[error("archive entry `{path}` is outside `{root}/`")]
+    OutsideRoot { path: String, root: &'static str },
     #[error("archive entry `{path}` is a symbolic link")]
     Symlink { path: String },
     #[error("archive entry `{path}` is a hard link")]
@@ -52,7 +52,7 @@ impl EntryRefusal {
             EntryRefusal::AbsolutePath { .. } => "entry_absolute_path",
             EntryRefusal::ControlCharacter { .. } => "entry_control_character",
             EntryRefusal::NonUtf8Path { .. } => "entry_non_utf8_path",
-            EntryRefusal::OutsideDistPackage { .. } => "entry_outside_dist_package",
+            EntryRefusal::OutsideRoot { .. } => "entry_outside_root",
             EntryRefusal::Symlink { .. } => "entry_symlink",
             EntryRefusal::HardLink { .. } => "entry_hard_link",
             EntryRefusal::Device { .. } => "entry_device",
@@ -70,7 +70,7 @@ impl EntryRefusal {
             | EntryRefusal::AbsolutePath { path }
             | EntryRefusal::ControlCharacter { path }
             | EntryRefusal::NonUtf8Path { path }
-            | EntryRefusal::OutsideDistPackage { path }
+            | EntryRefusal::OutsideRoot { path, .. }
             | EntryRefusal::Symlink { path }
             | EntryRefusal::HardLink { path }
             | EntryRefusal::Device { path }
@@ -124,15 +124,31 @@ pub(crate) enum Item {
     },
 }
 
-/// Accepts or refuses archive entries; remembers what it has seen so that
-/// duplicates and file/directory conflicts are refused.
-#[derive(Default)]
+/// Accepts or refuses archive entries, all under one root directory; remembers what it
+/// has seen so that duplicates and file/directory conflicts are refused.
 pub(crate) struct EntryRules {
+    root: &'static str,
     files: HashSet<String>,
     dirs: HashSet<String>,
 }
 
+impl Default for EntryRules {
+    /// A distribution archive's rules: everything under [`ARCHIVE_ROOT`].
+    fn default() -> Self {
+        Self::under(ARCHIVE_ROOT)
+    }
+}
+
 impl EntryRules {
+    /// The rules for an archive whose entries all live under `root/`.
+    pub(crate) fn under(root: &'static str) -> Self {
+        Self {
+            root,
+            files: HashSet::new(),
+            dirs: HashSet::new(),
+        }
+    }
+
     /// Classifies one entry. `Ok(None)`: an entry that carries no file (the
     /// `dist-package/` directory itself, a PAX global header).
     pub(crate) fn accept(
@@ -173,8 +189,11 @@ impl EntryRules {
                 });
             }
         }
-        if components.first() != Some(&ARCHIVE_ROOT) {
-            return Err(EntryRefusal::OutsideDistPackage { path: shown });
+        if components.first() != Some(&self.root) {
+            return Err(EntryRefusal::OutsideRoot {
+                path: shown,
+                root: self.root,
+            });
         }
         let rel = components[1..].join("/");
         if entry_type == EntryType::Directory {
@@ -190,7 +209,10 @@ impl EntryRules {
         }
         // A regular file.
         if rel.is_empty() {
-            return Err(EntryRefusal::OutsideDistPackage { path: shown });
+            return Err(EntryRefusal::OutsideRoot {
+                path: shown,
+                root: self.root,
+            });
         }
         if text.ends_with('/') {
             return Err(EntryRefusal::UnsupportedType {
@@ -349,9 +371,9 @@ mod tests {
             (EntryType::Regular, "/dist-package/x", "entry_absolute_path"),
             (EntryType::Regular, "dist-package/a\nb", "entry_control_character"),
             (EntryType::Regular, "dist-package/a\u{85}b", "entry_control_character"),
-            (EntryType::Regular, "other/x", "entry_outside_dist_package"),
-            (EntryType::Regular, "dist-package", "entry_outside_dist_package"),
-            (EntryType::Regular, "dist-package-2/x", "entry_outside_dist_package"),
+            (EntryType::Regular, "other/x", "entry_outside_root"),
+            (EntryType::Regular, "dist-package", "entry_outside_root"),
+            (EntryType::Regular, "dist-package-2/x", "entry_outside_root"),
             (EntryType::Regular, "dist-package/dir/", "entry_unsupported_type"),
             (EntryType::Symlink, "dist-package/x", "entry_symlink"),
             (EntryType::Link, "dist-package/x", "entry_hard_link"),

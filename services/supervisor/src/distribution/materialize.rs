@@ -179,7 +179,13 @@ pub fn materialize(
     reporter.finish();
 
     // 6. Into place, never over anything.
-    rename_no_replace(&staging, into)?;
+    rename_no_replace(&staging, into).map_err(|source| match source.kind() {
+        io::ErrorKind::AlreadyExists => MaterializeError::DestinationExists { path: into.to_owned() },
+        _ => MaterializeError::Io {
+            path: into.to_owned(),
+            source,
+        },
+    })?;
     guard.armed = false;
     if let Ok(dir) = File::open(parent) {
         let _ = dir.sync_all();
@@ -288,33 +294,25 @@ fn seal(staging: &Path) -> Result<(), MaterializeError> {
     Ok(())
 }
 
-fn rename_no_replace(from: &Path, to: &Path) -> Result<(), MaterializeError> {
+/// Renames `from` onto `to`, never over anything: an existing `to` is `AlreadyExists`.
+pub(crate) fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         use nix::errno::Errno;
         use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
         match renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE) {
             Ok(()) => return Ok(()),
-            Err(Errno::EEXIST) => {
-                return Err(MaterializeError::DestinationExists { path: to.to_owned() });
-            }
             // The file system cannot refuse a replacement itself: fall back.
             Err(Errno::EINVAL) | Err(Errno::ENOSYS) => {}
-            Err(errno) => {
-                return Err(MaterializeError::Io {
-                    path: to.to_owned(),
-                    source: io::Error::from(errno),
-                });
-            }
+            Err(errno) => return Err(io::Error::from(errno)),
         }
     }
     // Without RENAME_NOREPLACE a destination created between this check and the
     // rename could be replaced when it is an empty directory (never otherwise).
-    refuse_existing(to)?;
-    fs::rename(from, to).map_err(|source| MaterializeError::Io {
-        path: to.to_owned(),
-        source,
-    })
+    if fs::symlink_metadata(to).is_ok() {
+        return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+    }
+    fs::rename(from, to)
 }
 
 /// Removes the staging directory unless disarmed (restoring write permission on

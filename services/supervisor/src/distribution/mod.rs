@@ -42,10 +42,10 @@
 //!   the directories that contain a pinned file exist in an installed closure (an
 //!   empty directory of the archive is not created).
 
-mod archive;
-mod hash;
+pub(crate) mod archive;
+pub(crate) mod hash;
 mod manifest;
-mod materialize;
+pub(crate) mod materialize;
 pub mod synthetic;
 mod verify;
 
