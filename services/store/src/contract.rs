@@ -242,6 +242,13 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<ExecutionRecord>>;
 
+    /// Stores a session's checkpoint behind the owner fence of its execution and
+    /// generation. It replaces the stored one when that is of another execution (a later
+    /// one of the session) or of the same execution at an earlier or equal (generation,
+    /// turn count); `false`: fenced, or older than what is stored.
+    async fn save_session_checkpoint(&self, checkpoint: &SessionCheckpoint) -> StoreResult<bool>;
+    async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>>;
+
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()>;
     /// Settles a turn; only a `running` turn can be settled (compare-and-set).
     async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool>;

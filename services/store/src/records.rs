@@ -115,6 +115,44 @@ pub struct EventRecord {
     pub payload: String,
 }
 
+/// A session's agent-side state, packed (`docs/scale-out.md` §6): written by the
+/// execution that ran the session, read by whichever replica loads or recovers it.
+#[derive(Clone, Default, PartialEq, sqlx::FromRow)]
+pub struct SessionCheckpoint {
+    pub tenant_id: String,
+    pub session_id: String,
+    /// The execution (and its generation, and its turns settled) the state is of.
+    pub execution_id: String,
+    pub generation: i64,
+    pub turn_count: i64,
+    /// How `body` is packed (`tar+gzip/1`).
+    pub format: String,
+    pub raw_bytes: i64,
+    pub stored_bytes: i64,
+    /// Hex sha256 of `body`.
+    pub sha256: String,
+    pub body: Vec<u8>,
+    pub taken_at_ms: i64,
+}
+
+impl std::fmt::Debug for SessionCheckpoint {
+    /// The body is bytes nobody reads in a log: its size and digest say what it is.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCheckpoint")
+            .field("tenant_id", &self.tenant_id)
+            .field("session_id", &self.session_id)
+            .field("execution_id", &self.execution_id)
+            .field("generation", &self.generation)
+            .field("turn_count", &self.turn_count)
+            .field("format", &self.format)
+            .field("raw_bytes", &self.raw_bytes)
+            .field("stored_bytes", &self.stored_bytes)
+            .field("sha256", &self.sha256)
+            .field("taken_at_ms", &self.taken_at_ms)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct InteractionQuery {
     pub tenant_id: String,

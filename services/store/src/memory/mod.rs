@@ -229,6 +229,13 @@ impl Store for MemoryStore {
         self.run("list_sessions", |t| t.list_sessions(tenant_id, after_session_id, limit))
     }
 
+    async fn save_session_checkpoint(&self, checkpoint: &SessionCheckpoint) -> StoreResult<bool> {
+        self.owner_write("save_session_checkpoint", |t| Ok(t.save_session_checkpoint(checkpoint)))
+    }
+    async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>> {
+        self.run("session_checkpoint", |t| t.session_checkpoint(tenant_id, session_id))
+    }
+
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {
         self.owner_write("insert_turn", |t| t.insert_turn(turn))
     }

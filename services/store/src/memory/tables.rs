@@ -19,6 +19,8 @@ pub(super) struct Tables {
     /// Every kept event's id (unique across executions).
     event_ids: HashSet<String>,
     idempotency: HashMap<IdempotencyKey, IdempotencyRow>,
+    /// By (tenant, session id).
+    checkpoints: HashMap<(String, String), SessionCheckpoint>,
     /// Execution id → the incarnation that owns it (`executions.owner_incarnation`).
     owners: HashMap<String, String>,
     /// The incarnation this store writes as owner (`""` until it registers).
@@ -285,6 +287,27 @@ impl Tables {
             self.owners.insert(execution_id.to_owned(), self.me.clone());
         }
         claimable
+    }
+
+    pub(super) fn save_session_checkpoint(&mut self, c: &SessionCheckpoint) -> bool {
+        if !self.owned(&c.execution_id, c.generation) {
+            return false;
+        }
+        let key = (c.tenant_id.clone(), c.session_id.clone());
+        let newer = self.checkpoints.get(&key).is_none_or(|stored| {
+            stored.execution_id != c.execution_id
+                || (stored.generation, stored.turn_count) <= (c.generation, c.turn_count)
+        });
+        if newer {
+            self.checkpoints.insert(key, c.clone());
+        }
+        newer
+    }
+
+    pub(super) fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> Option<SessionCheckpoint> {
+        self.checkpoints
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+            .cloned()
     }
 
     pub(super) fn insert_turn(&mut self, t: &TurnRecord) -> StoreResult<()> {

@@ -80,6 +80,7 @@ pub(super) struct Statements {
     pub(super) insert_execution: String,
     pub(super) advance_generation: String,
     pub(super) claim_execution: String,
+    pub(super) save_session_checkpoint: String,
     /// Bounds a claim's wait for the row's lock to [`CLAIM_LOCK_WAIT`], where rows are locked
     /// (PostgreSQL: SQLite has one writer at a time).
     pub(super) claim_lock_wait: Option<String>,
@@ -128,6 +129,17 @@ impl Statements {
                 "UPDATE executions SET generation = generation + 1, owner_incarnation = $4 \
                  WHERE tenant_id = $1 AND id = $2 AND generation = $3 AND ($5 IS NULL OR {})",
                 dialect.live_lease("$5")
+            ),
+            save_session_checkpoint: format!(
+                "INSERT INTO session_checkpoints (tenant_id, session_id, execution_id, generation, turn_count, format, raw_bytes, stored_bytes, sha256, body, taken_at_ms) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE {} \
+                 ON CONFLICT (tenant_id, session_id) DO UPDATE SET execution_id = excluded.execution_id, \
+                 generation = excluded.generation, turn_count = excluded.turn_count, format = excluded.format, \
+                 raw_bytes = excluded.raw_bytes, stored_bytes = excluded.stored_bytes, sha256 = excluded.sha256, \
+                 body = excluded.body, taken_at_ms = excluded.taken_at_ms \
+                 WHERE session_checkpoints.execution_id <> excluded.execution_id \
+                 OR (session_checkpoints.generation, session_checkpoints.turn_count) <= (excluded.generation, excluded.turn_count)",
+                dialect.owned("$3", "$4", "$12")
             ),
             claim_lock_wait: (!dialect.lock.is_empty())
                 .then(|| format!("SET LOCAL lock_timeout = '{}ms'", CLAIM_LOCK_WAIT.as_millis())),

@@ -13,6 +13,7 @@ mod idempotency;
 mod identity;
 mod interactions;
 mod replica;
+mod sessions;
 mod turns;
 
 pub use connection::{IDLE_IN_TRANSACTION_LIMIT, SqlStore};
@@ -130,6 +131,13 @@ impl Store for SqlStore {
         limit: i64,
     ) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_sessions(self, tenant_id, after_session_id, limit).await
+    }
+
+    async fn save_session_checkpoint(&self, checkpoint: &SessionCheckpoint) -> StoreResult<bool> {
+        SqlStore::save_session_checkpoint(self, checkpoint).await
+    }
+    async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>> {
+        SqlStore::session_checkpoint(self, tenant_id, session_id).await
     }
 
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {

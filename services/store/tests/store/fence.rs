@@ -120,6 +120,14 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
             landed("append_events", store.append_events(&[event("e", 1, 1)]).await, unit),
         ),
         ("commit", landed("commit", store.commit(&batch).await, cas)),
+        (
+            "save_session_checkpoint",
+            landed(
+                "save_session_checkpoint",
+                store.save_session_checkpoint(&checkpoint(&o.execution, "s", 1)).await,
+                cas,
+            ),
+        ),
     ]
 }
 
@@ -144,6 +152,7 @@ async fn nothing_moved(store: &dyn Store, o: &Owned) {
     );
     assert_eq!(store.get_interaction(TENANT, "e-question-2").await.unwrap(), None);
     assert_eq!(store.head_sequence("e").await.unwrap(), 0);
+    assert_eq!(store.session_checkpoint(TENANT, "s").await.unwrap(), None);
 }
 
 fn assert_all_refused(outcomes: &[(&'static str, bool)]) {

@@ -26,6 +26,24 @@ pub fn execution(id: &str) -> ExecutionRecord {
     }
 }
 
+/// A checkpoint of session `session_id` taken by `execution` after `turn_count` turns.
+pub fn checkpoint(execution: &ExecutionRecord, session_id: &str, turn_count: i64) -> SessionCheckpoint {
+    let body = format!("{}:{turn_count}", execution.id).into_bytes();
+    SessionCheckpoint {
+        tenant_id: execution.tenant_id.clone(),
+        session_id: session_id.to_owned(),
+        execution_id: execution.id.clone(),
+        generation: execution.generation,
+        turn_count,
+        format: "tar+gzip/1".to_owned(),
+        raw_bytes: 10 * body.len() as i64,
+        stored_bytes: body.len() as i64,
+        sha256: format!("{:064x}", turn_count),
+        body,
+        taken_at_ms: T0 + turn_count,
+    }
+}
+
 /// Turn `number` (`id`) of `execution`, `running`.
 pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
     TurnRecord {

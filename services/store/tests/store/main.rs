@@ -33,6 +33,7 @@ mod interactions;
 mod notify;
 mod replicas;
 mod schema;
+mod sessions;
 mod takeover;
 mod turns;
 mod unknown_state;

@@ -17,8 +17,9 @@ type Index = (String, Vec<String>, bool);
 const PG_COLUMNS: &str = "SELECT table_name::text, column_name::text, lower(data_type::text), is_nullable = 'NO' \
      FROM information_schema.columns WHERE table_schema = 'public' AND table_name <> '_sqlx_migrations'";
 /// A PRIMARY KEY column other than an INTEGER one is nullable in SQLite unless declared
-/// NOT NULL (a legacy quirk); what the schema means is NOT NULL, as in PostgreSQL.
-const SQLITE_COLUMNS: &str = "SELECT m.name, c.name, lower(c.type), c.\"notnull\" OR c.pk > 0 \
+/// NOT NULL (a legacy quirk); what the schema means is NOT NULL, as in PostgreSQL. Bytes
+/// are the one type the dialects spell apart: `BLOB` here is PostgreSQL's `BYTEA`.
+const SQLITE_COLUMNS: &str = "SELECT m.name, c.name, replace(lower(c.type), 'blob', 'bytea'), c.\"notnull\" OR c.pk > 0 \
      FROM sqlite_master m JOIN pragma_table_info(m.name) c \
      WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations'";
 const PG_INDEX_COLUMNS: &str = "SELECT t.relname::text, i.relname::text, a.attname::text, k.n, ix.indisunique \
