@@ -386,17 +386,14 @@ async fn a_session_whose_history_the_agent_lacks_is_session_not_found(backend: B
     let service = TestService::start(backend, "recoverable.json").await;
     let mut client = service.client().await;
     let recorded = create_execution(&mut client, &service, "create-1").await;
-    close(&mut client, &recorded.execution_id, "close-1").await;
-    // The home stays; Cursor's own record of the session is gone.
-    let home = service
-        .state_dir()
-        .join("homes")
-        .join(&recorded.lease.as_ref().unwrap().slot_id);
+    // Cursor's own record of the session is gone before its close checkpoints the home.
     std::fs::remove_file(
-        home.join(".cursor-data/sessions")
+        home_of(&service, &recorded)
+            .join(".cursor-data/sessions")
             .join(format!("{}.json", recorded.session_id)),
     )
     .unwrap();
+    close(&mut client, &recorded.execution_id, "close-1").await;
     let refused = client
         .create_execution(load_request(&service, "create-2", &recorded.session_id))
         .await;

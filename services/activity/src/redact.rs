@@ -46,6 +46,14 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
+    /// Whether any secret, as written or as JSON escapes it, is somewhere in `bytes` (a
+    /// file the agent wrote, before it leaves the node).
+    pub fn appears_in(&self, bytes: &[u8]) -> bool {
+        self.secrets
+            .iter()
+            .any(|(value, _)| memchr::memmem::find(bytes, value.as_bytes()).is_some())
+    }
+
     /// `text` with every secret replaced by its marker, and how many were.
     pub fn redact_text(&self, text: &str) -> (String, usize) {
         let mut out = text.to_owned();
@@ -124,6 +132,15 @@ mod tests {
             ("mcp:search:authorization".to_owned(), format!("Bearer {KEY}")),
             ("too-short".to_owned(), "abc".to_owned()),
         ])
+    }
+
+    #[test]
+    fn a_secret_is_found_in_bytes_as_written_or_as_json_escapes_it_and_a_short_value_never() {
+        let escaped = Redactor::new([("TOKEN".to_owned(), "sk-\"quoted\"-value".to_owned())]);
+        assert!(redactor().appears_in(&[b"\x00\x01".as_slice(), KEY.as_bytes(), b"\xff"].concat()));
+        assert!(escaped.appears_in(br#"{"t":"sk-\"quoted\"-value"}"#));
+        assert!(!redactor().appears_in(b"abc abc sk-live-0123"));
+        assert!(!Redactor::default().appears_in(KEY.as_bytes()));
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct LeaseInfo {
     /// a later load launches in it again).
     #[serde(default)]
     pub home: String,
+    /// The replica whose disk `home` is on (`None` on records from before it was kept):
+    /// on any other, the session's state comes from its checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
     /// The operator's agent profile the process runs under (`None`: `--agent-command`);
     /// a load or recovery of the session runs under the same one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -57,6 +57,12 @@ impl SlotTicket {
     pub fn keep_home(&mut self) {
         self.keep_home = true;
     }
+
+    /// Every session opened in this home is stored elsewhere now (checkpointed at its
+    /// close): remove the home when the process ends, unless another session opens in it.
+    pub fn release_home(&mut self) {
+        self.keep_home = false;
+    }
 }
 
 impl Drop for SlotTicket {

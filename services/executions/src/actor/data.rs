@@ -145,6 +145,9 @@ pub(super) struct Actor {
     /// The service is draining: refuse new turns, settle the running one by the
     /// deadline (else cancel it), then close.
     pub(super) drain: Option<Drain>,
+    /// The last checkpoint of the session's home being stored (each waits for the one
+    /// before it); `true` once stored.
+    pub(super) checkpoint_upload: Option<tokio::task::JoinHandle<bool>>,
 }
 
 pub(super) struct Drain {

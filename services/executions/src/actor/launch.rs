@@ -165,6 +165,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 queued_reply: None,
                 reuse: false,
                 drain: None,
+                checkpoint_upload: None,
             };
             // Under an agent profile, the mode that makes the agent ask (every approval
             // policy needs it to), then the caller's model, parameters and mode before any
@@ -177,6 +178,10 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
             }
             actor.record.state = ExecutionState::Ready;
             actor.save_record().await?;
+            // Portable from its first moment: a replica that never ran the session can
+            // load or recover it once this returns.
+            actor.checkpoint().await?;
+            let _ = actor.checkpoints_stored().await;
             let record = actor.record.clone();
             let violations = actor.watch_workspace();
             tokio::spawn(actor.run(commands, inbound, violations));

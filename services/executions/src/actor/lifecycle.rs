@@ -195,6 +195,12 @@ impl Actor {
             })
             .await?;
         }
+        self.checkpoint().await?;
+        if self.checkpoints_stored().await
+            && let Some(ticket) = self.ticket.as_mut()
+        {
+            ticket.release_home();
+        }
         self.record.state = ExecutionState::Closed;
         self.save_record().await?;
         Ok(self.record.clone())

@@ -4,6 +4,7 @@
 //! transitions never race inside one replica; the store's compare-and-set updates
 //! guard them across replicas and restarts.
 
+mod checkpoint;
 mod data;
 mod inbound;
 mod interactions;

@@ -316,6 +316,11 @@ impl Actor {
         if let Some(metrics) = self.events.metrics() {
             metrics.turn_settled_after(state.as_str(), Duration::from_millis(ran as u64));
         }
+        // Between turns the agent's state is whole; a closing execution checkpoints once,
+        // after its stop ladder.
+        if self.record.state != cursor_runner_domain::state::ExecutionState::Closing {
+            self.checkpoint().await?;
+        }
         Ok(())
     }
 

@@ -320,27 +320,7 @@ impl Engine {
             }
             _ => {}
         }
-        self.kept_home(&recorded, session_id)
-    }
-
-    /// The home a recorded session was kept in, checked like a workspace before it is
-    /// reused: its previous agent could have planted user-level config there.
-    fn kept_home(&self, recorded: &ExecutionRecord, session_id: &str) -> Result<PathBuf, EngineError> {
-        let home = recorded
-            .lease
-            .as_deref()
-            .and_then(LeaseInfo::from_json)
-            .map(|l| PathBuf::from(l.home))
-            .filter(|home| home.is_dir())
-            .ok_or_else(|| {
-                EngineError::precondition(
-                    Reason::SessionNotFound,
-                    format!("the history of session `{session_id}` is no longer on this node"),
-                )
-                .with("session_id", session_id)
-            })?;
-        self.config.workspace_policy.check_home(&home).map_err(policy_refusal)?;
-        Ok(home)
+        self.session_home(&recorded, session_id).await
     }
 
     /// `RecoverExecution`: after its agent died, a new process — under a new generation,
@@ -413,7 +393,7 @@ impl Engine {
         let mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
         // The credential presented again is the one later turns are attributed to.
         record.credential_name = launch_as.credential.as_ref().map(|c| c.name.as_str().to_owned());
-        let home = self.kept_home(&record, &session_id)?;
+        let home = self.session_home(&record, &session_id).await?;
         let redactor = redactor_for(launch_as.credential.as_ref(), launch_as.agent.as_deref(), &mcp_servers);
         let admitted = Instant::now();
         let reservation = self
@@ -545,6 +525,7 @@ impl Engine {
             session_new_us: None,
             sessions_served: warm.sessions_served,
             home: warm.ticket.home.display().to_string(),
+            replica: Some(self.replica_name().to_owned()),
             agent_profile: warm.ticket.agent.as_ref().map(|a| a.name.clone()),
             // Once the session is open (`actor::launch`).
             agent: None,

@@ -1,11 +1,19 @@
-//! One live execution per agent session (a process serves one session at a time): a load
-//! or a recovery claims the session in this process before it checks that no live
-//! execution has it, and holds the claim until its execution has the session or failed,
-//! so two opens racing each other cannot both pass the check.
+//! Opening a recorded session again. One live execution per agent session (a process
+//! serves one session at a time): a load or a recovery claims the session in this process
+//! before it checks that no live execution has it, and holds the claim until its execution
+//! has the session or failed, so two opens racing each other cannot both pass the check.
+//! The session's agent-side state is its home on this replica's disk when it ran here,
+//! else its checkpoint restored into a new home (`docs/scale-out.md` §6).
+
+use std::path::PathBuf;
 
 use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_store::ExecutionRecord;
+use cursor_runner_supervisor::checkpoint;
 
 use super::data::*;
+use crate::lease::LeaseInfo;
+use crate::policy::policy_refusal;
 
 /// A session this process is opening; let go when dropped.
 pub(super) struct SessionClaim {
@@ -44,6 +52,57 @@ impl Engine {
             .with("execution_id", newest.id));
         }
         Ok(claim)
+    }
+}
+
+impl Engine {
+    /// The home the recorded session's agent state is in here, checked like a workspace
+    /// before it is reused (its previous agent could have planted user-level config
+    /// there). A home another replica ran the session in is never used, even on a shared
+    /// disk: a process of that replica may still run in it.
+    pub(super) async fn session_home(
+        &self,
+        recorded: &ExecutionRecord,
+        session_id: &str,
+    ) -> Result<PathBuf, EngineError> {
+        let local = recorded
+            .lease
+            .as_deref()
+            .and_then(LeaseInfo::from_json)
+            .filter(|lease| lease.replica.as_deref().is_none_or(|r| r == self.replica_name()))
+            .map(|lease| PathBuf::from(lease.home))
+            .filter(|home| home.is_dir());
+        let home = match local {
+            Some(home) => home,
+            None => self.restored_home(&recorded.tenant_id, session_id).await?,
+        };
+        self.config.workspace_policy.check_home(&home).map_err(policy_refusal)?;
+        Ok(home)
+    }
+
+    /// A new home under this replica's state directory holding the session's checkpoint.
+    async fn restored_home(&self, tenant_id: &str, session_id: &str) -> Result<PathBuf, EngineError> {
+        let not_found =
+            |detail: String| EngineError::precondition(Reason::SessionNotFound, detail).with("session_id", session_id);
+        let Some(stored) = self.store.session_checkpoint(tenant_id, session_id).await? else {
+            return Err(not_found(format!(
+                "the history of session `{session_id}` is not on this replica and no checkpoint of it is stored"
+            )));
+        };
+        let home = (self.config.state_dir.join("homes")).join(format!("restored-{}", uuid::Uuid::now_v7()));
+        let into = home.clone();
+        let unpacked = tokio::task::spawn_blocking(move || {
+            checkpoint::unpack(&stored.format, &stored.body, &stored.sha256, &into)
+        })
+        .await
+        .map_err(|e| EngineError::internal(format!("restoring a checkpoint panicked: {e}")))?;
+        match unpacked {
+            Ok(_) => Ok(home),
+            Err(refused) => Err(not_found(format!(
+                "the checkpoint of session `{session_id}` cannot be restored: {refused}"
+            ))
+            .with("checkpoint", refused.reason())),
+        }
     }
 }
 

@@ -12,13 +12,11 @@ use prometheus_client::registry::Registry;
 
 use cursor_runner_domain::error::Reason;
 
+mod fleet;
 mod labels;
 mod pool;
 
 pub use labels::*;
-
-/// `cursor_runner_forwarded_calls_total`'s outcomes: the owner answered, or did not.
-const FORWARD_OUTCOMES: [&str; 2] = ["answered", "unreachable"];
 
 /// The registry and every metric family of one engine.
 pub struct Metrics {
@@ -42,8 +40,7 @@ pub struct Metrics {
     lease_duration: Family<LeaseKindLabel, Histogram>,
     fenced_writes: Family<WhatLabel, Counter>,
     events_pruned: Counter,
-    takeovers: Counter,
-    forwarded_calls: Family<OutcomeLabel, Counter>,
+    fleet: fleet::FleetMetrics,
     turn_duration: Family<StateLabel, Histogram>,
     agent_start: Family<PhaseLabel, Histogram>,
     interaction_wait: Family<KindStateLabels, Histogram>,
@@ -246,18 +243,7 @@ impl Metrics {
             "Acknowledged events past the retention period deleted from the outbox",
             events_pruned.clone(),
         );
-        let takeovers = Counter::default();
-        registry.register(
-            "takeovers",
-            "Executions this replica took over from a replica whose ownership lease ended (each settled lost, OWNER_LOST)",
-            takeovers.clone(),
-        );
-        let forwarded_calls = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "forwarded_calls",
-            "Calls for executions another replica owns that this one forwarded to the owner, by outcome: answered (the owner's answer, refusals included) or unreachable (OWNER_UNREACHABLE)",
-            forwarded_calls.clone(),
-        );
+        let fleet = fleet::FleetMetrics::registered(&mut registry);
         let store_reachable = Gauge::default();
         registry.register(
             "store_reachable",
@@ -300,9 +286,6 @@ impl Metrics {
         }
         for outcome in ["ready", "failed"] {
             pool_process_starts.get_or_create(&OutcomeLabel { outcome }).inc_by(0);
-        }
-        for outcome in FORWARD_OUTCOMES {
-            forwarded_calls.get_or_create(&OutcomeLabel { outcome }).inc_by(0);
         }
         for what in ["execution", "turn", "interaction", "answer", "event", "etag"] {
             fenced_writes.get_or_create(&WhatLabel { what }).inc_by(0);
@@ -356,8 +339,7 @@ impl Metrics {
             unconsumed_fields,
             unconsumed_series: parking_lot::Mutex::new(std::collections::HashSet::new()),
             events_pruned,
-            takeovers,
-            forwarded_calls,
+            fleet,
             turn_duration,
             agent_start,
             interaction_wait,
@@ -540,14 +522,17 @@ impl Metrics {
     }
 
     pub(crate) fn taken_over(&self) {
-        self.takeovers.inc();
+        self.fleet.taken_over();
     }
 
     /// A call forwarded to its execution's owner, which `answered` it or did not.
     pub fn call_forwarded(&self, answered: bool) {
-        let [answered_outcome, unreachable] = FORWARD_OUTCOMES;
-        let outcome = if answered { answered_outcome } else { unreachable };
-        self.forwarded_calls.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.fleet.call_forwarded(answered);
+    }
+
+    /// A session checkpoint's outcome: stored, superseded, refused or failed.
+    pub(crate) fn session_checkpoint(&self, outcome: &'static str) {
+        self.fleet.session_checkpoint(outcome);
     }
 
     pub(crate) fn events_pruned(&self, count: u64) {

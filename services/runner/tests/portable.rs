@@ -1,0 +1,226 @@
+//! Portable sessions (`docs/scale-out.md` §6, stage 6): real `serve` replicas on one
+//! PostgreSQL, each with its own state directory. A session's agent-side state is
+//! checkpointed into the store when its execution is created, between turns and at close,
+//! so a replica that never ran the session loads or recovers it from the checkpoint once
+//! the replica that ran it is gone, with its disk (each test removes that replica's homes).
+//! The fake agent answers `session/load` only for a session in its `$CURSOR_DATA_DIR`.
+
+use std::net::SocketAddr;
+
+use cursor_runner_e2e::*;
+use proto as pb;
+use sqlx::Connection;
+
+/// Long enough that nothing waits one out but the test that kills an owner.
+const LONG_LEASE_MS: u64 = 60_000;
+/// For the test whose owner dies: a survivor takes its executions over within seconds.
+const SHORT_LEASE_MS: u64 = 2_000;
+
+/// `serve` as replica `name`, its agents playing `recoverable.json` (a session they can
+/// load again); its `/metrics` on the returned address.
+fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, lease_ms: u64) -> (ServiceProcess, SocketAddr) {
+    let metrics = free_address();
+    let mut env = replica_env(name, lease_ms);
+    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()));
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
+    let process = ServiceProcess::serve_in(binary, database_url, dirs, "recoverable.json", env);
+    (process, metrics)
+}
+
+/// The replica's disk is gone with it: every private home it kept.
+fn lose_homes_of(dirs: &ServiceDirs) {
+    let homes = dirs.root.path().join("homes");
+    std::fs::remove_dir_all(&homes).expect("the replica kept homes");
+}
+
+/// Checkpoints whose outcome was `outcome`, from a replica's `/metrics`.
+fn checkpoints(metrics: SocketAddr, outcome: &str) -> u64 {
+    let series = format!("cursor_runner_session_checkpoints_total{{outcome=\"{outcome}\"}} ");
+    scrape_metrics(metrics)
+        .lines()
+        .find_map(|line| line.strip_prefix(series.as_str()))
+        .map_or(0, |value| value.trim().parse().expect("a count"))
+}
+
+fn load(workspace: &std::path::Path, request_id: &str, session_id: &str) -> pb::CreateExecutionRequest {
+    pb::CreateExecutionRequest {
+        request_id: request_id.into(),
+        workspace: workspace.display().to_string(),
+        load_session_id: session_id.into(),
+        ..Default::default()
+    }
+}
+
+async fn close(client: &mut Client, execution_id: &str) {
+    client
+        .close_execution(pb::CloseExecutionRequest {
+            request_id: format!("close-{execution_id}"),
+            execution_id: execution_id.to_owned(),
+        })
+        .await
+        .expect("CloseExecution");
+}
+
+/// The `session.loaded` event of the execution's stream.
+async fn session_loaded(client: &mut Client, execution_id: &str) -> serde_json::Value {
+    let mut events = Subscriber::open(client, execution_id, 0).await.expect("StreamEvents");
+    payload(events.events_until("session.loaded").await.last().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_created_on_replica_a_is_loaded_on_replica_b_after_a_is_gone() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
+    let (a, a_metrics) = replica(&database.url, &dirs_a, "replica-a", LONG_LEASE_MS);
+    let mut a_client = a.client().await;
+    let first = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
+    close(&mut a_client, &first.execution_id).await;
+    assert_eq!(checkpoints(a_metrics, "stored"), 2, "taken at creation and at close");
+    a.stop();
+    lose_homes_of(&dirs_a);
+
+    let (b, _) = replica(&database.url, &dirs_b, "replica-b", LONG_LEASE_MS);
+    let mut b_client = b.client().await;
+    let loaded = b_client
+        .create_execution(load(&dirs_a.workspace, "load-on-b", &first.session_id))
+        .await
+        .expect("the session loads from its checkpoint")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(loaded.session_id, first.session_id);
+    let seen = get_execution(&mut b_client, &loaded.execution_id).await;
+    assert_eq!(seen.owner_replica, "replica-b");
+    assert_eq!(loaded.state, pb::ExecutionState::Ready as i32);
+    let shown = session_loaded(&mut b_client, &loaded.execution_id).await;
+    assert_eq!(shown["sessionId"], first.session_id.as_str());
+    close(&mut b_client, &loaded.execution_id).await;
+    b.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_execution_on_any_replica_restarts_the_session_there() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
+    let (a, _) = replica(&database.url, &dirs_a, "replica-a", SHORT_LEASE_MS);
+    let mut a_client = a.client().await;
+    let execution = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
+    let (b, _) = replica(&database.url, &dirs_b, "replica-b", SHORT_LEASE_MS);
+    let mut b_client = b.client().await;
+    a.kill();
+    lose_homes_of(&dirs_a);
+    let lost = execution_in_state(&mut b_client, &execution.execution_id, pb::ExecutionState::Lost).await;
+    assert_eq!(lost.failure_reason, "OWNER_LOST");
+
+    let recovered = b_client
+        .recover_execution(pb::RecoverExecutionRequest {
+            request_id: "recover-on-b".into(),
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("the session is recovered from its checkpoint")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(recovered.state, pb::ExecutionState::Ready as i32);
+    let seen = get_execution(&mut b_client, &execution.execution_id).await;
+    assert_eq!(seen.owner_replica, "replica-b");
+    assert_eq!(recovered.generation, execution.generation + 1);
+    let shown = session_loaded(&mut b_client, &execution.execution_id).await;
+    assert_eq!(shown["recovery"], true);
+    close(&mut b_client, &execution.execution_id).await;
+    b.stop();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_fails_its_digest_is_never_unpacked_and_the_load_is_session_not_found() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
+    let (a, _) = replica(&database.url, &dirs_a, "replica-a", LONG_LEASE_MS);
+    let mut a_client = a.client().await;
+    let first = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
+    close(&mut a_client, &first.execution_id).await;
+    a.stop();
+    lose_homes_of(&dirs_a);
+    let mut db = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("UPDATE session_checkpoints SET body = body || '\\x00'::bytea")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    db.close().await.unwrap();
+
+    let (b, _) = replica(&database.url, &dirs_b, "replica-b", LONG_LEASE_MS);
+    let mut b_client = b.client().await;
+    let refused = b_client
+        .create_execution(load(&dirs_a.workspace, "load-on-b", &first.session_id))
+        .await
+        .expect_err("a torn checkpoint is not restored");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(reason(&refused), "SESSION_NOT_FOUND", "{refused:?}");
+    assert_eq!(
+        error_metadata(&refused, "checkpoint").as_deref(),
+        Some("digest_mismatch")
+    );
+    let homes: Vec<_> = std::fs::read_dir(dirs_b.root.path().join("homes"))
+        .map(|dir| dir.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        homes
+            .iter()
+            .all(|name| !name.to_string_lossy().starts_with("restored-")),
+        "nothing was restored: {homes:?}"
+    );
+    b.stop();
+    database.drop_database().await;
+}
+
+/// The private homes a replica keeps in its state directory.
+fn homes_kept(dirs: &ServiceDirs) -> Vec<String> {
+    std::fs::read_dir(dirs.root.path().join("homes"))
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn homes_are_removed_once_their_sessions_are_checkpointed_at_close_and_their_processes_end() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let (a, _) = replica(&database.url, &dirs, "replica-a", LONG_LEASE_MS);
+    let mut client = a.client().await;
+    let first = create_execution_in(&mut client, &dirs.workspace, "create-1").await;
+    close(&mut client, &first.execution_id).await;
+    let loaded = client
+        .create_execution(load(&dirs.workspace, "load-1", &first.session_id))
+        .await
+        .expect("a closed session loads again on its own replica")
+        .into_inner()
+        .execution
+        .unwrap();
+    close(&mut client, &loaded.execution_id).await;
+    a.stop();
+    assert_eq!(homes_kept(&dirs), Vec::<String>::new(), "every session is in the store");
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_of_an_execution_whose_agent_died_is_kept_for_its_recovery() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let (a, _) = replica(&database.url, &dirs, "replica-a", LONG_LEASE_MS);
+    let mut client = a.client().await;
+    let execution = create_execution_in(&mut client, &dirs.workspace, "create-1").await;
+    let agent = nix::unistd::Pid::from_raw(execution.pid.expect("a pid") as i32);
+    nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGKILL).unwrap();
+    execution_in_state(&mut client, &execution.execution_id, pb::ExecutionState::Lost).await;
+    a.stop();
+    let slot = execution.lease.expect("a lease").slot_id;
+    assert!(homes_kept(&dirs).contains(&slot), "{:?}", homes_kept(&dirs));
+    database.drop_database().await;
+}
