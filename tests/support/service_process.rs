@@ -28,11 +28,66 @@ pub struct ServiceSettings<'a> {
     pub args: Vec<String>,
 }
 
-/// A running `cursor-runner serve` with its stderr watched.
+/// A running `cursor-runner serve` with its stderr watched. Its listeners take the ports
+/// the kernel gives (port 0), read back from its `--ready-file`: a port a test picked as
+/// free could be taken by another test's service before this one binds it.
 pub struct ServiceProcess {
     pub child: Child,
-    pub address: SocketAddr,
+    ready: ReadyFile,
     stderr_lines: mpsc::Receiver<String>,
+}
+
+/// Where the service says which addresses its listeners took, once they are bound.
+struct ReadyFile {
+    dir: tempfile::TempDir,
+    listening: std::sync::OnceLock<Listening>,
+}
+
+/// `serve --ready-file`'s content.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+struct Listening {
+    grpc: SocketAddr,
+    metrics: Option<SocketAddr>,
+    internal: Option<SocketAddr>,
+}
+
+impl ReadyFile {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            listening: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("ready.json")
+    }
+
+    /// What the file says, if the service wrote it yet.
+    fn read(&self) -> Option<Listening> {
+        if let Some(listening) = self.listening.get() {
+            return Some(*listening);
+        }
+        let text = std::fs::read_to_string(self.path()).ok()?;
+        let listening = serde_json::from_str(&text).expect("a whole ready file");
+        Some(*self.listening.get_or_init(|| listening))
+    }
+
+    /// What the file says, waiting up to `WAIT` for the service to write it.
+    fn wait(&self) -> Listening {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(listening) = self.read() {
+                return listening;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the service never listened (it wrote no {})",
+                self.path().display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl ServiceProcess {
@@ -43,7 +98,7 @@ impl ServiceProcess {
     /// [`Self::start`], with `prepare` applied to the command last (e.g. a `pre_exec`
     /// that narrows what the service may do).
     pub fn start_with(settings: ServiceSettings<'_>, prepare: impl FnOnce(&mut Command)) -> Self {
-        let address = free_address();
+        let ready = ReadyFile::new();
         let agent = format!(
             "{} --scenario {} --record {}",
             fake_agent().display(),
@@ -52,7 +107,9 @@ impl ServiceProcess {
         );
         let mut command = Command::new(settings.binary);
         command
-            .args(["serve", "--listen", &address.to_string(), "--agent-command", &agent])
+            .args(["serve", "--listen", "127.0.0.1:0", "--agent-command", &agent])
+            .arg("--ready-file")
+            .arg(ready.path())
             .arg("--state-dir")
             .arg(settings.state_dir)
             .args(&settings.args)
@@ -75,19 +132,41 @@ impl ServiceProcess {
         });
         Self {
             child,
-            address,
+            ready,
             stderr_lines,
         }
     }
 
+    /// The gRPC listener's address (waiting until the service bound it).
+    pub fn address(&self) -> SocketAddr {
+        self.ready.wait().grpc
+    }
+
+    /// The `/metrics` listener's address (the service was given `--metrics-listen`).
+    pub fn metrics_address(&self) -> SocketAddr {
+        self.ready.wait().metrics.expect("the service serves /metrics")
+    }
+
+    /// The internal listener's address (the service was given `--internal-listen`).
+    pub fn internal_address(&self) -> SocketAddr {
+        self.ready.wait().internal.expect("the service takes forwarded calls")
+    }
+
+    /// A client of the service, once it listens.
     pub async fn client(&self) -> Client {
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(self.address).is_ok() {
-                return connect(self.address, Some(TENANT)).await;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let listening = loop {
+            if let Some(listening) = self.ready.read() {
+                break listening;
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("the service never listened on {}", self.address);
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the service never listened (it wrote no {})",
+                self.ready.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        connect(listening.grpc, Some(TENANT)).await
     }
 
     /// Waits until the service's stderr has a line containing `marker`.
@@ -188,7 +267,12 @@ pub fn replica_env(name: &str, lease_ms: u64) -> Vec<(String, String)> {
     ]
 }
 
-/// A loopback address nothing listens on now (for a service's gRPC or `/metrics` listener).
+/// What to give a listener of a service this harness starts: the port the kernel gives,
+/// read back through [`ServiceProcess::metrics_address`] and its kin.
+pub const ANY_PORT: &str = "127.0.0.1:0";
+
+/// A loopback address nothing listens on now (to find nobody there: a service this harness
+/// starts binds port 0 and says which port it took).
 pub fn free_address() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().expect("address")

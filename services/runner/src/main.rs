@@ -5,6 +5,7 @@ mod demo;
 mod distribution;
 mod doctor;
 mod metrics_http;
+mod ready_file;
 mod replica;
 mod telemetry;
 
@@ -96,6 +97,10 @@ struct ServeArgs {
     /// Address of the Prometheus `/metrics` HTTP listener (OpenMetrics text); off when unset.
     #[arg(long, env = "CURSOR_RUNNER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Once every listener is bound, their addresses are written here as JSON
+    /// (`{"grpc", "metrics", "internal"}`): for a supervisor, or a listener on port 0.
+    #[arg(long, env = "CURSOR_RUNNER_READY_FILE")]
+    ready_file: Option<PathBuf>,
     /// Bearer tokens (and client certificates) per tenant (JSON with sha256 digests, re-read
     /// when it changes). Without it callers are unauthenticated and name their tenant in
     /// `x-tenant-id`.
@@ -403,6 +408,11 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
     let listener = cursor_runner_api::bind(args.listen)
         .await
         .context("binding the listener")?;
+    let mut listening = ready_file::Listening {
+        grpc: listener.local_addr()?,
+        metrics: None,
+        internal: fleet.as_ref().map(|fleet| fleet.listener.local_addr()).transpose()?,
+    };
     let mut options = options;
     let internal_server = fleet.map(|fleet| {
         let (forwarder, server) = fleet.serve(engine.clone(), options.tls.clone());
@@ -414,6 +424,7 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
             let metrics_listener = tokio::net::TcpListener::bind(address)
                 .await
                 .with_context(|| format!("binding the metrics listener {address}"))?;
+            listening.metrics = Some(metrics_listener.local_addr()?);
             tracing::info!(address = %metrics_listener.local_addr()?, "serving /metrics");
             let metrics = engine.metrics().clone();
             Some(tokio::spawn(async move {
@@ -431,6 +442,9 @@ async fn serve(args: ServeArgs, url_on_command_line: bool) -> anyhow::Result<()>
         authenticated = options.auth.is_some(),
         "serving gRPC and gRPC-Web"
     );
+    if let Some(path) = &args.ready_file {
+        ready_file::write(path, &listening).with_context(|| format!("writing {}", path.display()))?;
+    }
     let stop = replica::until_stopped_or_fenced(engine.clone(), drain_on_signal(engine.clone()));
     cursor_runner_api::serve_with(engine.clone(), listener, stop, options).await?;
     // Calls forwarded here are answered until the public listener has closed too.

@@ -23,7 +23,6 @@
 //! the scrapes it took to `$DASHBOARD_DATA` (`docs/dashboard/make.sh` renders them).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -68,9 +67,9 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
 
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
-    let metrics = free_address();
-    let service = start(&database, &dirs, metrics, "demo.json", Vec::new());
+    let service = start(&database, &dirs, "demo.json", Vec::new());
     let mut client = service.client().await;
+    let metrics = service.metrics_address();
 
     // A scripted turn whose question is answered, after one refused answer.
     let (execution, _turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
@@ -126,9 +125,9 @@ async fn every_metric_the_dashboard_queries_is_in_a_live_scrape() {
     // A build that sends fields nothing reads.
     let database = TestDatabase::create(Backend::Sqlite).await;
     let extra_dirs = ServiceDirs::new();
-    let extra_metrics = free_address();
-    let extra = start(&database, &extra_dirs, extra_metrics, "extra_fields.json", Vec::new());
+    let extra = start(&database, &extra_dirs, "extra_fields.json", Vec::new());
     let mut client = extra.client().await;
+    let extra_metrics = extra.metrics_address();
     let (_, _, mut events) = begin_turn_at(&mut client, &extra_dirs.workspace, Default::default()).await;
     events.until_turn_settles().await;
     let text = text + &scrape_metrics(extra_metrics);
@@ -254,9 +253,9 @@ fn alert_expressions() -> Vec<(String, String)> {
 async fn fresh_scrape() -> String {
     let database = TestDatabase::create(Backend::Sqlite).await;
     let dirs = ServiceDirs::new();
-    let metrics = free_address();
-    let service = start(&database, &dirs, metrics, "demo.json", Vec::new());
+    let service = start(&database, &dirs, "demo.json", Vec::new());
     let _client = service.client().await;
+    let metrics = service.metrics_address();
     let text = scrape_metrics(metrics);
     service.stop();
     text
@@ -274,7 +273,6 @@ async fn capture_for_the_dashboard_picture() {
         .unwrap_or(30);
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
-    let metrics = free_address();
     let args = [
         "--pool-min-idle",
         "2",
@@ -286,11 +284,11 @@ async fn capture_for_the_dashboard_picture() {
     let service = start(
         &database,
         &dirs,
-        metrics,
         "demo.json",
         args.iter().map(|a| a.to_string()).collect(),
     );
     let _ = service.client().await;
+    let metrics = service.metrics_address();
 
     let started = Instant::now();
     let load_until = started + Duration::from_secs(seconds);
@@ -483,20 +481,15 @@ impl Lcg {
     }
 }
 
-fn start(
-    database: &TestDatabase,
-    dirs: &ServiceDirs,
-    metrics: SocketAddr,
-    scenario: &str,
-    args: Vec<String>,
-) -> ServiceProcess {
+/// `serve` with its `/metrics` listener (at [`ServiceProcess::metrics_address`]).
+fn start(database: &TestDatabase, dirs: &ServiceDirs, scenario: &str, args: Vec<String>) -> ServiceProcess {
     ServiceProcess::start(ServiceSettings {
         binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url: &database.url,
         state_dir: dirs.root.path(),
         scenario,
         record: &dirs.record,
-        env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string())],
+        env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned())],
         args,
     })
 }

@@ -123,7 +123,7 @@ async fn a_root_service_with_agent_users_reports_every_isolation_layer_in_force(
         isolation.reason
     );
     let health = tonic_health::pb::health_client::HealthClient::new(
-        tonic::transport::Channel::from_shared(format!("http://{}", service.address))
+        tonic::transport::Channel::from_shared(format!("http://{}", service.address()))
             .unwrap()
             .connect()
             .await

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use cursor_runner_e2e::{
-    Backend, ServiceDirs, ServiceProcess, ServiceSettings, TestDatabase, free_address, http_get, promtool,
+    ANY_PORT, Backend, ServiceDirs, ServiceProcess, ServiceSettings, TestDatabase, free_address, http_get, promtool,
 };
 
 fn healthcheck(addr: SocketAddr) -> std::process::Output {
@@ -19,18 +19,18 @@ fn healthcheck(addr: SocketAddr) -> std::process::Output {
 /// What Prometheus sends by default: OpenMetrics first, the text format as a fallback.
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
-/// `serve` on `database` with its `/metrics` listener on a free address.
+/// `serve` on `database` with its `/metrics` listener, once it listens.
 fn serve_with_metrics(database: &TestDatabase, dirs: &ServiceDirs) -> (ServiceProcess, std::net::SocketAddr) {
-    let metrics_address = free_address();
     let service = ServiceProcess::start(ServiceSettings {
         binary: std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url: &database.url,
         state_dir: dirs.root.path(),
         scenario: "demo.json",
         record: &dirs.record,
-        env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics_address.to_string())],
+        env: vec![("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned())],
         args: Vec::new(),
     });
+    let metrics_address = service.metrics_address();
     (service, metrics_address)
 }
 
@@ -41,7 +41,7 @@ async fn healthcheck_exits_0_when_serving_and_1_when_nothing_serves() {
     let (service, metrics_address) = serve_with_metrics(&database, &dirs);
     let _client = service.client().await;
 
-    let serving = healthcheck(service.address);
+    let serving = healthcheck(service.address());
     assert_eq!(
         serving.status.code(),
         Some(0),

@@ -19,11 +19,11 @@ const SHORT_LEASE_MS: u64 = 2_000;
 /// `serve` as replica `name`, its agents playing `recoverable.json` (a session they can
 /// load again); its `/metrics` on the returned address.
 fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, lease_ms: u64) -> (ServiceProcess, SocketAddr) {
-    let metrics = free_address();
     let mut env = replica_env(name, lease_ms);
-    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()));
+    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned()));
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
     let process = ServiceProcess::serve_in(binary, database_url, dirs, "recoverable.json", env);
+    let metrics = process.metrics_address();
     (process, metrics)
 }
 

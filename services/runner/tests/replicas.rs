@@ -100,17 +100,17 @@ impl TwoReplicas {
         let a = replica(&database.url, &a_dirs, Some("replica-a"));
         let mut a_client = a.client().await;
         let (execution, events, created) = question_asked(&mut a_client, &a_dirs.workspace, "a").await;
-        let b_metrics = free_address();
         let b = replica_with(
             &database.url,
             &b_dirs,
             Some("replica-b"),
             vec![
-                ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), b_metrics.to_string()),
+                ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned()),
                 ("CURSOR_RUNNER_HEARTBEAT_SECS".to_owned(), B_HEARTBEAT_SECS.to_string()),
             ],
         );
         let b_client = b.client().await;
+        let b_metrics = b.metrics_address();
         Self {
             database,
             a,

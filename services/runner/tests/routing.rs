@@ -29,20 +29,22 @@ fn fleet_token(database_url: &str) -> String {
     )
 }
 
-/// One replica of a fleet: its process, its internal listener, its `/metrics`, its
+/// One replica of a fleet: its process (with an internal listener and `/metrics`) and its
 /// directories.
 struct Replica {
     process: ServiceProcess,
-    internal: SocketAddr,
-    metrics: SocketAddr,
     dirs: ServiceDirs,
 }
 
 impl Replica {
+    fn internal(&self) -> SocketAddr {
+        self.process.internal_address()
+    }
+
     /// The calls this replica forwarded whose outcome was `outcome`, from its `/metrics`.
     fn forwarded(&self, outcome: &str) -> u64 {
         let series = format!("cursor_runner_forwarded_calls_total{{outcome=\"{outcome}\"}} ");
-        scrape_metrics(self.metrics)
+        scrape_metrics(self.process.metrics_address())
             .lines()
             .find_map(|line| line.strip_prefix(series.as_str()))
             .map_or(0, |value| value.trim().parse().expect("a count"))
@@ -72,10 +74,9 @@ fn fleet_replica_playing(
     let dirs = ServiceDirs::new();
     let token_file = dirs.root.path().join("fleet-token");
     std::fs::write(&token_file, format!("{}\n", fleet_token(database_url))).unwrap();
-    let (internal, metrics) = (free_address(), free_address());
     let mut env = replica_env(name, lease_ms);
-    env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), internal.to_string()));
-    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()));
+    env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), ANY_PORT.to_owned()));
+    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned()));
     env.push((
         "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
         token_file.display().to_string(),
@@ -83,12 +84,7 @@ fn fleet_replica_playing(
     env.extend(more_env);
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
     let process = ServiceProcess::serve_in(binary, database_url, &dirs, scenario, env);
-    Replica {
-        process,
-        internal,
-        metrics,
-        dirs,
-    }
+    Replica { process, dirs }
 }
 
 /// Three replicas of one fleet on a new database: `replica-a` owns what the tests create.
@@ -465,11 +461,11 @@ async fn the_internal_listener_takes_only_the_fleets_calls_and_never_forwards_th
         (bearer(&token), forwarded_as("replica-c", TENANT), "OWNER_UNREACHABLE"),
     ] {
         let described = format!("{authorization:?} {metadata:?}");
-        let mut client = internal_client(fleet.b.internal, authorization, metadata).await;
+        let mut client = internal_client(fleet.b.internal(), authorization, metadata).await;
         let refused = client.get_execution(get(&execution.execution_id)).await.unwrap_err();
         assert_eq!(reason(&refused), reason_expected, "{described}: {refused:?}");
     }
-    let mut fleet_client = internal_client(fleet.b.internal, bearer(&token), for_b()).await;
+    let mut fleet_client = internal_client(fleet.b.internal(), bearer(&token), for_b()).await;
     let seen = fleet_client
         .get_execution(get(&execution.execution_id))
         .await
@@ -656,8 +652,8 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
     ));
     let c = fleet_replica_with(&database.url, "replica-c", LONG_LEASE_MS, trusting_another_ca);
     let tenant = || vec![(cursor_runner_api::TENANT_METADATA, TENANT.to_owned())];
-    let mut a_client = client_with(tls_channel(a.process.address, &ca.pem()).await, tenant());
-    let mut b_client = client_with(tls_channel(b.process.address, &ca.pem()).await, tenant());
+    let mut a_client = client_with(tls_channel(a.process.address(), &ca.pem()).await, tenant());
+    let mut b_client = client_with(tls_channel(b.process.address(), &ca.pem()).await, tenant());
     let execution = a_client
         .create_execution(pb::CreateExecutionRequest {
             request_id: "create".into(),
@@ -685,7 +681,7 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
         .unwrap();
     assert_eq!(turn.execution_id, execution.execution_id);
     assert_eq!(b.forwarded("answered"), 1);
-    let mut c_client = client_with(tls_channel(c.process.address, &ca.pem()).await, tenant());
+    let mut c_client = client_with(tls_channel(c.process.address(), &ca.pem()).await, tenant());
     let refused = c_client
         .list_models(pb::ListModelsRequest {
             execution_id: execution.execution_id.clone(),
@@ -693,7 +689,7 @@ async fn forwarded_calls_travel_over_tls_when_the_listeners_serve_it() {
         .await
         .expect_err("replica-c cannot verify the owner");
     assert_eq!(reason(&refused), "OWNER_UNREACHABLE", "{refused:?}");
-    let plaintext = tonic::transport::Endpoint::from_shared(format!("http://{}", a.internal))
+    let plaintext = tonic::transport::Endpoint::from_shared(format!("http://{}", a.internal()))
         .unwrap()
         .connect_lazy();
     let mut client = client_with(
@@ -935,8 +931,8 @@ async fn a_tenant_a_token_names_keeps_its_exact_name_through_another_replica() {
     // Both listen before the token clients connect (they do not wait for it).
     a.process.client().await;
     b.process.client().await;
-    let mut a_client = connect_with_token(a.process.address, Some(TOKEN), None).await;
-    let mut b_client = connect_with_token(b.process.address, Some(TOKEN), None).await;
+    let mut a_client = connect_with_token(a.process.address(), Some(TOKEN), None).await;
+    let mut b_client = connect_with_token(b.process.address(), Some(TOKEN), None).await;
     let execution = create(&mut a_client, &a.dirs, "create").await.expect("on A");
     let listed = |client: &mut Client| {
         let mut client = client.clone();
@@ -1006,7 +1002,7 @@ async fn a_call_forwarded_to_an_address_another_replica_took_over_is_the_owners_
     let mut a_client = a.process.client().await;
     let mut b_client = b.process.client().await;
     let (execution, _, created) = question_asked(&mut a_client, &a.dirs.workspace, "a").await;
-    let address = a.internal;
+    let address = a.internal();
     a.process.kill();
     let z = fleet_replica_with(
         &database.url,
@@ -1104,7 +1100,7 @@ async fn a_session_load_refused_for_room_where_the_session_lives_is_not_placed_e
     close_all(&mut a_client, &[&first]).await;
     // Another tenant's execution takes A's one process (its session, named as every fresh
     // fake agent names its first one, is that tenant's: no conflict with the load).
-    let mut other_tenant = connect(a.process.address, Some("tenant-b")).await;
+    let mut other_tenant = connect(a.process.address(), Some("tenant-b")).await;
     let filling = create(&mut other_tenant, &a.dirs, "create-filling")
         .await
         .expect("on A");

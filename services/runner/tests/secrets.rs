@@ -46,7 +46,7 @@ async fn canary_secrets_appear_in_no_log_event_error_or_database_file() {
         args: vec!["--tokens-file".into(), tokens.display().to_string()],
     });
     service.client().await; // waits until it listens
-    let mut client = connect_with_token(service.address, Some(TOKEN_CANARY), None).await;
+    let mut client = connect_with_token(service.address(), Some(TOKEN_CANARY), None).await;
     let mut seen = Vec::new();
 
     // Error paths first: a binding for another session, a wrong token, an invalid answer.
@@ -61,7 +61,7 @@ async fn canary_secrets_appear_in_no_log_event_error_or_database_file() {
         .await
         .unwrap_err();
     seen.push(format!("{refused:?}"));
-    let mut impostor = connect_with_token(service.address, Some(&format!("{TOKEN_CANARY}x")), None).await;
+    let mut impostor = connect_with_token(service.address(), Some(&format!("{TOKEN_CANARY}x")), None).await;
     seen.push(format!(
         "{:?}",
         impostor

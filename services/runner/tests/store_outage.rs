@@ -391,7 +391,7 @@ async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_r
     let dirs = ServiceDirs::new();
     let service = serve(&pg, &dirs, &scenario("demo.json"), &[]);
     let mut client = service.client().await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", service.address))
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", service.address()))
         .unwrap()
         .connect()
         .await

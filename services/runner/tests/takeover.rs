@@ -31,15 +31,13 @@ fn replica_with(
     scenario: &str,
     more_env: Vec<(String, String)>,
 ) -> (ServiceProcess, SocketAddr) {
-    let metrics = free_address();
     let mut env = replica_env(name, LEASE_MS);
-    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), metrics.to_string()));
+    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned()));
     env.extend(more_env);
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
-    (
-        ServiceProcess::serve_in(binary, database_url, dirs, scenario, env),
-        metrics,
-    )
+    let process = ServiceProcess::serve_in(binary, database_url, dirs, scenario, env);
+    let metrics = process.metrics_address();
+    (process, metrics)
 }
 
 /// Executions this replica took over, from its `/metrics`.

@@ -45,18 +45,18 @@ async fn tls_channel(
     if let Some((cert, key)) = identity {
         tls = tls.identity(Identity::from_pem(cert, key));
     }
-    let endpoint = Endpoint::from_shared(format!("https://{}", service.address))
+    let endpoint = Endpoint::from_shared(format!("https://{}", service.address()))
         .unwrap()
         .connect_timeout(Duration::from_secs(5))
         .tls_config(tls)
         .unwrap();
     for _ in 0..200 {
-        if std::net::TcpStream::connect(service.address).is_ok() {
+        if std::net::TcpStream::connect(service.address()).is_ok() {
             return endpoint.connect().await.map_err(|e| format!("{e:?}"));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("the service never listened on {}", service.address);
+    panic!("the service never listened on {}", service.address());
 }
 
 async fn health(channel: Channel) -> Result<i32, tonic::Status> {
@@ -71,7 +71,7 @@ fn healthcheck(service: &ServiceProcess, ca: Option<&Path>) -> std::process::Out
     command.args([
         "healthcheck",
         "--addr",
-        &format!("localhost:{}", service.address.port()),
+        &format!("localhost:{}", service.address().port()),
         "--timeout-secs",
         "5",
     ]);
@@ -112,7 +112,7 @@ async fn a_client_that_trusts_the_ca_connects_and_one_that_does_not_fails_the_ha
         .args([
             "healthcheck",
             "--addr",
-            &service.address.to_string(),
+            &service.address().to_string(),
             "--tls-domain",
             "localhost",
             "--ca",
@@ -127,7 +127,7 @@ async fn a_client_that_trusts_the_ca_connects_and_one_that_does_not_fails_the_ha
 }
 
 async fn connect_plain(service: &ServiceProcess) -> Channel {
-    Endpoint::from_shared(format!("http://{}", service.address))
+    Endpoint::from_shared(format!("http://{}", service.address()))
         .unwrap()
         .connect_lazy()
 }

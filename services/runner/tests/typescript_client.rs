@@ -88,7 +88,7 @@ fn start_service_playing(dirs: &ServiceDirs, database: &TestDatabase, scenario: 
         env: Vec::new(),
         args: vec!["--tokens-file".into(), tokens.display().to_string()],
     });
-    wait_listening(service.address);
+    wait_listening(service.address());
     service
 }
 
@@ -178,7 +178,7 @@ async fn the_grpc_client_runs_the_demo_and_resumes_from_its_ack_without_gap_or_d
     let database = TestDatabase::create(Backend::Sqlite).await;
     let dirs = ServiceDirs::new();
     let service = start_service(&dirs, &database);
-    let addr = service.address.to_string();
+    let addr = service.address().to_string();
 
     let output = tokio::task::block_in_place(|| run_client("grpc", &addr, TOKEN, &dirs.workspace));
     assert_demo_flow(&output);
@@ -204,7 +204,7 @@ async fn the_grpc_web_client_runs_the_demo_over_http1_and_resumes_without_gap_or
     let database = TestDatabase::create(Backend::Sqlite).await;
     let dirs = ServiceDirs::new();
     let service = start_service(&dirs, &database);
-    let url = format!("http://{}", service.address);
+    let url = format!("http://{}", service.address());
 
     let output = tokio::task::block_in_place(|| run_client("grpc-web", &url, TOKEN, &dirs.workspace));
     assert_demo_flow(&output);
@@ -227,7 +227,7 @@ async fn the_grpc_client_answers_a_real_permission_request_by_option_kind_not_la
     let database = TestDatabase::create(Backend::Sqlite).await;
     let dirs = ServiceDirs::new();
     let service = start_service_playing(&dirs, &database, "permission_real_labels.json");
-    let addr = service.address.to_string();
+    let addr = service.address().to_string();
 
     let output = tokio::task::block_in_place(|| run_client("grpc", &addr, TOKEN, &dirs.workspace));
     let stdout = String::from_utf8_lossy(&output.stdout);
