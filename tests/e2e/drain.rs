@@ -9,7 +9,7 @@ use cursor_runner_e2e::*;
 use tonic::Code;
 
 on_both_backends!(
-    a_drain_lets_the_running_turn_finish_then_closes_every_execution,
+    a_drain_lets_the_running_turn_finish_then_ends_every_execution_lost_and_recoverable,
     at_the_drain_deadline_the_running_turn_is_cancelled_and_its_question_expires,
     a_replacement_while_draining_is_refused_at_once_and_leaves_the_running_turn_running,
     a_turn_the_drain_is_cancelling_is_not_relabelled_by_a_refused_replacement,
@@ -60,7 +60,7 @@ async fn until_drained(service: &TestService) {
         .unwrap();
 }
 
-async fn a_drain_lets_the_running_turn_finish_then_closes_every_execution(backend: Backend) {
+async fn a_drain_lets_the_running_turn_finish_then_ends_every_execution_lost_and_recoverable(backend: Backend) {
     let service = TestService::start(backend, "demo.json").await;
     let mut client = service.client().await;
     let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
@@ -91,9 +91,13 @@ async fn a_drain_lets_the_running_turn_finish_then_closes_every_execution(backen
     let refused = start_turn(&mut client, &execution.execution_id, "turn-2").await;
     assert!(refused.is_err(), "no new turn while draining");
     until_drained(&service).await;
-    let closed = get_execution(&mut client, &execution.execution_id).await;
-    assert_eq!(closed.state, proto::ExecutionState::Closed as i32);
-    assert!(!process_alive(closed.pid.unwrap()), "nothing is left running");
+    let drained = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(
+        (drained.state, drained.failure_reason.as_str()),
+        (proto::ExecutionState::Lost as i32, "DRAINING"),
+        "RecoverExecution continues it on any replica"
+    );
+    assert!(!process_alive(drained.pid.unwrap()), "nothing is left running");
     let status = service
         .admin(None)
         .await
@@ -125,9 +129,12 @@ async fn at_the_drain_deadline_the_running_turn_is_cancelled_and_its_question_ex
     assert_eq!(last.event_type, "turn.interrupted");
     assert_eq!(payload(last)["failureReason"], "service_draining");
     until_drained(&service).await;
-    let closed = get_execution(&mut client, &execution.execution_id).await;
-    assert_eq!(closed.state, proto::ExecutionState::Closed as i32);
-    assert!(!process_alive(closed.pid.unwrap()));
+    let drained = get_execution(&mut client, &execution.execution_id).await;
+    assert_eq!(
+        (drained.state, drained.failure_reason.as_str()),
+        (proto::ExecutionState::Lost as i32, "DRAINING")
+    );
+    assert!(!process_alive(drained.pid.unwrap()));
     assert_refused(
         client
             .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))

@@ -29,7 +29,8 @@ fn service_with(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_cancels_the_running_turn_at_the_drain_deadline_settles_its_question_and_exits_zero() {
+async fn sigterm_cancels_the_running_turn_at_the_drain_deadline_settles_its_question_and_exits_zero_leaving_the_execution_recoverable()
+ {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
     let mut first = service(&database.url, &dirs, "question_cancel.json", 1);
@@ -51,7 +52,10 @@ async fn sigterm_cancels_the_running_turn_at_the_drain_deadline_settles_its_ques
     assert_eq!(interaction.reason, "service_draining");
     assert!(!interaction.replay_allowed);
     let record = get_execution(&mut client, &execution.execution_id).await;
-    assert_eq!(record.state, proto::ExecutionState::Closed as i32);
+    assert_eq!(
+        (record.state, record.failure_reason.as_str()),
+        (proto::ExecutionState::Lost as i32, "DRAINING")
+    );
     assert!(!process_alive(record.pid.unwrap()), "no agent outlived the service");
     let mut replay = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
     let settled = replay.until_turn_settles().await;
@@ -59,6 +63,23 @@ async fn sigterm_cancels_the_running_turn_at_the_drain_deadline_settles_its_ques
     assert_eq!(last.turn_id, turn.turn_id);
     assert_eq!(last.event_type, "turn.interrupted");
     assert_eq!(payload(last)["failureReason"], "service_draining");
+    // The same execution goes on under the next process, from where its stream was.
+    let recovered = client
+        .recover_execution(proto::RecoverExecutionRequest {
+            request_id: "recover-after-drain".into(),
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("a drained execution is recoverable")
+        .into_inner()
+        .execution
+        .unwrap();
+    assert_eq!(recovered.state, proto::ExecutionState::Ready as i32);
+    let after = replay.events_until("session.loaded").await;
+    let sequences: Vec<i64> = after.iter().map(|e| e.sequence).collect();
+    let expected: Vec<i64> = (last.sequence + 1..=last.sequence + after.len() as i64).collect();
+    assert_eq!(sequences, expected, "one stream, no gap: {:?}", types(&after));
     second.stop();
     database.drop_database().await;
 }
@@ -80,14 +101,18 @@ async fn a_second_sigterm_forces_the_drain() {
     let second = service(&database.url, &dirs, "question_cancel.json", 1);
     let mut client = second.client().await;
     let record = get_execution(&mut client, &execution.execution_id).await;
-    assert_eq!(record.state, proto::ExecutionState::Closed as i32);
+    assert_eq!(
+        (record.state, record.failure_reason.as_str()),
+        (proto::ExecutionState::Lost as i32, "DRAINING"),
+        "ended as the drain would have ended it, at once"
+    );
     assert!(!process_alive(record.pid.unwrap()));
     second.stop();
     database.drop_database().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forced_drain_that_outlasts_the_ownership_lease_still_closes_every_execution_itself() {
+async fn a_forced_drain_that_outlasts_the_ownership_lease_still_ends_every_execution_itself() {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
     // The shortest lease, and an agent only SIGKILL ends (after the stop grace): closing
@@ -107,8 +132,8 @@ async fn a_forced_drain_that_outlasts_the_ownership_lease_still_closes_every_exe
     let record = get_execution(&mut client, &execution.execution_id).await;
     assert_eq!(
         (record.state, record.failure_reason.as_str()),
-        (proto::ExecutionState::Closed as i32, ""),
-        "closed by its own replica, not settled by the next start-up"
+        (proto::ExecutionState::Lost as i32, "DRAINING"),
+        "ended by its own replica, not settled by the next start-up"
     );
     second.stop();
     database.drop_database().await;

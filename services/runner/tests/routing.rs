@@ -847,7 +847,8 @@ async fn a_draining_replica_places_new_executions_elsewhere_and_still_answers_fo
     );
     assert_eq!(
         get_execution(&mut b_client, &execution.execution_id).await.state,
-        pb::ExecutionState::Closed as i32
+        pb::ExecutionState::Lost as i32,
+        "drained: recoverable on any replica"
     );
     close_all(&mut b_client, &[&placed]).await;
     b.process.stop();

@@ -59,10 +59,12 @@ pub(crate) enum Command {
         reply: Reply<ModelCatalog>,
     },
     /// The service drains: let the running turn settle until `deadline`, then cancel
-    /// it; close once no turn runs. Replies when the execution is closed. A second
-    /// drain may only bring the deadline forward.
+    /// it; once no turn runs, end the execution `lost` / `DRAINING` (recoverable). Replies
+    /// when it has ended. A second drain may only bring the deadline forward; a `force`d
+    /// one (the service is shutting down) ends it now, a running turn with its agent.
     Drain {
         deadline: Instant,
+        force: bool,
         reply: Reply<ExecutionRecord>,
     },
 }

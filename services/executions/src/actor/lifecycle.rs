@@ -290,13 +290,35 @@ impl Actor {
         .with("state", self.record.state.as_str())
     }
 
-    /// Draining and no turn runs (or waits to): close now.
+    /// Draining and no turn runs (or waits to): the agent is stopped, its home
+    /// checkpointed, and the execution ends `lost` / `DRAINING` (`docs/scale-out.md` D11):
+    /// `RecoverExecution` continues it under the same id and stream on any replica, where
+    /// `closed` — the client's word — could not be continued.
     pub(super) async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
         if self.drain.is_none() || self.turn.is_some() || self.admission.has_queued() {
             return Ok(Ending::Continue);
         }
-        self.close().await?;
+        self.end_drained().await?;
         Ok(Ending::Stop)
+    }
+
+    /// Stops the agent and ends the execution `lost` / `DRAINING`, everything live with it
+    /// (a turn still running, when the drain is forced). The home is checkpointed only
+    /// between turns: a turn cut short may have left it torn, and the last good one stays.
+    pub(super) async fn end_drained(&mut self) -> Result<(), EngineError> {
+        let exit = self.stop_process("runner").await?;
+        if self.turn.is_none() {
+            self.checkpoint().await?;
+            let _ = self.checkpoints_stored().await;
+        }
+        self.record.exit_code = exit.exit_code.map(i64::from);
+        self.record.exit_signal = exit.signal.map(i64::from);
+        self.settle_loss(Loss::AgentGone {
+            reason: Reason::Draining,
+            turn_failure: TurnFailureReason::ServiceDraining,
+            message: "the replica drained; RecoverExecution continues the execution on any replica".into(),
+        })
+        .await
     }
 
     /// The drain deadline passed with a turn still running: cancel it (its pending

@@ -185,19 +185,25 @@ impl Actor {
                 let _ = reply.send(result);
             }
             Command::ListModels { reply } => self.list_models(reply),
-            Command::Drain { deadline, reply } => match self.drain.as_mut() {
-                Some(drain) => {
-                    drain.deadline = drain.deadline.min(deadline);
-                    drain.replies.push(reply);
+            Command::Drain { deadline, force, reply } => {
+                match self.drain.as_mut() {
+                    Some(drain) => {
+                        drain.deadline = drain.deadline.min(deadline);
+                        drain.replies.push(reply);
+                    }
+                    None => {
+                        self.drain = Some(Drain {
+                            deadline,
+                            cancelled: false,
+                            replies: vec![reply],
+                        });
+                    }
                 }
-                None => {
-                    self.drain = Some(Drain {
-                        deadline,
-                        cancelled: false,
-                        replies: vec![reply],
-                    });
+                if force {
+                    self.end_drained().await?;
+                    return Ok(Ending::Stop);
                 }
-            },
+            }
         }
         Ok(Ending::Continue)
     }

@@ -180,7 +180,8 @@ impl Engine {
     /// Starts draining (idempotent; a later call may only bring the deadline forward):
     /// no new executions or turns, idle slots stopped, running turns finish until the
     /// deadline and are then cancelled (interactions settle by their rules), then every
-    /// execution is closed through the stop ladder and [`Engine::drained`] flips.
+    /// agent is stopped and its execution ends `lost` / `DRAINING` (recoverable on any
+    /// replica), and [`Engine::drained`] flips.
     /// Returns the deadline in effect.
     pub fn begin_drain(self: &Arc<Self>, deadline: Option<Duration>) -> Duration {
         let deadline = deadline.unwrap_or(self.config.drain_deadline);
@@ -206,7 +207,14 @@ impl Engine {
             for commands in handles {
                 let (reply, rx) = oneshot::channel();
                 if commands
-                    .send((Command::Drain { deadline: until, reply }, tracing::Span::current()))
+                    .send((
+                        Command::Drain {
+                            deadline: until,
+                            force: false,
+                            reply,
+                        },
+                        tracing::Span::current(),
+                    ))
                     .await
                     .is_ok()
                 {
@@ -219,7 +227,7 @@ impl Engine {
             if first {
                 engine.pool.stopped(engine.config.stop_grace * 2).await;
                 engine.drained.send_replace(true);
-                tracing::info!("drained: every execution is closed");
+                tracing::info!("drained: every execution has ended, recoverable");
             }
         });
         deadline
@@ -298,9 +306,11 @@ impl Engine {
         None
     }
 
-    /// Closes every live execution and stops the pool (service shutdown): no agent
-    /// outlives the service.
+    /// Ends every live execution and stops the pool (service shutdown): no agent outlives
+    /// the service. After a drain began, each ends as a drain ends it (`lost` / `DRAINING`,
+    /// recoverable) at once; otherwise it is closed.
     pub async fn shutdown(&self) {
+        let draining = *self.draining.borrow();
         for task in self.background.lock().drain(..) {
             task.abort();
         }
@@ -314,7 +324,15 @@ impl Engine {
             let span = tracing::Span::current();
             closes.spawn(async move {
                 let (reply, rx) = oneshot::channel();
-                if commands.send((Command::Close { reply }, span)).await.is_ok() {
+                let command = match draining {
+                    true => Command::Drain {
+                        deadline: tokio::time::Instant::now(),
+                        force: true,
+                        reply,
+                    },
+                    false => Command::Close { reply },
+                };
+                if commands.send((command, span)).await.is_ok() {
                     let _ = rx.await;
                 }
             });
