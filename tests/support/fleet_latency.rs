@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::answer_latency::{single_row_commits, write_question_scenario};
 use crate::lease_latency::Percentiles;
-use crate::service_process::{ServiceDirs, ServiceProcess, ServiceSettings, replica_env};
+use crate::service_process::{ServiceDirs, ServiceProcess, ServiceSettings, fleet_replica_env};
 use crate::{Backend, Client, Subscriber, TestDatabase, one_question_answer, payload, proto, turn_started};
 
 /// The replicas' shared secret (the bench's own).
@@ -31,14 +31,7 @@ pub struct FleetAnswerReport {
 
 /// Replica `name` of a fleet on `database_url`, its agents asking `scenario`'s questions.
 fn replica(database_url: &str, dirs: &ServiceDirs, name: &str, scenario: &std::path::Path) -> ServiceProcess {
-    let token_file = dirs.root.path().join("fleet-token");
-    std::fs::write(&token_file, FLEET_TOKEN).expect("the fleet token");
-    let mut env = replica_env(name, LEASE_MS);
-    env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), crate::ANY_PORT.to_owned()));
-    env.push((
-        "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
-        token_file.display().to_string(),
-    ));
+    let env = fleet_replica_env(name, LEASE_MS, dirs, FLEET_TOKEN);
     ServiceProcess::start(ServiceSettings {
         binary: &crate::agent_init(),
         database_url,

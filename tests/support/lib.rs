@@ -39,7 +39,8 @@ pub mod stream_latency;
 pub mod typescript;
 pub mod verify_throughput;
 pub use service_process::{
-    ANY_PORT, ServiceDirs, ServiceProcess, ServiceSettings, free_address, http_get, replica_env, scrape_metrics,
+    ANY_PORT, ServiceDirs, ServiceProcess, ServiceSettings, fleet_replica_env, free_address, http_get, replica_env,
+    scrape_metrics,
 };
 
 /// The server every Postgres test uses unless `DATABASE_URL` names another.

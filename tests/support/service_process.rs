@@ -267,6 +267,24 @@ pub fn replica_env(name: &str, lease_ms: u64) -> Vec<(String, String)> {
     ]
 }
 
+/// [`replica_env`] for a replica that forwards calls to (and takes them from) the other
+/// replicas sharing the fleet `token`: an internal listener, the token's file (written in
+/// `dirs`), and `/metrics`, each on [`ANY_PORT`].
+pub fn fleet_replica_env(name: &str, lease_ms: u64, dirs: &ServiceDirs, token: &str) -> Vec<(String, String)> {
+    let token_file = dirs.root.path().join("fleet-token");
+    std::fs::write(&token_file, format!("{token}\n")).expect("the fleet token");
+    let mut env = replica_env(name, lease_ms);
+    env.extend([
+        ("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), ANY_PORT.to_owned()),
+        ("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned()),
+        (
+            "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
+            token_file.display().to_string(),
+        ),
+    ]);
+    env
+}
+
 /// What to give a listener of a service this harness starts: the port the kernel gives,
 /// read back through [`ServiceProcess::metrics_address`] and its kin.
 pub const ANY_PORT: &str = "127.0.0.1:0";

@@ -90,6 +90,9 @@ struct RawScenario {
     #[serde(default)]
     #[allow(dead_code)]
     description: Option<String>,
+    /// `{unique}` in it becomes 16 random hex digits: sessions unique across processes (as
+    /// Cursor's are) where several agents of one tenant open sessions side by side — a
+    /// process id would not do, every agent being PID 2 of a namespace of its own.
     #[serde(default)]
     session_id: Option<String>,
     #[serde(default)]
@@ -146,6 +149,16 @@ struct RawScenario {
     turns: Vec<Vec<Value>>,
 }
 
+/// 16 hex digits from the kernel's random source.
+fn unique_hex() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .expect("/dev/urandom");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Scenario {
     /// Whether a request for `method` is read and never answered.
     pub fn leaves_unanswered(&self, method: &str) -> bool {
@@ -187,7 +200,10 @@ impl Scenario {
             turns.push(parsed);
         }
         Ok(Scenario {
-            session_id: raw.session_id.unwrap_or_else(|| DEFAULT_SESSION_ID.to_string()),
+            session_id: raw
+                .session_id
+                .map(|id| id.replace("{unique}", &unique_hex()))
+                .unwrap_or_else(|| DEFAULT_SESSION_ID.to_string()),
             initialize_delay_ms: raw.initialize_delay_ms,
             initialize_error: raw.initialize_error.filter(|v| !v.is_null()),
             startup_exit_code: raw.startup_exit_code,

@@ -140,3 +140,12 @@ fn unanswered_methods_and_stopping_reading_stdin_are_parsed_and_off_by_default()
     let plain = Scenario::parse("{}").unwrap();
     assert!(plain.unanswered_methods.is_empty() && !plain.stops_reading_stdin_after_session_new);
 }
+
+#[test]
+fn a_session_id_asking_to_be_unique_differs_from_one_load_to_the_next() {
+    let text = r#"{"session_id": "sess-{unique}", "turns": []}"#;
+    let (first, second) = (Scenario::parse(text).unwrap(), Scenario::parse(text).unwrap());
+    assert_eq!(first.session_id.len(), "sess-".len() + 16, "{}", first.session_id);
+    assert!(first.session_id.starts_with("sess-"));
+    assert_ne!(first.session_id, second.session_id);
+}

@@ -72,15 +72,7 @@ fn fleet_replica_playing(
     scenario: &str,
 ) -> Replica {
     let dirs = ServiceDirs::new();
-    let token_file = dirs.root.path().join("fleet-token");
-    std::fs::write(&token_file, format!("{}\n", fleet_token(database_url))).unwrap();
-    let mut env = replica_env(name, lease_ms);
-    env.push(("CURSOR_RUNNER_INTERNAL_LISTEN".to_owned(), ANY_PORT.to_owned()));
-    env.push(("CURSOR_RUNNER_METRICS_LISTEN".to_owned(), ANY_PORT.to_owned()));
-    env.push((
-        "CURSOR_RUNNER_FLEET_TOKEN_FILE".to_owned(),
-        token_file.display().to_string(),
-    ));
+    let mut env = fleet_replica_env(name, lease_ms, &dirs, &fleet_token(database_url));
     env.extend(more_env);
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cursor-runner"));
     let process = ServiceProcess::serve_in(binary, database_url, &dirs, scenario, env);
