@@ -154,7 +154,8 @@ pub fn access_report(
 }
 
 /// The process's environment, ids and session (the `env_report` step), also written to
-/// `file` (relative to the session's workspace) when one is named.
+/// `file` when one is named: relative to the session's workspace, or to `$HOME` as `~/…`
+/// (a CLI caching what it was handed in its own state).
 pub fn env_report(session_cwd: Option<&Path>, session_id: &str, file: Option<&str>) -> Value {
     let env: Map<String, Value> = std::env::vars_os()
         .map(|(k, v)| {
@@ -185,9 +186,11 @@ pub fn env_report(session_cwd: Option<&Path>, session_id: &str, file: Option<&st
         "sid": nix::unistd::getsid(None).map(|p| p.as_raw()).ok(),
     });
     // A relative file is the session's: inside the workspace, like Cursor's own paths.
-    let file = file.map(|f| match session_cwd {
-        Some(cwd) => cwd.join(f),
-        None => f.into(),
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let file = file.map(|f| match (f.strip_prefix("~/"), &home, session_cwd) {
+        (Some(rest), Some(home), _) => home.join(rest),
+        (_, _, Some(cwd)) => cwd.join(f),
+        _ => f.into(),
     });
     if let Some(file) = file.as_ref().map(|f| f.display().to_string())
         && let Err(e) = std::fs::write(&file, report.to_string())

@@ -1,13 +1,15 @@
 //! Secrets hygiene, tested rather than promised: a canary bearer token and a canary bound
 //! credential go through a full turn with a question — and through error paths — with
 //! every log at trace level, and appear nowhere: not in the service's logs, the event
-//! stream, error messages, nor anywhere in the database's files.
+//! stream, error messages, anywhere in the database's files, nor in the session
+//! checkpoints (unpacked), though the agent cached the credential in its own home.
 
 use std::path::Path;
 
 use cursor_runner_e2e::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use sqlx::Connection;
 
 const TOKEN_CANARY: &str = "tok-canary-31337-never-log-me";
 const SECRET_CANARY: &str = "sk-canary-27182-never-log-me";
@@ -40,7 +42,7 @@ async fn canary_secrets_appear_in_no_log_event_error_or_database_file() {
         binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
         database_url: &database.url,
         state_dir: dirs.root.path(),
-        scenario: "demo.json",
+        scenario: "credential_in_home.json",
         record: &dirs.record,
         env: vec![("CURSOR_RUNNER_LOG".into(), "trace".into())],
         args: vec!["--tokens-file".into(), tokens.display().to_string()],
@@ -100,6 +102,21 @@ async fn canary_secrets_appear_in_no_log_event_error_or_database_file() {
         .await
         .unwrap();
     let rest = events.until_turn_settles().await;
+    // The checkpoint after the turn names the file it left out (by name only).
+    let left_out = events
+        .events_until("provider.notice.recorded")
+        .await
+        .into_iter()
+        .map(|e| payload(&e))
+        .find(|notice| notice["category"] == "session_checkpoint_left_out")
+        .expect("the checkpoint's notice");
+    assert!(
+        left_out["summary"]
+            .as_str()
+            .unwrap()
+            .contains(".cursor-data/env-cache.json (holds_secret)"),
+        "{left_out}"
+    );
     seen.extend(asked.iter().chain(&rest).map(|e| format!("{e:?}")));
     seen.push(format!(
         "{:?}",
@@ -119,6 +136,7 @@ async fn canary_secrets_appear_in_no_log_event_error_or_database_file() {
     }
     assert!(!files.is_empty());
     seen.extend(files);
+    seen.extend(checkpoints_unpacked(&database.url).await);
     for canary in [TOKEN_CANARY, SECRET_CANARY] {
         for text in &seen {
             assert!(
@@ -129,4 +147,39 @@ async fn canary_secrets_appear_in_no_log_event_error_or_database_file() {
         }
     }
     database.drop_database().await;
+}
+
+/// Every file of every session checkpoint in the database, unpacked.
+async fn checkpoints_unpacked(database_url: &str) -> Vec<String> {
+    let mut db = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+    let rows: Vec<(String, Vec<u8>, String)> = sqlx::query_as("SELECT format, body, sha256 FROM session_checkpoints")
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+    db.close().await.unwrap();
+    assert!(!rows.is_empty(), "the session was checkpointed");
+    let mut files = Vec::new();
+    for (format, body, sha256) in rows {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        cursor_runner_supervisor::checkpoint::unpack(&format, &body, &sha256, &home).unwrap();
+        assert!(
+            home.join(".cursor-data/sessions").is_dir(),
+            "the session itself is kept"
+        );
+        assert!(
+            !home.join(".cursor-data/env-cache.json").exists(),
+            "the cache is left out"
+        );
+        let mut pending = vec![home];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                match entry.file_type().unwrap().is_dir() {
+                    true => pending.push(entry.path()),
+                    false => files.push(String::from_utf8_lossy(&std::fs::read(entry.path()).unwrap()).into_owned()),
+                }
+            }
+        }
+    }
+    files
 }
