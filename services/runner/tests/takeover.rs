@@ -168,6 +168,71 @@ async fn two_survivors_racing_settle_each_of_several_executions_exactly_once() {
     database.drop_database().await;
 }
 
+/// How many owners [`each_of_twenty_owners_killed_mid_turn_with_a_pending_question_is_taken_over_exactly_once`]
+/// kills, one after another.
+const KILLS: usize = 20;
+
+/// SIGKILL of the owner mid-turn, twenty times over in one fleet of three (each dead owner
+/// restarted under its name before the next kill): each execution is taken over once, its
+/// question expires once and is never delivered, its agents are gone, and its stream, read
+/// again once every kill is over, holds each ending exactly once with no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_of_twenty_owners_killed_mid_turn_with_a_pending_question_is_taken_over_exactly_once() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let names = ["replica-a", "replica-b", "replica-c"];
+    let dirs: Vec<ServiceDirs> = names.iter().map(|_| ServiceDirs::new()).collect();
+    let start = |i: usize| replica(&database.url, &dirs[i], names[i], "question_then_talks_on.json").0;
+    let mut replicas: Vec<Option<ServiceProcess>> = (0..names.len()).map(|i| Some(start(i))).collect();
+    let mut taken_over = Vec::new();
+    for kill in 0..KILLS {
+        let owner = kill % names.len();
+        let mut client = replicas[owner].as_ref().unwrap().client().await;
+        let (execution, _, created) =
+            question_asked(&mut client, &dirs[owner].workspace, &format!("kill-{kill}")).await;
+        let dying = replicas[owner].take().unwrap();
+        let agents = descendants_of(dying.child.id() as i32);
+        dying.kill();
+        let survivor = replicas.iter().flatten().next().unwrap();
+        let mut client = survivor.client().await;
+        let lost = execution_in_state(&mut client, &execution.execution_id, pb::ExecutionState::Lost).await;
+        assert_eq!(lost.failure_reason, "OWNER_LOST", "kill {kill}");
+        let question = get_interaction(&mut client, created["interactionId"].as_str().unwrap()).await;
+        assert_eq!(
+            (question.state, question.reason.as_str()),
+            (pb::InteractionState::Expired as i32, "provider_process_lost"),
+            "kill {kill}"
+        );
+        until_all_gone("the dead owner's agents", &agents).await;
+        assert_eq!(
+            answers_read(&dirs[owner].record),
+            0,
+            "kill {kill}: nothing was delivered"
+        );
+        replicas[owner] = Some(start(owner));
+        taken_over.push(execution.execution_id);
+    }
+    // A second takeover of any of them would have appended its endings again by now.
+    tokio::time::sleep(std::time::Duration::from_millis(LEASE_MS)).await;
+    let mut client = replicas[0].as_ref().unwrap().client().await;
+    for execution_id in &taken_over {
+        assert_taken_over_once(&settled_stream(&mut client, execution_id).await);
+    }
+    for replica in replicas.into_iter().flatten() {
+        replica.stop();
+    }
+    database.drop_database().await;
+}
+
+/// The answers the agents of one replica read: responses with an `answered` outcome.
+fn answers_read(record: &std::path::Path) -> usize {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m.get("method").is_none() && m["result"]["outcome"]["outcome"] == "answered")
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cut_by_its_owners_death_resumes_on_a_survivor_from_its_cursor_with_no_gap_or_duplicate() {
     let database = TestDatabase::create(Backend::Postgres).await;
