@@ -7,14 +7,15 @@
 //! `cargo bench -p cursor-runner-e2e --bench perf` runs it at full size. Without `--bench`
 //! (as `cargo test --benches` runs it) every size is tiny and the result goes to
 //! `target/perf/perf-smoke.json`. `PERF_ONLY=P1,P5` runs some goals only (P1, P1b, P2, P3,
-//! P4, P5, and S1, issue 20's cross-replica answer; P4 also measures P1b, its reference) and
+//! P4, P5, and S1 / S2, issue 20's cross-replica answer and stream; P4 also measures P1b, its
+//! reference) and
 //! writes `perf-P1-P5.json`. Sizes:
 //!
 //! | variable | default | what |
 //! |---|---|---|
 //! | `PERF_UPDATES` | 200000 | P1: the large flood (the small one is 1 update; their difference subtracts start-up) |
 //! | `PERF_RUNS` | 3 | P1: rounds, each consumer once per round in turn; the median is shown |
-//! | `PERF_LATENCY_SECS` | 10 | P1b / P4: seconds of steady 1k updates/s |
+//! | `PERF_LATENCY_SECS` | 10 | P1b / P4 / S2: seconds of steady 1k updates/s |
 //! | `PERF_EXECUTIONS` | 100 | P4: concurrent executions (250 or 500 to go further) |
 //! | `PERF_LEASES` | 20 | P2: executions leased cold, then warm |
 //! | `PERF_QUESTIONS` | 300 | P3: questions answered; S1: through each of two replicas |
@@ -306,6 +307,28 @@ async fn s1(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
     json!(report)
 }
 
+/// S2 (issue 20): `StreamEvents` through a replica that does not own the execution at a
+/// steady 1k updates/s, beside a subscriber on the owner reading the same chunks.
+async fn s2(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
+    let secs = sizes.latency_secs;
+    eprintln!("S2: 1 execution at {STEADY_UPDATES_PER_SEC} updates/s for {secs} s, read through two replicas");
+    let report = fleet_latency::measure_streams(STEADY_UPDATES_PER_SEC, secs).await;
+    rows.push(Row::new(
+        "S2 stdout → subscriber on another replica at 1k updates/s, p99",
+        format!(
+            "{:.2} ms (p50 {:.2})",
+            report.cross_replica.p99_ms, report.cross_replica.p50_ms
+        ),
+        format!(
+            "subscriber on the owner p99: {:.2} ms (p50 {:.2})",
+            report.same_replica.p99_ms, report.same_replica.p50_ms
+        ),
+        Some(report.cross_replica.p99_ms / report.same_replica.p99_ms),
+        Goal::AtMost(2.0, "≤ 2× on the owner"),
+    ));
+    json!(report)
+}
+
 /// P5: full verification of a pinned closure beside `sha256sum` on its files.
 fn p5(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
     eprintln!("P5: a {} MB distribution verified", sizes.dist_mb);
@@ -390,6 +413,9 @@ async fn main() {
     }
     if wanted("S1") {
         figures.insert("s1".into(), s1(&sizes, &mut rows).await);
+    }
+    if wanted("S2") {
+        figures.insert("s2".into(), s2(&sizes, &mut rows).await);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!();

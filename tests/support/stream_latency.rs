@@ -152,13 +152,19 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
 async fn stream_one(
     mut client: Client,
     execution_id: String,
-    mut events: Subscriber,
+    events: Subscriber,
     started: tokio::sync::mpsc::Sender<()>,
 ) -> Vec<(u128, u128)> {
     start_turn(&mut client, &execution_id, &format!("turn-{execution_id}"))
         .await
         .expect("StartTurn");
     started.send(()).await.expect("the bench waits");
+    arrivals(events).await
+}
+
+/// `(sent, arrived)` in nanoseconds since the Unix epoch for every stamped chunk `events`
+/// shows, until the turn settles.
+pub(crate) async fn arrivals(mut events: Subscriber) -> Vec<(u128, u128)> {
     let mut stamps = Vec::new();
     loop {
         let Frame::Event(event) = events.next_frame().await else {
@@ -179,7 +185,7 @@ async fn stream_one(
     }
 }
 
-fn unix_nanos(at: SystemTime) -> u128 {
+pub(crate) fn unix_nanos(at: SystemTime) -> u128 {
     at.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
 }
 
