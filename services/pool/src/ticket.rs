@@ -23,6 +23,8 @@ pub struct SlotTicket {
     pub profile_id: String,
     pub home: PathBuf,
     keep_home: bool,
+    /// A session that ended in this home is not stored elsewhere: the home stays for good.
+    unstored_session: bool,
     /// The agent account this slot's process runs as, given back (and swept) when the
     /// slot ends; `None` when the service does not separate uids.
     pub identity: Option<AgentLease>,
@@ -47,6 +49,7 @@ impl SlotTicket {
             profile_id,
             home,
             keep_home: false,
+            unstored_session: false,
             identity,
             capture: None,
             agent: None,
@@ -58,10 +61,12 @@ impl SlotTicket {
         self.keep_home = true;
     }
 
-    /// Every session opened in this home is stored elsewhere now (checkpointed at its
-    /// close): remove the home when the process ends, unless another session opens in it.
-    pub fn release_home(&mut self) {
-        self.keep_home = false;
+    /// A session opened in this home ended, `stored` elsewhere (checkpointed at its end)
+    /// or not. Once every session that ended here is stored, the home is removed when the
+    /// process ends, unless another session opens in it; one that is not keeps it.
+    pub fn session_ended(&mut self, stored: bool) {
+        self.unstored_session |= !stored;
+        self.keep_home = self.unstored_session;
     }
 }
 

@@ -180,12 +180,33 @@ async fn a_checkpoint_that_fails_its_digest_is_never_unpacked_and_the_load_is_se
 /// The private homes a replica keeps in its state directory.
 fn homes_kept(dirs: &ServiceDirs) -> Vec<String> {
     std::fs::read_dir(dirs.root.path().join("homes"))
-        .map(|dir| {
-            dir.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+        .expect("the replica keeps its homes there")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_that_cuts_a_turn_short_keeps_the_last_good_checkpoint_and_the_home() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let (a, _) = replica(&database.url, &dirs, "replica-a", LONG_LEASE_MS);
+    let mut client = a.client().await;
+    // The turn waits on its question when the close comes: the home may be mid-write.
+    let (execution, _, _) = question_asked(&mut client, &dirs.workspace, "cut").await;
+    close(&mut client, &execution.execution_id).await;
+    a.stop();
+    let mut db = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let (turns,): (i64,) = sqlx::query_as("SELECT turn_count FROM session_checkpoints WHERE session_id = $1")
+        .bind(&execution.session_id)
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    db.close().await.unwrap();
+    assert_eq!(turns, 0, "the checkpoint taken at creation stays");
+    let slot = execution.lease.expect("a lease").slot_id;
+    assert!(homes_kept(&dirs).contains(&slot), "{:?}", homes_kept(&dirs));
+    database.drop_database().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::distribution::archive::{EntryRefusal, EntryRules, Item, open_tar};
-use crate::distribution::hash::{EntryKind, walk};
+use crate::distribution::archive::{EntryRefusal, EntryRules, Item};
 use crate::distribution::materialize::rename_no_replace;
 
 /// The archive format a checkpoint is stored in.
@@ -29,8 +28,13 @@ pub const CHECKPOINT_FORMAT: &str = "tar+gzip/1";
 pub const MAX_SESSION_CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 /// The most a checkpoint's files may hold together, uncompressed.
 pub const MAX_SESSION_CHECKPOINT_RAW_BYTES: u64 = 256 * 1024 * 1024;
-/// The most files a checkpoint may hold.
+/// The most files and directories a checkpoint may hold together.
 pub const MAX_SESSION_CHECKPOINT_FILES: usize = 10_000;
+/// The deepest a checkpointed directory may be below the home.
+pub const MAX_SESSION_CHECKPOINT_DEPTH: usize = 32;
+/// What a checkpoint's tar may hold beyond its files' bytes (headers, long names), per
+/// entry: the decompressed stream is cut at the raw bound plus this much per entry.
+const TAR_OVERHEAD_PER_ENTRY: u64 = 4096;
 /// The directories of a home a checkpoint holds: Cursor's configuration and data.
 pub const CHECKPOINTED_DIRS: [&str; 2] = [".cursor", ".cursor-data"];
 /// File names never checkpointed, whatever they hold: where a CLI keeps a login.
@@ -67,12 +71,17 @@ pub enum LeftOut {
     HoldsSecret(String),
     /// A link, device, socket or FIFO.
     NotRegular(String),
+    /// Its name is not UTF-8 (shown lossily).
+    NonUtf8Name(String),
 }
 
 impl LeftOut {
     pub fn path(&self) -> &str {
         match self {
-            LeftOut::DeniedName(path) | LeftOut::HoldsSecret(path) | LeftOut::NotRegular(path) => path,
+            LeftOut::DeniedName(path)
+            | LeftOut::HoldsSecret(path)
+            | LeftOut::NotRegular(path)
+            | LeftOut::NonUtf8Name(path) => path,
         }
     }
 
@@ -82,6 +91,7 @@ impl LeftOut {
             LeftOut::DeniedName(_) => "denied_name",
             LeftOut::HoldsSecret(_) => "holds_secret",
             LeftOut::NotRegular(_) => "not_regular",
+            LeftOut::NonUtf8Name(_) => "non_utf8_name",
         }
     }
 }
@@ -92,6 +102,7 @@ pub enum Bound {
     StoredBytes,
     RawBytes,
     Files,
+    Depth,
 }
 
 impl Bound {
@@ -100,6 +111,7 @@ impl Bound {
             Bound::StoredBytes => MAX_SESSION_CHECKPOINT_BYTES,
             Bound::RawBytes => MAX_SESSION_CHECKPOINT_RAW_BYTES,
             Bound::Files => MAX_SESSION_CHECKPOINT_FILES as u64,
+            Bound::Depth => MAX_SESSION_CHECKPOINT_DEPTH as u64,
         }
     }
 
@@ -107,7 +119,8 @@ impl Bound {
         match self {
             Bound::StoredBytes => "compressed bytes",
             Bound::RawBytes => "bytes of files",
-            Bound::Files => "files",
+            Bound::Files => "files and directories",
+            Bound::Depth => "directory levels",
         }
     }
 }
@@ -141,6 +154,7 @@ impl CheckpointError {
             CheckpointError::OverBound(Bound::StoredBytes) => "over_stored_bytes",
             CheckpointError::OverBound(Bound::RawBytes) => "over_raw_bytes",
             CheckpointError::OverBound(Bound::Files) => "over_files",
+            CheckpointError::OverBound(Bound::Depth) => "over_depth",
             CheckpointError::DigestMismatch { .. } => "digest_mismatch",
             CheckpointError::UnknownFormat(_) => "unknown_format",
             CheckpointError::Malformed(_) => "malformed",
@@ -159,60 +173,40 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> CheckpointError + '_ {
 }
 
 /// Packs `home`'s [`CHECKPOINTED_DIRS`] (those that exist) into a checkpoint, leaving
-/// out every file `holds_secret` says yes to.
+/// out every file `holds_secret` says yes to. The agent may still be running: every
+/// directory is opened relative to its parent's handle and nothing is opened through a
+/// link, so a home rearranged while it is packed cannot lead outside itself.
 pub fn pack(home: &Path, holds_secret: &dyn Fn(&[u8]) -> bool) -> Result<Packed, CheckpointError> {
-    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
-        Bounded::default(),
-        flate2::Compression::default(),
-    ));
-    let (mut raw_bytes, mut files, mut left_out) = (0u64, 0usize, Vec::new());
+    let mut packing = Packing {
+        tar: tar::Builder::new(flate2::write::GzEncoder::new(
+            Bounded::default(),
+            flate2::Compression::default(),
+        )),
+        holds_secret,
+        raw_bytes: 0,
+        entries: 0,
+        files: 0,
+        left_out: Vec::new(),
+    };
+    let home_dir = open_dir(nix::fcntl::AT_FDCWD, home).map_err(io_at(home))?;
     for dir in CHECKPOINTED_DIRS {
-        let root = home.join(dir);
-        if !root.is_dir() {
-            continue;
-        }
-        let walked = walk(&root).map_err(|e| CheckpointError::Io {
-            path: root.clone(),
-            source: io::Error::other(e.to_string()),
-        })?;
-        let name = format!("{ARCHIVE_ROOT}/{dir}");
-        let mut header = entry_header(0, tar::EntryType::Directory, 0o700);
-        append(&mut tar, &mut header, &name, io::empty())?;
-        for entry in walked {
-            let rel = format!("{dir}/{}", entry.path);
-            let name = format!("{ARCHIVE_ROOT}/{rel}");
-            match entry.kind {
-                EntryKind::Dir => {
-                    let mut header = entry_header(0, tar::EntryType::Directory, 0o700);
-                    append(&mut tar, &mut header, &name, io::empty())?;
-                }
-                EntryKind::File => {
-                    let file_name = rel.rsplit('/').next().unwrap_or(&rel);
-                    if DENIED_NAMES.contains(&file_name) {
-                        left_out.push(LeftOut::DeniedName(rel));
-                        continue;
-                    }
-                    files += 1;
-                    if files > MAX_SESSION_CHECKPOINT_FILES {
-                        return Err(CheckpointError::OverBound(Bound::Files));
-                    }
-                    let path = root.join(&entry.path);
-                    let budget = MAX_SESSION_CHECKPOINT_RAW_BYTES - raw_bytes;
-                    let bytes = read_within(&path, budget)?.ok_or(CheckpointError::OverBound(Bound::RawBytes))?;
-                    if holds_secret(&bytes) {
-                        files -= 1;
-                        left_out.push(LeftOut::HoldsSecret(rel));
-                        continue;
-                    }
-                    raw_bytes += bytes.len() as u64;
-                    let mode = if entry.mode & 0o111 != 0 { 0o700 } else { 0o600 };
-                    let mut header = entry_header(bytes.len() as u64, tar::EntryType::Regular, mode);
-                    append(&mut tar, &mut header, &name, bytes.as_slice())?;
-                }
-                EntryKind::Symlink | EntryKind::Other(_) => left_out.push(LeftOut::NotRegular(rel)),
+        match open_dir(&home_dir, Path::new(dir)) {
+            Ok(fd) => packing.directory(fd, dir, 1)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            // A link (or anything but a directory) where Cursor's directory belongs.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                packing.left_out.push(LeftOut::NotRegular(dir.to_owned()));
             }
+            Err(e) => return Err(io_at(&home.join(dir))(e)),
         }
     }
+    let Packing {
+        tar,
+        raw_bytes,
+        files,
+        left_out,
+        ..
+    } = packing;
     let body = tar
         .into_inner()
         .and_then(|gz| gz.finish())
@@ -225,6 +219,124 @@ pub fn pack(home: &Path, holds_secret: &dyn Fn(&[u8]) -> bool) -> Result<Packed,
         files,
         left_out,
     })
+}
+
+/// A directory opened by handle, relative to `parent`, never through a link.
+fn open_dir(parent: impl std::os::fd::AsFd, name: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    nix::fcntl::openat(parent, name, flags, nix::sys::stat::Mode::empty()).map_err(io::Error::from)
+}
+
+/// One pack in progress.
+struct Packing<'a> {
+    tar: tar::Builder<flate2::write::GzEncoder<Bounded>>,
+    holds_secret: &'a dyn Fn(&[u8]) -> bool,
+    raw_bytes: u64,
+    /// Files and directories in the archive, against [`MAX_SESSION_CHECKPOINT_FILES`].
+    entries: usize,
+    files: usize,
+    left_out: Vec<LeftOut>,
+}
+
+impl Packing<'_> {
+    /// Adds the directory `fd` (at `rel`, `depth` levels below the home) and everything
+    /// beneath it.
+    fn directory(&mut self, fd: std::os::fd::OwnedFd, rel: &str, depth: usize) -> Result<(), CheckpointError> {
+        use nix::fcntl::AtFlags;
+        use nix::sys::stat::{SFlag, fstatat};
+        let at = |e: nix::Error| io_at(Path::new(rel))(io::Error::from(e));
+        if depth > MAX_SESSION_CHECKPOINT_DEPTH {
+            return Err(CheckpointError::OverBound(Bound::Depth));
+        }
+        self.count_entry()?;
+        let mut header = entry_header(0, tar::EntryType::Directory, 0o700);
+        append(
+            &mut self.tar,
+            &mut header,
+            &format!("{ARCHIVE_ROOT}/{rel}"),
+            io::empty(),
+        )?;
+        let mut dir = nix::dir::Dir::from_fd(fd).map_err(at)?;
+        let mut names: Vec<std::ffi::CString> = dir
+            .iter()
+            .map(|entry| entry.map(|e| e.file_name().to_owned()))
+            .collect::<Result<_, _>>()
+            .map_err(at)?;
+        names.retain(|name| name.as_bytes() != b"." && name.as_bytes() != b"..");
+        names.sort();
+        for name in names {
+            let Ok(text) = name.to_str() else {
+                self.left_out
+                    .push(LeftOut::NonUtf8Name(format!("{rel}/{}", name.to_string_lossy())));
+                continue;
+            };
+            let child = format!("{rel}/{text}");
+            let stat = fstatat(&dir, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW).map_err(at)?;
+            match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
+                SFlag::S_IFDIR => {
+                    let fd = open_dir(&dir, Path::new(text)).map_err(io_at(Path::new(&child)))?;
+                    self.directory(fd, &child, depth + 1)?;
+                }
+                SFlag::S_IFREG if DENIED_NAMES.contains(&text) => self.left_out.push(LeftOut::DeniedName(child)),
+                SFlag::S_IFREG => self.file(&dir, text, child)?,
+                _ => self.left_out.push(LeftOut::NotRegular(child)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the regular file `name` of `dir` (at `rel`), unless it holds a secret.
+    fn file(&mut self, dir: &nix::dir::Dir, name: &str, rel: String) -> Result<(), CheckpointError> {
+        use nix::fcntl::OFlag;
+        self.count_entry()?;
+        // Non-blocking: a file swapped for a FIFO since it was looked at must not hang.
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let opened = nix::fcntl::openat(dir, name, flags, nix::sys::stat::Mode::empty()).map_err(io::Error::from);
+        let file = std::fs::File::from(opened.map_err(io_at(Path::new(&rel)))?);
+        let meta = file.metadata().map_err(io_at(Path::new(&rel)))?;
+        if !meta.is_file() {
+            self.entries -= 1;
+            self.left_out.push(LeftOut::NotRegular(rel));
+            return Ok(());
+        }
+        let budget = MAX_SESSION_CHECKPOINT_RAW_BYTES - self.raw_bytes;
+        let mut bytes = Vec::new();
+        (&file)
+            .take(budget + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_at(Path::new(&rel)))?;
+        if bytes.len() as u64 > budget {
+            return Err(CheckpointError::OverBound(Bound::RawBytes));
+        }
+        if (self.holds_secret)(&bytes) {
+            self.entries -= 1;
+            self.left_out.push(LeftOut::HoldsSecret(rel));
+            return Ok(());
+        }
+        self.raw_bytes += bytes.len() as u64;
+        self.files += 1;
+        let mode = if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0 {
+            0o700
+        } else {
+            0o600
+        };
+        let mut header = entry_header(bytes.len() as u64, tar::EntryType::Regular, mode);
+        append(
+            &mut self.tar,
+            &mut header,
+            &format!("{ARCHIVE_ROOT}/{rel}"),
+            bytes.as_slice(),
+        )
+    }
+
+    fn count_entry(&mut self) -> Result<(), CheckpointError> {
+        self.entries += 1;
+        if self.entries > MAX_SESSION_CHECKPOINT_FILES {
+            return Err(CheckpointError::OverBound(Bound::Files));
+        }
+        Ok(())
+    }
 }
 
 /// An entry's header: nothing of the home's owners or times is kept.
@@ -280,18 +392,6 @@ impl Write for Bounded {
     }
 }
 
-/// A file's bytes, or `None` when it holds more than `budget`.
-fn read_within(path: &Path, budget: u64) -> Result<Option<Vec<u8>>, CheckpointError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(path)
-        .map_err(io_at(path))?;
-    let mut bytes = Vec::new();
-    file.take(budget + 1).read_to_end(&mut bytes).map_err(io_at(path))?;
-    Ok((bytes.len() as u64 <= budget).then_some(bytes))
-}
-
 /// What [`unpack`] restored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unpacked {
@@ -335,7 +435,11 @@ pub fn unpack(format: &str, body: &[u8], sha256: &str, into: &Path) -> Result<Un
 fn extract(body: &[u8], staging: &Path) -> Result<Unpacked, CheckpointError> {
     let mut rules = EntryRules::under(ARCHIVE_ROOT);
     let mut unpacked = Unpacked { files: 0, raw_bytes: 0 };
-    let mut tar = open_tar(body);
+    let mut entries = 0usize;
+    // Cut where no archive within the bounds reaches: a long name or header is read whole
+    // before any rule sees its entry.
+    let cap = MAX_SESSION_CHECKPOINT_RAW_BYTES + MAX_SESSION_CHECKPOINT_FILES as u64 * TAR_OVERHEAD_PER_ENTRY;
+    let mut tar = tar::Archive::new(flate2::read::MultiGzDecoder::new(body).take(cap));
     for entry in tar.entries().map_err(CheckpointError::Malformed)? {
         let mut entry = entry.map_err(CheckpointError::Malformed)?;
         let header = entry.header();
@@ -350,15 +454,20 @@ fn extract(body: &[u8], staging: &Path) -> Result<Unpacked, CheckpointError> {
         if !CHECKPOINTED_DIRS.contains(&top) {
             return Err(CheckpointError::NotCheckpointed(rel));
         }
+        entries += 1;
+        if entries > MAX_SESSION_CHECKPOINT_FILES {
+            return Err(CheckpointError::OverBound(Bound::Files));
+        }
+        // A directory's depth is its components', a file's its directory's.
+        if rel.split('/').count() - usize::from(executable.is_some()) > MAX_SESSION_CHECKPOINT_DEPTH {
+            return Err(CheckpointError::OverBound(Bound::Depth));
+        }
         let target = staging.join(&rel);
         let Some(executable) = executable else {
             private_dirs(&target)?;
             continue;
         };
         unpacked.files += 1;
-        if unpacked.files > MAX_SESSION_CHECKPOINT_FILES {
-            return Err(CheckpointError::OverBound(Bound::Files));
-        }
         if let Some(dir) = target.parent() {
             private_dirs(dir)?;
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cursor_runner_supervisor::checkpoint::{
     self, Bound, CHECKPOINT_FORMAT, CheckpointError, LeftOut, MAX_SESSION_CHECKPOINT_BYTES,
-    MAX_SESSION_CHECKPOINT_FILES, MAX_SESSION_CHECKPOINT_RAW_BYTES,
+    MAX_SESSION_CHECKPOINT_DEPTH, MAX_SESSION_CHECKPOINT_FILES, MAX_SESSION_CHECKPOINT_RAW_BYTES,
 };
 use cursor_runner_supervisor::distribution::synthetic::{ArchiveBuilder, RawEntry, RawKind};
 use sha2::{Digest, Sha256};
@@ -118,6 +118,59 @@ fn denied_names_and_links_are_left_out_and_named() {
 }
 
 #[test]
+fn links_to_directories_are_never_followed_whether_cursors_own_or_beneath_it() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    write(elsewhere.path(), "private/key.pem", b"not the agent's");
+    let home = tempfile::tempdir().unwrap();
+    write(home.path(), ".cursor-data/sessions/s-1.json", b"{}");
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("private"),
+        home.path().join(".cursor-data/linked"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("private"), home.path().join(".cursor")).unwrap();
+    let packed = checkpoint::pack(home.path(), &holds_secret).unwrap();
+    let mut left_out: Vec<(&str, &str)> = packed.left_out.iter().map(|l| (l.reason(), l.path())).collect();
+    left_out.sort();
+    assert_eq!(
+        left_out,
+        [("not_regular", ".cursor"), ("not_regular", ".cursor-data/linked")]
+    );
+    let (parent, unpacked) = unpack_into(&packed.body);
+    assert_eq!(unpacked.unwrap().files, 1);
+    assert_eq!(files_under(&parent.path().join("home")).len(), 1);
+}
+
+#[test]
+fn directories_count_toward_the_entry_bound_and_depth_is_bounded() {
+    let home = tempfile::tempdir().unwrap();
+    let many = home.path().join(".cursor-data/many");
+    fs::create_dir_all(&many).unwrap();
+    // With `.cursor-data` and `many` themselves, one directory over the bound.
+    for i in 0..MAX_SESSION_CHECKPOINT_FILES - 1 {
+        fs::create_dir(many.join(i.to_string())).unwrap();
+    }
+    let refused = checkpoint::pack(home.path(), &holds_secret).unwrap_err();
+    assert!(matches!(refused, CheckpointError::OverBound(Bound::Files)), "{refused}");
+
+    let deep = tempfile::tempdir().unwrap();
+    let at_the_bound: std::path::PathBuf = std::iter::once(".cursor-data".to_owned())
+        .chain((1..MAX_SESSION_CHECKPOINT_DEPTH).map(|i| format!("d{i}")))
+        .collect();
+    write(deep.path(), &at_the_bound.join("f").display().to_string(), b"x");
+    let packed = checkpoint::pack(deep.path(), &holds_secret).unwrap();
+    let (_parent, unpacked) = unpack_into(&packed.body);
+    assert_eq!(
+        unpacked.unwrap().files,
+        1,
+        "a file at the deepest level packs and unpacks"
+    );
+    fs::create_dir(deep.path().join(&at_the_bound).join("one-more")).unwrap();
+    let refused = checkpoint::pack(deep.path(), &holds_secret).unwrap_err();
+    assert!(matches!(refused, CheckpointError::OverBound(Bound::Depth)), "{refused}");
+}
+
+#[test]
 fn a_home_without_cursor_state_packs_to_an_empty_checkpoint() {
     let home = tempfile::tempdir().unwrap();
     let packed = checkpoint::pack(home.path(), &holds_secret).unwrap();
@@ -132,11 +185,14 @@ fn over_the_file_count_a_checkpoint_is_refused_whole() {
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join(".cursor-data/many");
     fs::create_dir_all(&dir).unwrap();
-    for i in 0..MAX_SESSION_CHECKPOINT_FILES {
+    // The two directories count too.
+    for i in 0..MAX_SESSION_CHECKPOINT_FILES - 2 {
         fs::write(dir.join(i.to_string()), b"").unwrap();
     }
     let at_the_bound = checkpoint::pack(home.path(), &holds_secret).unwrap();
-    assert_eq!(at_the_bound.files, MAX_SESSION_CHECKPOINT_FILES);
+    assert_eq!(at_the_bound.files, MAX_SESSION_CHECKPOINT_FILES - 2);
+    let (_parent, unpacked) = unpack_into(&at_the_bound.body);
+    assert_eq!(unpacked.unwrap().files, MAX_SESSION_CHECKPOINT_FILES - 2);
     fs::write(dir.join("one-more"), b"").unwrap();
     let refused = checkpoint::pack(home.path(), &holds_secret).unwrap_err();
     assert!(matches!(refused, CheckpointError::OverBound(Bound::Files)), "{refused}");

@@ -1,8 +1,9 @@
 //! Checkpoints of the session's home into the store, so the session loads and recovers
-//! on any replica (`docs/scale-out.md` §6). A home is packed only between turns (after a
-//! settlement, and at close), when the agent's state is whole; never after a loss, whose
-//! home may be torn, so the last good checkpoint stays. A home whose sessions are all
-//! checkpointed at their close is removed when its process ends.
+//! on any replica (`docs/scale-out.md` §6). A home is packed only between turns (at
+//! creation, after a settlement, and at a close or drain that cut no turn short), when the
+//! agent's state is whole; never after a loss or a cut turn, whose home may be torn, so
+//! the last good checkpoint stays. A home whose sessions were all checkpointed at their
+//! end is removed when its process ends.
 
 use cursor_runner_activity::{ActivityPayload, NoticeScope, ProviderNotice};
 use cursor_runner_domain::error::EngineError;
@@ -15,6 +16,10 @@ use super::data::Actor;
 pub(crate) const CHECKPOINT_REFUSED: &str = "session_checkpoint_refused";
 /// The notice category of files a checkpoint left out (links, denied names, secrets).
 pub(crate) const CHECKPOINT_LEFT_OUT: &str = "session_checkpoint_left_out";
+/// Homes packed at once on this node; each pack may hold up to
+/// `MAX_SESSION_CHECKPOINT_RAW_BYTES` of a home in memory.
+pub(crate) const MAX_CONCURRENT_PACKS: usize = 2;
+static PACKING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_PACKS);
 
 impl Actor {
     /// Packs the home now and stores it in the background, after every earlier checkpoint
@@ -24,6 +29,8 @@ impl Actor {
             return Ok(());
         };
         let redactor = self.events.redactor().clone();
+        // Each pack holds up to the raw bound in memory: a few at a time on the node.
+        let _permit = PACKING.acquire().await.expect("the semaphore is never closed");
         let packed =
             tokio::task::spawn_blocking(move || checkpoint::pack(&home, &|bytes| redactor.appears_in(bytes))).await;
         let packed = match packed {
@@ -76,6 +83,20 @@ impl Actor {
             }
             outcome == "stored"
         }));
+        Ok(())
+    }
+
+    /// At the end of the session (close, drain): its home is checkpointed unless a turn was
+    /// cut short (`mid_turn`: the home may be torn, and the last good checkpoint stays), and
+    /// the slot learns whether the session is stored elsewhere now (else its home stays).
+    pub(super) async fn checkpoint_between_turns(&mut self, mid_turn: bool) -> Result<(), EngineError> {
+        if !mid_turn {
+            self.checkpoint().await?;
+        }
+        let stored = self.checkpoints_stored().await && !mid_turn;
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.session_ended(stored);
+        }
         Ok(())
     }
 

@@ -111,6 +111,9 @@ impl Actor {
     /// pending interactions expire (never re-sent), the running turn ends, the execution
     /// is `lost` — so a crash leaves all of it or none of it for recovery.
     pub(super) async fn settle_loss(&mut self, loss: Loss) -> Result<(), EngineError> {
+        // What was checkpointed before lands before the execution ends: a load of its
+        // session, possible from then on, never meets a late upload of this one.
+        let _ = self.checkpoints_stored().await;
         // The agent's requests go with their handles: nobody can answer them any more.
         let mut interactions: Vec<_> = self
             .pending
@@ -158,6 +161,7 @@ impl Actor {
     }
 
     pub(super) async fn close(&mut self) -> Result<ExecutionRecord, EngineError> {
+        let mid_turn = self.turn.is_some();
         self.record.state = ExecutionState::Closing;
         self.save_record().await?;
         if self.turn.is_some() {
@@ -195,12 +199,7 @@ impl Actor {
             })
             .await?;
         }
-        self.checkpoint().await?;
-        if self.checkpoints_stored().await
-            && let Some(ticket) = self.ticket.as_mut()
-        {
-            ticket.release_home();
-        }
+        self.checkpoint_between_turns(mid_turn).await?;
         self.record.state = ExecutionState::Closed;
         self.save_record().await?;
         Ok(self.record.clone())
@@ -306,11 +305,9 @@ impl Actor {
     /// (a turn still running, when the drain is forced). The home is checkpointed only
     /// between turns: a turn cut short may have left it torn, and the last good one stays.
     pub(super) async fn end_drained(&mut self) -> Result<(), EngineError> {
+        let mid_turn = self.turn.is_some();
         let exit = self.stop_process("runner").await?;
-        if self.turn.is_none() {
-            self.checkpoint().await?;
-            let _ = self.checkpoints_stored().await;
-        }
+        self.checkpoint_between_turns(mid_turn).await?;
         self.record.exit_code = exit.exit_code.map(i64::from);
         self.record.exit_signal = exit.signal.map(i64::from);
         self.settle_loss(Loss::AgentGone {

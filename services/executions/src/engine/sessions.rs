@@ -7,9 +7,9 @@
 
 use std::path::PathBuf;
 
-use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_store::ExecutionRecord;
-use cursor_runner_supervisor::checkpoint;
+use cursor_runner_supervisor::checkpoint::{self, CheckpointError};
 
 use super::data::*;
 use crate::lease::LeaseInfo;
@@ -72,11 +72,17 @@ impl Engine {
             .filter(|lease| lease.replica.as_deref().is_none_or(|r| r == self.replica_name()))
             .map(|lease| PathBuf::from(lease.home))
             .filter(|home| home.is_dir());
-        let home = match local {
-            Some(home) => home,
-            None => self.restored_home(&recorded.tenant_id, session_id).await?,
+        let (home, restored) = match local {
+            Some(home) => (home, false),
+            None => (self.restored_home(&recorded.tenant_id, session_id).await?, true),
         };
-        self.config.workspace_policy.check_home(&home).map_err(policy_refusal)?;
+        if let Err(refusal) = self.config.workspace_policy.check_home(&home) {
+            // A home restored for nothing is not left behind.
+            if restored && let Err(e) = std::fs::remove_dir_all(&home) {
+                tracing::warn!(home = %home.display(), error = %e, "removing a refused restored home failed");
+            }
+            return Err(policy_refusal(refusal));
+        }
         Ok(home)
     }
 
@@ -98,6 +104,13 @@ impl Engine {
         .map_err(|e| EngineError::internal(format!("restoring a checkpoint panicked: {e}")))?;
         match unpacked {
             Ok(_) => Ok(home),
+            // This replica's disk, not the checkpoint: the agent's home could not be made
+            // here; worth a retry, here or elsewhere.
+            Err(CheckpointError::Io { path, source }) => Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::AgentLaunchFailed,
+                format!("restoring session `{session_id}` into {}: {source}", path.display()),
+            )),
             Err(refused) => Err(not_found(format!(
                 "the checkpoint of session `{session_id}` cannot be restored: {refused}"
             ))
