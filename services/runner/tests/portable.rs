@@ -245,3 +245,29 @@ async fn the_home_of_an_execution_whose_agent_died_is_kept_for_its_recovery() {
     assert!(homes_kept(&dirs).contains(&slot), "{:?}", homes_kept(&dirs));
     database.drop_database().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_sweeps_the_homes_no_session_needs_and_keeps_those_of_unstored_sessions() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let (a, _) = replica(&database.url, &dirs, "replica-a", LONG_LEASE_MS);
+    let mut client = a.client().await;
+    // Cut mid-turn by the crash below: its home holds more than its checkpoint.
+    let (cut, _, _) = question_asked(&mut client, &dirs.workspace, "cut").await;
+    // Closed and checkpointed; its idle process (and home) then dies with the service.
+    let closed = create_execution_in(&mut client, &dirs.workspace, "create-closed").await;
+    close(&mut client, &closed.execution_id).await;
+    let leftover = dirs.root.path().join("homes/restored-left-behind");
+    std::fs::create_dir_all(leftover.join(".cursor-data")).unwrap();
+    a.kill();
+
+    let (a, _) = replica(&database.url, &dirs, "replica-a", LONG_LEASE_MS);
+    a.client().await;
+    let kept = homes_kept(&dirs);
+    let (cut_slot, closed_slot) = (cut.lease.unwrap().slot_id, closed.lease.unwrap().slot_id);
+    assert!(kept.contains(&cut_slot), "the cut session's only copy stays: {kept:?}");
+    assert!(!kept.contains(&closed_slot), "a stored session's home goes: {kept:?}");
+    assert!(!leftover.exists(), "an unreferenced home goes");
+    a.stop();
+    database.drop_database().await;
+}

@@ -233,6 +233,9 @@ pub trait Store: Send + Sync + 'static {
     /// The tenant's execution that has the agent session `session_id` open (one that is
     /// not closed, failed or lost), else its newest one that ran it.
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>>;
+    /// Every execution (any tenant) whose lease's JSON text contains `text`, at most
+    /// `limit`: candidates the caller checks by parsing each lease.
+    async fn executions_leasing(&self, text: &str, limit: i64) -> StoreResult<Vec<ExecutionRecord>>;
     /// The tenant's recorded sessions: per session id, its newest execution; paged by
     /// session id.
     async fn list_sessions(

@@ -31,6 +31,7 @@ impl Engine {
     /// agents are gone, so their turns fail and their pending interactions expire (never
     /// replayed). Other replicas' executions are never touched.
     pub async fn start(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Arc<Self>, EngineError> {
+        let started = std::time::SystemTime::now();
         // Before anything that acts on what a predecessor left (its processes, its live
         // executions, its calls): the name lock proves it is gone.
         let registration = ownership::register(store.as_ref(), &config.replica).await?;
@@ -82,6 +83,9 @@ impl Engine {
             engine.recover_after_restart(predecessor).await?;
             engine.complete_abandoned_calls(predecessor).await?;
         }
+        // Once the predecessors' executions have ended as they will: their homes are judged
+        // by how they ended.
+        engine.sweep_homes(started).await;
         let takeover = tokio::spawn(take_over_abandoned_every(
             Arc::downgrade(&engine),
             engine.config.replica.renew_every(),

@@ -4,6 +4,7 @@
 mod admission;
 mod calls;
 mod data;
+mod homes;
 mod idempotency;
 mod lifecycle;
 mod routing;

@@ -220,6 +220,9 @@ impl Store for MemoryStore {
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
         self.run("find_session", |t| t.find_session(tenant_id, session_id))
     }
+    async fn executions_leasing(&self, text: &str, limit: i64) -> StoreResult<Vec<ExecutionRecord>> {
+        self.run("executions_leasing", |t| t.executions_leasing(text, limit))
+    }
     async fn list_sessions(
         &self,
         tenant_id: &str,

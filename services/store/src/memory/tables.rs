@@ -254,6 +254,15 @@ impl Tables {
         of_the_session.find(|e| !e.state.is_terminal()).or(newest).cloned()
     }
 
+    pub(super) fn executions_leasing(&self, text: &str, limit: i64) -> Vec<ExecutionRecord> {
+        self.executions
+            .values()
+            .filter(|e| e.lease.as_deref().is_some_and(|lease| lease.contains(text)))
+            .take(usize::try_from(limit).unwrap_or(0))
+            .cloned()
+            .collect()
+    }
+
     pub(super) fn list_sessions(
         &self,
         tenant_id: &str,

@@ -172,6 +172,24 @@ impl SqlStore {
             .await?))
     }
 
+    pub(super) async fn executions_leasing(&self, text: &str, limit: i64) -> StoreResult<Vec<ExecutionRecord>> {
+        let sql =
+            format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE lease LIKE $1 ESCAPE '\\' ORDER BY id LIMIT $2");
+        let escaped: String = text
+            .chars()
+            .flat_map(|c| match c {
+                '%' | '_' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        let pattern = format!("%{escaped}%");
+        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(&pattern)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
+    }
+
     pub(super) async fn list_sessions(
         &self,
         tenant_id: &str,

@@ -124,6 +124,9 @@ impl Store for SqlStore {
     async fn find_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<ExecutionRecord>> {
         SqlStore::find_session(self, tenant_id, session_id).await
     }
+    async fn executions_leasing(&self, text: &str, limit: i64) -> StoreResult<Vec<ExecutionRecord>> {
+        SqlStore::executions_leasing(self, text, limit).await
+    }
     async fn list_sessions(
         &self,
         tenant_id: &str,

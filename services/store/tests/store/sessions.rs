@@ -12,7 +12,31 @@ on_every_backend!(
     a_later_checkpoint_of_the_execution_replaces_the_stored_one_and_an_earlier_one_does_not,
     a_checkpoint_of_a_later_execution_of_the_session_replaces_the_stored_one,
     a_checkpoint_of_a_superseded_generation_is_refused,
+    executions_leasing_a_text_match_it_literally_across_tenants,
 );
+
+async fn executions_leasing_a_text_match_it_literally_across_tenants(store: Arc<dyn Store>) {
+    let leased = |id: &str, tenant: &str, home: &str| ExecutionRecord {
+        tenant_id: tenant.to_owned(),
+        lease: Some(format!(r#"{{"slot_id":"s","home":"{home}"}}"#)),
+        ..execution(id)
+    };
+    for e in [
+        leased("e1", TENANT, "/state/homes/slot_1%"),
+        leased("e2", OTHER_TENANT, "/state/homes/slot_1%"),
+        leased("e3", TENANT, "/state/homes/slotX1%"),
+        leased("e4", TENANT, "/state/homes/slot_12"),
+    ] {
+        store.insert_execution(&e).await.unwrap();
+    }
+    let found = store.executions_leasing("homes/slot_1%\"", 10).await.unwrap();
+    assert_eq!(ids(&found), ["e1", "e2"], "`_` and `%` are themselves, not wildcards");
+    assert_eq!(
+        store.executions_leasing("homes/", 1).await.unwrap().len(),
+        1,
+        "at most the limit"
+    );
+}
 
 async fn a_checkpoint_is_read_back_whole_by_its_tenant_only(store: Arc<dyn Store>) {
     let e = execution("exec-1");
