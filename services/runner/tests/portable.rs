@@ -271,3 +271,37 @@ async fn a_restart_sweeps_the_homes_no_session_needs_and_keeps_those_of_unstored
     a.stop();
     database.drop_database().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_whose_checkpoint_is_refused_keeps_the_home_holding_the_sessions_only_copy() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let (a, a_metrics) = replica(&database.url, &dirs, "replica-a", LONG_LEASE_MS);
+    let mut client = a.client().await;
+    // A settled turn, whose checkpoint is stored: the last good one.
+    let (execution, mut events, created) = question_asked(&mut client, &dirs.workspace, "turn").await;
+    client
+        .answer_interaction(one_question_answer(&created, "answer-1", "option-1"))
+        .await
+        .expect("answered");
+    events.until_turn_settles().await;
+    let slot = execution.lease.clone().expect("a lease").slot_id;
+    // The session then grows past a checkpoint's bound (a directory too deep) before its close.
+    let deep: std::path::PathBuf = (1..=cursor_runner_supervisor::checkpoint::MAX_SESSION_CHECKPOINT_DEPTH)
+        .map(|i| format!("d{i}"))
+        .collect();
+    std::fs::create_dir_all(
+        dirs.root
+            .path()
+            .join("homes")
+            .join(&slot)
+            .join(".cursor-data")
+            .join(deep),
+    )
+    .unwrap();
+    close(&mut client, &execution.execution_id).await;
+    assert_eq!(checkpoints(a_metrics, "refused"), 1);
+    a.stop();
+    assert!(homes_kept(&dirs).contains(&slot), "{:?}", homes_kept(&dirs));
+    database.drop_database().await;
+}

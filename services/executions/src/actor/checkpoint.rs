@@ -37,11 +37,13 @@ impl Actor {
             Ok(Ok(packed)) => packed,
             Ok(Err(refused)) => {
                 self.metrics_checkpoint("refused");
+                self.then_upload(async { false });
                 let summary = format!("the session was not checkpointed ({refused}); its previous checkpoint stays");
                 return self.session_notice(CHECKPOINT_REFUSED, summary).await;
             }
             Err(panicked) => {
                 tracing::error!(execution_id = %self.record.id, error = %panicked, "packing a checkpoint panicked");
+                self.then_upload(async { false });
                 return Ok(());
             }
         };
@@ -64,11 +66,7 @@ impl Actor {
         };
         let store = self.store.clone();
         let metrics = self.events.metrics().cloned();
-        let previous = self.checkpoint_upload.take();
-        self.checkpoint_upload = Some(tokio::spawn(async move {
-            if let Some(previous) = previous {
-                let _ = previous.await;
-            }
+        self.then_upload(async move {
             let outcome: &'static str = match store.save_session_checkpoint(&record).await {
                 Ok(true) => "stored",
                 // Fenced (another generation or owner took the execution) or older.
@@ -82,8 +80,20 @@ impl Actor {
                 metrics.session_checkpoint(outcome);
             }
             outcome == "stored"
-        }));
+        });
         Ok(())
+    }
+
+    /// Runs `upload` once every earlier one has ended; the last one's result is whether the
+    /// home's state as last packed (or refused) is in the store.
+    fn then_upload(&mut self, upload: impl std::future::Future<Output = bool> + Send + 'static) {
+        let previous = self.checkpoint_upload.take();
+        self.checkpoint_upload = Some(tokio::spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            upload.await
+        }));
     }
 
     /// At the end of the session (close, drain): its home is checkpointed unless a turn was
