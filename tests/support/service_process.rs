@@ -72,22 +72,6 @@ impl ReadyFile {
         let listening = serde_json::from_str(&text).expect("a whole ready file");
         Some(*self.listening.get_or_init(|| listening))
     }
-
-    /// What the file says, waiting up to `WAIT` for the service to write it.
-    fn wait(&self) -> Listening {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            if let Some(listening) = self.read() {
-                return listening;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the service never listened (it wrote no {})",
-                self.path().display()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
 }
 
 impl ServiceProcess {
@@ -137,19 +121,41 @@ impl ServiceProcess {
         }
     }
 
+    /// What the ready file says, waiting up to `WAIT` for the service to write it.
+    fn listening(&self) -> Listening {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(listening) = self.ready.read() {
+                return listening;
+            }
+            self.assert_still_starting(deadline < std::time::Instant::now());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Fails, with what the service printed, once it has had `WAIT` to listen.
+    fn assert_still_starting(&self, out_of_time: bool) {
+        assert!(
+            !out_of_time,
+            "the service never listened (it wrote no {}); it printed:\n{}",
+            self.ready.path().display(),
+            self.stderr_lines.try_iter().collect::<Vec<_>>().join("\n")
+        );
+    }
+
     /// The gRPC listener's address (waiting until the service bound it).
     pub fn address(&self) -> SocketAddr {
-        self.ready.wait().grpc
+        self.listening().grpc
     }
 
     /// The `/metrics` listener's address (the service was given `--metrics-listen`).
     pub fn metrics_address(&self) -> SocketAddr {
-        self.ready.wait().metrics.expect("the service serves /metrics")
+        self.listening().metrics.expect("the service serves /metrics")
     }
 
     /// The internal listener's address (the service was given `--internal-listen`).
     pub fn internal_address(&self) -> SocketAddr {
-        self.ready.wait().internal.expect("the service takes forwarded calls")
+        self.listening().internal.expect("the service takes forwarded calls")
     }
 
     /// A client of the service, once it listens.
@@ -159,11 +165,7 @@ impl ServiceProcess {
             if let Some(listening) = self.ready.read() {
                 break listening;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the service never listened (it wrote no {})",
-                self.ready.path().display()
-            );
+            self.assert_still_starting(deadline < tokio::time::Instant::now());
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         connect(listening.grpc, Some(TENANT)).await

@@ -285,6 +285,15 @@ async fn a_close_whose_checkpoint_is_refused_keeps_the_home_holding_the_sessions
         .await
         .expect("answered");
     events.until_turn_settles().await;
+    // The settlement is streamed before its checkpoint is packed: wait for it to be stored.
+    let deadline = std::time::Instant::now() + WAIT;
+    while checkpoints(a_metrics, "stored") < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn's checkpoint was never stored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let slot = execution.lease.clone().expect("a lease").slot_id;
     // The session then grows past a checkpoint's bound (a directory too deep) before its close.
     let deep: std::path::PathBuf = (1..=cursor_runner_supervisor::checkpoint::MAX_SESSION_CHECKPOINT_DEPTH)
