@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
+use cursor_runner_executions::placement::WarmKey;
 use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
     AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, Reason, RequestMeta, Route, StreamItem,
@@ -72,7 +73,10 @@ impl RunnerApi {
         (metadata, body, received): (tonic::metadata::MetadataMap, pb::CreateExecutionRequest, Instant),
         refusal: EngineError,
     ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
-        let targets = self.engine.placement_targets(&refusal).await;
+        let targets = self
+            .engine
+            .placement_targets(&refusal, &warm_key(tenant_id, &body))
+            .await;
         let Some(forwarder) = self.forwarder.as_ref().filter(|_| !targets.is_empty()) else {
             return Err(to_status(refusal));
         };
@@ -98,6 +102,16 @@ impl RunnerApi {
         }
         Err(to_status(cursor_runner_executions::fleet_full(targets.len())))
     }
+}
+
+/// The warm key of the processes a `CreateExecution` may lease: the tenant's, with the
+/// agent profile and credential it names.
+fn warm_key(tenant_id: &str, body: &pb::CreateExecutionRequest) -> WarmKey {
+    fn named(name: &str) -> Option<&str> {
+        (!name.is_empty()).then_some(name)
+    }
+    let credential = body.credential.as_ref().map(|c| c.credential_name.as_str());
+    WarmKey::of(tenant_id, named(&body.agent_profile), credential.and_then(named))
 }
 
 /// Whether a replica the call was placed on had no room either.

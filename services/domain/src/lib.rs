@@ -1,14 +1,15 @@
 //! The execution domain, without I/O: no tokio, no SQL, no gRPC, no processes, no clock.
 //! What an execution, turn and interaction may become (`state`), the error catalog each
 //! refusal names its gRPC kind in once (`error`), the interaction kinds and the validation
-//! of answers against what was persisted (`interaction`), prompts, session configuration
-//! the runner-owned MCP allowlist, and how everything live settles when an execution's agent
-//! is gone (`settlement`). The runtime (`cursor-runner-executions`) executes
-//! what these decide; the store persists it.
+//! of answers against what was persisted (`interaction`), prompts, session configuration,
+//! the runner-owned MCP allowlist, the warm keys placement prefers (`placement`), and how
+//! everything live settles when an execution's agent is gone (`settlement`). The runtime
+//! (`cursor-runner-executions`) executes what these decide; the store persists it.
 
 pub mod error;
 pub mod interaction;
 pub mod mcp;
+pub mod placement;
 pub mod prompt;
 pub mod session_config;
 pub mod settlement;

@@ -27,7 +27,7 @@ mod turn_row;
 
 pub use config::{EngineConfig, ViolationAction};
 pub use cursor_runner_domain::{
-    EngineError, ErrorKind, Reason, error, interaction, mcp, prompt, session_config, state,
+    EngineError, ErrorKind, Reason, error, interaction, mcp, placement, prompt, session_config, state,
 };
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{

@@ -14,6 +14,7 @@ use crate::profile::ProfileKey;
 use crate::slot::Handoff;
 use crate::warm::*;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::placement::{self, WarmKey};
 use cursor_runner_domain::state::{ProfileHealth, ProfileOrigin, SlotState};
 
 pub(crate) struct PoolState {
@@ -56,6 +57,22 @@ pub(crate) struct Slot {
     pub(crate) sessions_served: u32,
     /// While idle: the way to take the process from its watch. Dropping it recycles.
     pub(crate) handoff: Option<Handoff<WarmParts>>,
+}
+
+impl PoolState {
+    /// The warm keys of the healthy profiles holding an idle slot, as this replica
+    /// publishes them (none while draining: nothing new is placed on it).
+    pub(crate) fn warm_keys(&self) -> Vec<WarmKey> {
+        if self.draining {
+            return Vec::new();
+        }
+        placement::published(
+            self.profiles
+                .values()
+                .filter(|profile| !profile.idle.is_empty() && profile.health == ProfileHealth::Healthy)
+                .map(|profile| profile.key.warm_key()),
+        )
+    }
 }
 
 /// Reasons that are the agent's fault and count against the restart intensity.

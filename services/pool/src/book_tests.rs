@@ -463,3 +463,26 @@ fn every_slot_move_is_reported_with_where_its_profile_came_from() {
     );
     assert!(!book.state.slots.contains_key(&b), "a stopped slot leaves the book");
 }
+
+#[test]
+fn the_warm_keys_published_are_those_of_healthy_profiles_holding_an_idle_slot_and_none_while_draining() {
+    let mut book = Book::new();
+    let idle = book.profile("acme", false, 0);
+    book.slot(&idle, Idle);
+    let busy = book.profile("globex", false, 0);
+    book.slot(&busy, Leased);
+    book.slot(&busy, Warming);
+    let quarantined = book.profile("initech", false, 0);
+    book.slot(&quarantined, Idle);
+    book.state.profiles.get_mut(&quarantined).unwrap().health = ProfileHealth::Quarantined;
+
+    let acme = book.key("acme").0.warm_key();
+    assert_eq!(book.state.warm_keys(), vec![acme.clone()]);
+    assert_eq!(acme, cursor_runner_domain::placement::WarmKey::of("acme", None, None));
+
+    book.state.draining = true;
+    assert!(
+        book.state.warm_keys().is_empty(),
+        "a draining replica takes nothing new"
+    );
+}

@@ -20,6 +20,7 @@ use crate::slot::IdleProcess;
 use crate::status::*;
 use crate::warm::*;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_domain::state::SlotState;
 
 /// The retry hint of a `RESOURCE_EXHAUSTED` refusal.
@@ -221,6 +222,11 @@ impl Pool {
                 return;
             }
         }
+    }
+
+    /// The warm keys this replica holds an idle process for, to publish for placement.
+    pub fn warm_keys(&self) -> Vec<WarmKey> {
+        self.inner.lock().warm_keys()
     }
 
     pub fn status(&self) -> PoolStatus {

@@ -2,6 +2,7 @@
 //! fingerprint). A slot launched for one profile never serves another, because the
 //! credential entered its environment at launch.
 
+use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
 use crate::config::LaunchAs;
@@ -97,6 +98,16 @@ impl Fingerprinter {
 }
 
 impl ProfileKey {
+    /// The fleet-wide key placement compares (the tenant and the names of the agent profile
+    /// and credential; never the secret's digest, which only this process can compute).
+    pub fn warm_key(&self) -> WarmKey {
+        WarmKey::of(
+            &self.tenant_id,
+            self.agent.as_ref().map(|agent| agent.name.as_str()),
+            self.credential.as_ref().map(|credential| credential.name.as_str()),
+        )
+    }
+
     /// A short stable id for status and logs (no secret material beyond the keyed
     /// fingerprint).
     pub fn id(&self) -> String {

@@ -780,6 +780,65 @@ async fn a_create_on_a_full_replica_is_placed_on_one_with_room_and_its_retry_fin
     stop_all(database, [a, b]).await;
 }
 
+/// The warm keys `name` publishes for placement, once it published one: its `replicas`
+/// row read until it names a key.
+async fn published_warm_keys(database_url: &str, name: &str) -> String {
+    use sqlx::Connection;
+    let mut db = sqlx::PgConnection::connect(database_url).await.unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (capacity,): (String,) =
+            sqlx::query_as("SELECT capacity FROM replicas WHERE name = $1 AND state = 'serving'")
+                .bind(name)
+                .fetch_one(&mut db)
+                .await
+                .expect("its replicas row");
+        if capacity.contains("warm-") {
+            return capacity;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never published a warm key"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A `CreateExecution` a full replica places elsewhere goes first to a replica holding a
+/// warm process for the tenant, though another is as loaded and would come first by load
+/// alone (it registered earlier); the execution leases that warm process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_on_a_full_replica_is_placed_first_where_a_process_of_its_profile_is_warm() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let a = fleet_replica_with(&database.url, "replica-a", LONG_LEASE_MS, one_process());
+    let b = fleet_replica(&database.url, "replica-b", LONG_LEASE_MS);
+    let mut b_client = b.process.client().await;
+    let warm_env = vec![("CURSOR_RUNNER_POOL_MIN_IDLE".to_owned(), "1".to_owned())];
+    let c = fleet_replica_with(&database.url, "replica-c", LONG_LEASE_MS, warm_env);
+    let (mut a_client, mut c_client) = (a.process.client().await, c.process.client().await);
+    // C learns the tenant's profile from one execution and keeps a process of it warm.
+    let learned = create(&mut c_client, &c.dirs, "create-on-c").await.expect("room on C");
+    close_all(&mut c_client, &[&learned]).await;
+    let published = published_warm_keys(&database.url, "replica-c").await;
+    assert!(
+        !published.contains(TENANT),
+        "a warm key names no tenant, only its digest: {published}"
+    );
+
+    let first = create(&mut a_client, &a.dirs, "create-first").await.expect("room on A");
+    let placed = create(&mut a_client, &a.dirs, "create-second")
+        .await
+        .expect("placed elsewhere");
+    let owner = get_execution(&mut a_client, &placed.execution_id).await.owner_replica;
+    assert_eq!(owner, "replica-c", "where the tenant's process is warm");
+    assert!(
+        placed.lease.as_ref().is_some_and(|lease| lease.warm),
+        "it leased the warm process: {placed:?}"
+    );
+    close_all(&mut b_client, &[&first, &placed]).await;
+    stop_all(database, [a, b, c]).await;
+}
+
 /// When every replica is full, a `CreateExecution` is refused `RESOURCE_EXHAUSTED` /
 /// `POOL_EXHAUSTED` for the whole fleet, with `RetryInfo`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

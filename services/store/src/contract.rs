@@ -5,6 +5,7 @@ use crate::batch::Batch;
 use crate::records::*;
 use crate::replica::*;
 use crate::transient;
+use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
 use std::sync::Arc;
 
@@ -178,10 +179,15 @@ pub trait Store: Send + Sync + 'static {
     /// Marks this incarnation draining: it still serves (and renews its lease), but new
     /// executions are not placed on it ([`Store::placement_targets`]).
     async fn mark_replica_draining(&self) -> StoreResult<()>;
+    /// Publishes the warm keys this replica holds an idle agent process for, replacing
+    /// the ones it published last (placement prefers a replica that publishes the key a
+    /// new execution wants). A no-op until this store registers.
+    async fn publish_warm_keys(&self, warm: &[WarmKey]) -> StoreResult<()>;
     /// Up to `limit` other replicas a new execution may be placed on: serving (their lease
-    /// live on the database's clock, not draining), taking forwarded calls (an address),
-    /// those owning the fewest live executions first. Empty until this store registers.
-    async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>>;
+    /// live on the database's clock, not draining), taking forwarded calls (an address);
+    /// those that published the `wanted` warm key first, then those owning the fewest live
+    /// executions. Empty until this store registers.
+    async fn placement_targets(&self, limit: usize, wanted: Option<&WarmKey>) -> StoreResult<Vec<ReplicaAddress>>;
     /// Who owns an execution of the tenant, where it takes forwarded calls and whether it
     /// serves now (`None`: no such execution).
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>>;

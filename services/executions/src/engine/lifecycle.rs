@@ -23,6 +23,7 @@ use cursor_runner_pool::{Pool, PoolStatus, ProfileStatus};
 use cursor_runner_supervisor::isolation::AgentIsolation;
 
 use super::data::*;
+use super::routing::{WARM_KEYS_PUBLISH_EVERY, publish_warm_keys_every};
 use super::takeover::take_over_abandoned_every;
 
 impl Engine {
@@ -97,6 +98,10 @@ impl Engine {
                 engine.store.clone(),
             )),
             takeover,
+            tokio::spawn(publish_warm_keys_every(
+                Arc::downgrade(&engine),
+                WARM_KEYS_PUBLISH_EVERY,
+            )),
         ];
         if let Some(retention) = engine.config.retention {
             background.push(retention::start(

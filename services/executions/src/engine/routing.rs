@@ -3,6 +3,10 @@
 //! elsewhere; the owner's own handler then answers it, so its outcome is a local call's.
 
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::placement::WarmKey;
+use std::sync::Weak;
+use std::time::Duration;
+
 use cursor_runner_store::{ExecutionOwner, ReplicaAddress};
 
 use super::data::Engine;
@@ -53,16 +57,46 @@ impl Engine {
     }
 
     /// Where a `CreateExecution` this replica refused with `refusal` may be placed instead:
-    /// up to [`PLACEMENT_ATTEMPTS`] other serving replicas that take forwarded calls, the
-    /// least loaded first; none when the refusal is not for want of room here.
-    pub async fn placement_targets(&self, refusal: &EngineError) -> Vec<ReplicaAddress> {
+    /// up to [`PLACEMENT_ATTEMPTS`] other serving replicas that take forwarded calls, those
+    /// holding a warm process of the `wanted` key first, then the least loaded; none when
+    /// the refusal is not for want of room here.
+    pub async fn placement_targets(&self, refusal: &EngineError, wanted: &WarmKey) -> Vec<ReplicaAddress> {
         if !for_want_of_room(refusal.reason) {
             return Vec::new();
         }
         self.store
-            .placement_targets(PLACEMENT_ATTEMPTS)
+            .placement_targets(PLACEMENT_ATTEMPTS, Some(wanted))
             .await
             .unwrap_or_default()
+    }
+}
+
+/// How often a replica that takes forwarded calls looks at its pool's idle processes and
+/// publishes their warm keys, when they changed.
+pub const WARM_KEYS_PUBLISH_EVERY: Duration = Duration::from_secs(1);
+
+/// Publishes the warm keys of this replica's idle processes each time they change (one
+/// row update; none while they stay the same), until the engine is gone. A replica that
+/// takes no forwarded calls never publishes: nothing is placed on it.
+pub(super) async fn publish_warm_keys_every(engine: Weak<Engine>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Registering published none.
+    let mut published: Vec<WarmKey> = Vec::new();
+    loop {
+        ticks.tick().await;
+        let Some(engine) = engine.upgrade() else { return };
+        if engine.config.replica.address.is_none() {
+            return;
+        }
+        let warm = engine.pool.warm_keys();
+        if warm == published {
+            continue;
+        }
+        match engine.store.publish_warm_keys(&warm).await {
+            Ok(()) => published = warm,
+            Err(e) => tracing::debug!(error = %e, "publishing this replica's warm keys failed; retrying"),
+        }
     }
 }
 

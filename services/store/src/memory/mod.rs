@@ -14,6 +14,7 @@ use crate::batch::Batch;
 use crate::contract::*;
 use crate::records::*;
 use crate::replica::*;
+use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
 use replicas::Replicas;
 use tables::Tables;
@@ -125,15 +126,19 @@ impl Store for MemoryStore {
         self.replicas.lock().drain();
         Ok(())
     }
-    async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
-        let candidates = self.replicas.lock().serving_elsewhere();
+    async fn publish_warm_keys(&self, warm: &[WarmKey]) -> StoreResult<()> {
+        self.replicas.lock().publish_warm(warm);
+        Ok(())
+    }
+    async fn placement_targets(&self, limit: usize, wanted: Option<&WarmKey>) -> StoreResult<Vec<ReplicaAddress>> {
+        let candidates = self.replicas.lock().serving_elsewhere(wanted);
         self.run("placement_targets", |t| {
-            let mut ranked: Vec<(usize, ReplicaAddress)> = candidates
+            let mut ranked: Vec<(bool, usize, ReplicaAddress)> = candidates
                 .into_iter()
-                .map(|(incarnation, target)| (t.list_live_executions_of(&incarnation).len(), target))
+                .map(|(incarnation, warm, target)| (!warm, t.list_live_executions_of(&incarnation).len(), target))
                 .collect();
-            ranked.sort_by_key(|(load, _)| *load);
-            ranked.into_iter().take(limit).map(|(_, target)| target).collect()
+            ranked.sort_by_key(|(cold, load, _)| (*cold, *load));
+            ranked.into_iter().take(limit).map(|(_, _, target)| target).collect()
         })
     }
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {

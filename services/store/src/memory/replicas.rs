@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::contract::{StoreError, StoreResult};
 use crate::records::now_ms;
 use crate::replica::*;
+use cursor_runner_domain::placement::WarmKey;
 
 #[derive(Clone, Default)]
 pub(super) struct Replicas {
@@ -22,6 +23,8 @@ struct Row {
     draining: bool,
     ended: bool,
     lease_until_ms: i64,
+    /// The warm keys it published last.
+    warm: Vec<WarmKey>,
 }
 
 fn millis(d: std::time::Duration) -> i64 {
@@ -55,6 +58,7 @@ impl Replicas {
                 draining: false,
                 ended: false,
                 lease_until_ms,
+                warm: Vec::new(),
             },
         );
         self.me = Some((incarnation.clone(), terms));
@@ -116,8 +120,9 @@ impl Replicas {
     }
 
     /// The incarnations other than this one that serve (a live lease) and take forwarded
-    /// calls, with where; none until this store registers.
-    pub(super) fn serving_elsewhere(&self) -> Vec<(String, ReplicaAddress)> {
+    /// calls, whether each published the `wanted` warm key, and where; none until this
+    /// store registers.
+    pub(super) fn serving_elsewhere(&self, wanted: Option<&WarmKey>) -> Vec<(String, bool, ReplicaAddress)> {
         let Some((me, _)) = &self.me else { return Vec::new() };
         self.rows
             .iter()
@@ -126,6 +131,7 @@ impl Replicas {
                 let address = row.address.clone()?;
                 Some((
                     incarnation.clone(),
+                    wanted.is_some_and(|key| row.warm.contains(key)),
                     ReplicaAddress {
                         name: row.name.clone(),
                         address,
@@ -133,6 +139,16 @@ impl Replicas {
                 ))
             })
             .collect()
+    }
+
+    /// Replaces the warm keys this store's replica published.
+    pub(super) fn publish_warm(&mut self, warm: &[WarmKey]) {
+        if let Some((incarnation, _)) = &self.me
+            && let Some(row) = self.rows.get_mut(incarnation)
+            && !row.ended
+        {
+            row.warm = warm.to_vec();
+        }
     }
 
     /// Marks this store's replica draining (no new executions are placed on it).

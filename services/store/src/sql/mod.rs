@@ -27,6 +27,7 @@ use crate::contract::*;
 use crate::records::*;
 use crate::replica::*;
 use connection::Pool;
+use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
 
 #[async_trait]
@@ -69,8 +70,11 @@ impl Store for SqlStore {
     async fn mark_replica_draining(&self) -> StoreResult<()> {
         SqlStore::mark_replica_draining(self).await
     }
-    async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
-        SqlStore::placement_targets(self, limit).await
+    async fn publish_warm_keys(&self, warm: &[WarmKey]) -> StoreResult<()> {
+        SqlStore::publish_warm_keys(self, warm).await
+    }
+    async fn placement_targets(&self, limit: usize, wanted: Option<&WarmKey>) -> StoreResult<Vec<ReplicaAddress>> {
+        SqlStore::placement_targets(self, limit, wanted).await
     }
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
         SqlStore::execution_owner(self, tenant_id, execution_id).await

@@ -9,6 +9,7 @@ use super::connection::{Pool, SqlStore, on_pool};
 use super::identity::{Held, Registered, Target, lock_file, locked_connection};
 use crate::contract::{StoreError, StoreResult};
 use crate::replica::*;
+use cursor_runner_domain::placement::WarmKey;
 
 /// Runs one statement on the identity connection (PostgreSQL) or the pool (SQLite).
 macro_rules! on_identity {
@@ -310,22 +311,48 @@ impl SqlStore {
         Ok(())
     }
 
-    pub(super) async fn placement_targets(&self, limit: usize) -> StoreResult<Vec<ReplicaAddress>> {
+    /// The `capacity` column holds `{"warm": [keys]}`; keys are `warm-` and hex digits, so
+    /// matching one with `LIKE` needs no escaping.
+    pub(super) async fn publish_warm_keys(&self, warm: &[WarmKey]) -> StoreResult<()> {
+        let Some(me) = self.shared.identity.registered.get().map(|r| r.incarnation.clone()) else {
+            return Ok(());
+        };
+        let keys: Vec<&str> = warm.iter().map(WarmKey::as_str).collect();
+        let capacity = serde_json::json!({ "warm": keys }).to_string();
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE replicas SET capacity = $2 WHERE incarnation = $1 AND state <> 'ended'"
+        )
+        .bind(&me)
+        .bind(&capacity)
+        .execute(pool)
+        .await
+        .map(drop)?);
+        Ok(())
+    }
+
+    pub(super) async fn placement_targets(
+        &self,
+        limit: usize,
+        wanted: Option<&WarmKey>,
+    ) -> StoreResult<Vec<ReplicaAddress>> {
         let Some(me) = self.shared.identity.registered.get().map(|r| r.incarnation.clone()) else {
             return Ok(Vec::new());
         };
         let sql = format!(
             "SELECT r.name, r.address FROM replicas r \
              WHERE r.incarnation <> $1 AND r.state = 'serving' AND r.lease_until_ms > {now} AND r.address IS NOT NULL \
-             ORDER BY (SELECT COUNT(*) FROM executions e WHERE e.owner_incarnation = r.incarnation \
+             ORDER BY CASE WHEN r.capacity LIKE $3 THEN 0 ELSE 1 END, \
+                      (SELECT COUNT(*) FROM executions e WHERE e.owner_incarnation = r.incarnation \
                        AND e.state IN ('starting', 'ready', 'closing')), r.incarnation \
              LIMIT $2",
             now = self.now_ms_sql()
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let warm_pattern = wanted.map(|key| format!("%\"{key}\"%"));
         let found: Vec<(String, String)> = on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
             .bind(&me)
             .bind(limit)
+            .bind(warm_pattern.as_deref())
             .fetch_all(pool)
             .await?);
         Ok(found

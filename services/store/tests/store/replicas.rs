@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_store::*;
 use serde_json::json;
 use sqlx::Connection;
@@ -449,7 +450,7 @@ async fn postgres_placement_targets_serving_replicas_with_an_address_least_loade
         .await
         .unwrap();
     assert_eq!(
-        me.placement_targets(3).await.unwrap(),
+        me.placement_targets(3, None).await.unwrap(),
         Vec::new(),
         "no other replica yet"
     );
@@ -478,20 +479,20 @@ async fn postgres_placement_targets_serving_replicas_with_an_address_least_loade
         address: address.into(),
     };
     assert_eq!(
-        me.placement_targets(3).await.unwrap(),
+        me.placement_targets(3, None).await.unwrap(),
         vec![
             target("replica-idle", "10.0.0.3:50052"),
             target("replica-busy", "10.0.0.2:50052")
         ]
     );
     assert_eq!(
-        me.placement_targets(1).await.unwrap(),
+        me.placement_targets(1, None).await.unwrap(),
         vec![target("replica-idle", "10.0.0.3:50052")],
         "at most the limit"
     );
     idle.mark_replica_draining().await.unwrap();
     assert_eq!(
-        me.placement_targets(3).await.unwrap(),
+        me.placement_targets(3, None).await.unwrap(),
         vec![target("replica-busy", "10.0.0.2:50052")],
         "a draining replica takes no new execution"
     );
@@ -500,5 +501,52 @@ async fn postgres_placement_targets_serving_replicas_with_an_address_least_loade
         "a draining replica still serves what it owns"
     );
     drop((me, busy, idle, unaddressed, ended));
+    scratch.remove().await;
+}
+
+/// A replica that published the warm key a new execution wants is tried first, however
+/// loaded; one that published other keys, or took its key back, is ranked by load alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_placement_targets_a_replica_holding_the_wanted_warm_key_first() {
+    let (scratch, url) = Scratch::postgres().await;
+    let me = SqlStore::connect(&url).await.unwrap();
+    me.register_replica("replica-me", Some("10.0.0.1:50052"), terms())
+        .await
+        .unwrap();
+    let warm = SqlStore::connect(&url).await.unwrap();
+    warm.register_replica("replica-warm", Some("10.0.0.2:50052"), terms())
+        .await
+        .unwrap();
+    warm.insert_execution(&execution("warm-1")).await.unwrap();
+    let other = SqlStore::connect(&url).await.unwrap();
+    other
+        .register_replica("replica-other", Some("10.0.0.3:50052"), terms())
+        .await
+        .unwrap();
+    let wanted = WarmKey::of(TENANT, None, None);
+    let elsewhere = WarmKey::of("another-tenant", None, None);
+    warm.publish_warm_keys(&[elsewhere.clone(), wanted.clone()])
+        .await
+        .unwrap();
+    other.publish_warm_keys(std::slice::from_ref(&elsewhere)).await.unwrap();
+    let names = |targets: Vec<ReplicaAddress>| targets.into_iter().map(|t| t.name).collect::<Vec<_>>();
+
+    assert_eq!(
+        names(me.placement_targets(3, Some(&wanted)).await.unwrap()),
+        ["replica-warm", "replica-other"],
+        "the warm one first, though it owns more"
+    );
+    assert_eq!(
+        names(me.placement_targets(3, None).await.unwrap()),
+        ["replica-other", "replica-warm"],
+        "no key wanted: the least loaded first"
+    );
+    warm.publish_warm_keys(&[]).await.unwrap();
+    assert_eq!(
+        names(me.placement_targets(3, Some(&wanted)).await.unwrap()),
+        ["replica-other", "replica-warm"],
+        "a key taken back no longer counts"
+    );
+    drop((me, warm, other));
     scratch.remove().await;
 }
