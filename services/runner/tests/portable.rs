@@ -99,6 +99,56 @@ async fn a_session_created_on_replica_a_is_loaded_on_replica_b_after_a_is_gone()
     database.drop_database().await;
 }
 
+/// Rounds of two replicas loading one session at the same instant.
+const RACING_LOADS: usize = 3;
+
+/// One live execution per session across the fleet: two replicas that never ran a session
+/// load it at the same instant (its replica gone), and exactly one of them opens it; the
+/// other is refused `SESSION_IN_USE`, whether it lost the race for the open or came after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_loading_one_session_at_once_open_it_once() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (dirs_a, dirs_b, dirs_c) = (ServiceDirs::new(), ServiceDirs::new(), ServiceDirs::new());
+    let (a, _) = replica(&database.url, &dirs_a, "replica-a", LONG_LEASE_MS);
+    let mut a_client = a.client().await;
+    let first = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
+    close(&mut a_client, &first.execution_id).await;
+    a.stop();
+    lose_homes_of(&dirs_a);
+    let (b, _) = replica(&database.url, &dirs_b, "replica-b", LONG_LEASE_MS);
+    let (c, _) = replica(&database.url, &dirs_c, "replica-c", LONG_LEASE_MS);
+    let (mut b_client, mut c_client) = (b.client().await, c.client().await);
+
+    for round in 0..RACING_LOADS {
+        let (on_b, on_c) = tokio::join!(
+            b_client.create_execution(load(
+                &dirs_a.workspace,
+                &format!("load-{round}-on-b"),
+                &first.session_id
+            )),
+            c_client.create_execution(load(
+                &dirs_a.workspace,
+                &format!("load-{round}-on-c"),
+                &first.session_id
+            )),
+        );
+        let (opened, (winner, refused)) = match (on_b, on_c) {
+            (Ok(opened), Err(refused)) => (opened, (&mut b_client, refused)),
+            (Err(refused), Ok(opened)) => (opened, (&mut c_client, refused)),
+            (Ok(_), Ok(_)) => panic!("round {round}: the session was opened twice at once"),
+            (Err(b), Err(c)) => panic!("round {round}: neither opened it: {b:?} / {c:?}"),
+        };
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+        assert_eq!(reason(&refused), "SESSION_IN_USE", "{refused:?}");
+        let opened = opened.into_inner().execution.unwrap();
+        assert_eq!(opened.state, pb::ExecutionState::Ready as i32);
+        close(winner, &opened.execution_id).await;
+    }
+    b.stop();
+    c.stop();
+    database.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recover_execution_on_any_replica_restarts_the_session_there() {
     let database = TestDatabase::create(Backend::Postgres).await;

@@ -257,6 +257,18 @@ pub trait Store: Send + Sync + 'static {
     /// turn count); `false`: fenced, or older than what is stored.
     async fn save_session_checkpoint(&self, checkpoint: &SessionCheckpoint) -> StoreResult<bool>;
     async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>>;
+    /// Claims the tenant's `session_id` for one open (a load or a recovery) by this
+    /// replica, as `claim_id`, for at most `hold` on the database's clock. `false` while
+    /// another claim is live: not released, its replica's lease live and its hold not over.
+    async fn claim_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool>;
+    /// Lets the claim `claim_id` go (nothing when another claim took its place).
+    async fn release_session_open(&self, tenant_id: &str, session_id: &str, claim_id: &str) -> StoreResult<()>;
 
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()>;
     /// Settles a turn; only a `running` turn can be settled (compare-and-set).

@@ -146,11 +146,23 @@ impl Engine {
         profiles.get(name)?.resolve().map(Some)
     }
 
+    /// Launches an admitted execution; one that loads a recorded session holds the
+    /// session's claim until it has the session or failed.
     async fn launch_execution(
         self: &Arc<Self>,
         tenant_id: &str,
         admitted: Admitted,
     ) -> Result<ExecutionRecord, EngineError> {
+        let Some(session_id) = admitted.load_session_id.clone() else {
+            return self.launch(tenant_id, admitted).await;
+        };
+        let claim = self.claim_session(tenant_id, &session_id).await?;
+        let launched = self.launch(tenant_id, admitted).await;
+        claim.release().await;
+        launched
+    }
+
+    async fn launch(self: &Arc<Self>, tenant_id: &str, admitted: Admitted) -> Result<ExecutionRecord, EngineError> {
         let Admitted {
             workspace,
             policy,
@@ -167,10 +179,9 @@ impl Engine {
         limits.turn_deadline = limits.turn_deadline.or(self.config.default_turn_deadline);
         let credential_name = credential.as_ref().map(|c| c.name.as_str().to_owned());
         let workspace = workspace.display().to_string();
-        let (start, home, _claim) = match load_session_id {
-            None => (SessionStart::New, None, None),
+        let (start, home) = match load_session_id {
+            None => (SessionStart::New, None),
             Some(session_id) => {
-                let claim = self.claim_session(tenant_id, &session_id).await?;
                 let recorded = self
                     .recorded_session(
                         tenant_id,
@@ -187,7 +198,6 @@ impl Engine {
                         recovery: false,
                     },
                     Some(recorded),
-                    Some(claim),
                 )
             }
         };
@@ -366,7 +376,7 @@ impl Engine {
         execution_id: &str,
         launch_as: LaunchAs,
     ) -> Result<ExecutionRecord, EngineError> {
-        let mut record = self.get_execution(tenant_id, execution_id).await?;
+        let record = self.get_execution(tenant_id, execution_id).await?;
         let (ExecutionState::Lost, Some(session_id)) = (record.state, record.session_id.clone()) else {
             return Err(EngineError::precondition(
                 Reason::ExecutionNotRecoverable,
@@ -377,7 +387,20 @@ impl Engine {
             )
             .with("state", record.state.as_str()));
         };
-        let _claim = self.claim_session(tenant_id, &session_id).await?;
+        let claim = self.claim_session(tenant_id, &session_id).await?;
+        let recovered = self.recover_claimed(tenant_id, record, session_id, launch_as).await;
+        claim.release().await;
+        recovered
+    }
+
+    /// [`Self::recover`] once the session's claim is held.
+    async fn recover_claimed(
+        self: &Arc<Self>,
+        tenant_id: &str,
+        mut record: ExecutionRecord,
+        session_id: String,
+        launch_as: LaunchAs,
+    ) -> Result<ExecutionRecord, EngineError> {
         self.config
             .workspace_policy
             .check(std::path::Path::new(&record.workspace))

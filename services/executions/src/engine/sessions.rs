@@ -1,35 +1,68 @@
 //! Opening a recorded session again. One live execution per agent session (a process
-//! serves one session at a time): a load or a recovery claims the session in this process
-//! before it checks that no live execution has it, and holds the claim until its execution
-//! has the session or failed, so two opens racing each other cannot both pass the check.
-//! The session's agent-side state is its home on this replica's disk when it ran here,
-//! else its checkpoint restored into a new home (`docs/scale-out.md` §6).
+//! serves one session at a time): a load or a recovery claims the session — in this
+//! process, then in the store for the fleet (`docs/scale-out.md` R8b) — before it checks
+//! that no live execution has it, and holds the claim until its execution has the session
+//! or failed, so two opens racing each other, on one replica or on two, cannot both pass
+//! the check. The session's agent-side state is its home on this replica's disk when it
+//! ran here, else its checkpoint restored into a new home (`docs/scale-out.md` §6).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
-use cursor_runner_store::ExecutionRecord;
+use cursor_runner_pool::MAX_LEASE_WAIT;
+use cursor_runner_store::{ExecutionRecord, Store};
 use cursor_runner_supervisor::checkpoint::{self, CheckpointError};
 
 use super::data::*;
 use crate::lease::LeaseInfo;
 use crate::policy::policy_refusal;
 
-/// A session this process is opening; let go when dropped.
+/// What an open may take beyond waiting for a process and twice the handshake (a cold
+/// start, then the session's load): restoring its checkpoint and the store's round trips.
+pub const SESSION_OPEN_SLACK: Duration = Duration::from_secs(60);
+
+/// A session this process is opening; let go by [`SessionClaim::release`], or when
+/// dropped (an open whose call went away) in the background.
 pub(super) struct SessionClaim {
     opening: OpeningSessions,
     key: (String, String),
+    store: Arc<dyn Store>,
+    /// The fleet-wide claim's id, once the store granted it and until it is let go.
+    claim_id: Option<String>,
+}
+
+impl SessionClaim {
+    /// Lets the claim go: in the store first, then in this process.
+    pub(super) async fn release(mut self) {
+        if let Some(claim_id) = self.claim_id.take() {
+            let (tenant_id, session_id) = &self.key;
+            if let Err(e) = self.store.release_session_open(tenant_id, session_id, &claim_id).await {
+                tracing::warn!(error = %e, "letting a session's open claim go failed; it lapses with its hold");
+            }
+        }
+    }
 }
 
 impl Drop for SessionClaim {
     fn drop(&mut self) {
+        if let Some(claim_id) = self.claim_id.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (store, (tenant_id, session_id)) = (self.store.clone(), self.key.clone());
+            runtime.spawn(async move {
+                let _ = store.release_session_open(&tenant_id, &session_id, &claim_id).await;
+            });
+        }
         self.opening.lock().remove(&self.key);
     }
 }
 
 impl Engine {
     /// Claims the tenant's `session_id` for an execution about to open it: refused
-    /// `SESSION_IN_USE` while another call opens it or a live execution has it.
+    /// `SESSION_IN_USE` while another call opens it, here or on another replica, or a live
+    /// execution has it.
     pub(super) async fn claim_session(&self, tenant_id: &str, session_id: &str) -> Result<SessionClaim, EngineError> {
         let key = (tenant_id.to_owned(), session_id.to_owned());
         if !self.opening_sessions.lock().insert(key.clone()) {
@@ -38,20 +71,46 @@ impl Engine {
                 format!("session `{session_id}` is being opened by another call"),
             ));
         }
-        let claim = SessionClaim {
+        let mut claim = SessionClaim {
             opening: self.opening_sessions.clone(),
             key,
+            store: self.store.clone(),
+            claim_id: None,
         };
-        if let Some(newest) = self.store.find_session(tenant_id, session_id).await?
-            && !newest.state.is_terminal()
+        let claim_id = uuid::Uuid::now_v7().to_string();
+        if !self
+            .store
+            .claim_session_open(tenant_id, session_id, &claim_id, self.session_open_hold())
+            .await?
         {
             return Err(in_use(
                 session_id,
-                format!("session `{session_id}` is open in execution `{}`", newest.id),
-            )
-            .with("execution_id", newest.id));
+                format!("session `{session_id}` is being opened on another replica"),
+            ));
         }
-        Ok(claim)
+        claim.claim_id = Some(claim_id);
+        match self.store.find_session(tenant_id, session_id).await {
+            Ok(Some(newest)) if !newest.state.is_terminal() => {
+                claim.release().await;
+                Err(in_use(
+                    session_id,
+                    format!("session `{session_id}` is open in execution `{}`", newest.id),
+                )
+                .with("execution_id", newest.id))
+            }
+            Ok(_) => Ok(claim),
+            Err(e) => {
+                claim.release().await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// How long an open may hold its session's claim: past it, the claim lapses even if
+    /// this replica still serves (an open that outlived every bound, or a release lost to
+    /// a store outage).
+    fn session_open_hold(&self) -> Duration {
+        MAX_LEASE_WAIT + self.config.handshake_timeout * 2 + SESSION_OPEN_SLACK
     }
 }
 

@@ -243,6 +243,27 @@ impl Store for MemoryStore {
     async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>> {
         self.run("session_checkpoint", |t| t.session_checkpoint(tenant_id, session_id))
     }
+    async fn claim_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool> {
+        let replicas = self.replicas.lock().clone();
+        let now = now_ms();
+        let until = now.saturating_add(i64::try_from(hold.as_millis()).unwrap_or(i64::MAX));
+        self.run("claim_session_open", |t| {
+            t.claim_session_open((tenant_id, session_id), claim_id, (now, until), |incarnation| {
+                replicas.lease_live(incarnation)
+            })
+        })
+    }
+    async fn release_session_open(&self, tenant_id: &str, session_id: &str, claim_id: &str) -> StoreResult<()> {
+        self.run("release_session_open", |t| {
+            t.release_session_open(tenant_id, session_id, claim_id)
+        })
+    }
 
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {
         self.owner_write("insert_turn", |t| t.insert_turn(turn))

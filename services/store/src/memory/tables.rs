@@ -21,6 +21,8 @@ pub(super) struct Tables {
     idempotency: HashMap<IdempotencyKey, IdempotencyRow>,
     /// By (tenant, session id).
     checkpoints: HashMap<(String, String), SessionCheckpoint>,
+    /// By (tenant, session id): the open claimed now.
+    session_opens: HashMap<(String, String), SessionOpen>,
     /// Execution id → the incarnation that owns it (`executions.owner_incarnation`).
     owners: HashMap<String, String>,
     /// The incarnation this store writes as owner (`""` until it registers).
@@ -28,6 +30,14 @@ pub(super) struct Tables {
     /// The end of `me`'s lease on this store's clock (`replicas.lease_until_ms`); `None`
     /// until it registers, when writes are fenced by generation only.
     pub(super) my_lease_until_ms: Option<i64>,
+}
+
+/// A claim of one session's open (`session_opens`).
+#[derive(Clone)]
+struct SessionOpen {
+    claim_id: String,
+    claimed_by: String,
+    expires_at_ms: i64,
 }
 
 #[derive(Clone)]
@@ -317,6 +327,45 @@ impl Tables {
         self.checkpoints
             .get(&(tenant_id.to_owned(), session_id.to_owned()))
             .cloned()
+    }
+
+    /// Claims a session's open as `claim_id` until `expires_at_ms`, unless a live claim
+    /// (`live`: its incarnation's lease is) holds it until later than `now`.
+    pub(super) fn claim_session_open(
+        &mut self,
+        (tenant_id, session_id): (&str, &str),
+        claim_id: &str,
+        (now, expires_at_ms): (i64, i64),
+        live: impl Fn(&str) -> bool,
+    ) -> bool {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        let free = self
+            .session_opens
+            .get(&key)
+            .is_none_or(|held| held.expires_at_ms <= now || !live(&held.claimed_by));
+        if free {
+            let claimed_by = self.me.clone();
+            self.session_opens.insert(
+                key,
+                SessionOpen {
+                    claim_id: claim_id.to_owned(),
+                    claimed_by,
+                    expires_at_ms,
+                },
+            );
+        }
+        free
+    }
+
+    pub(super) fn release_session_open(&mut self, tenant_id: &str, session_id: &str, claim_id: &str) {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        if self
+            .session_opens
+            .get(&key)
+            .is_some_and(|held| held.claim_id == claim_id)
+        {
+            self.session_opens.remove(&key);
+        }
     }
 
     pub(super) fn insert_turn(&mut self, t: &TurnRecord) -> StoreResult<()> {

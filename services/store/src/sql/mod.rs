@@ -146,6 +146,18 @@ impl Store for SqlStore {
     async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>> {
         SqlStore::session_checkpoint(self, tenant_id, session_id).await
     }
+    async fn claim_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool> {
+        SqlStore::claim_session_open(self, tenant_id, session_id, claim_id, hold).await
+    }
+    async fn release_session_open(&self, tenant_id: &str, session_id: &str, claim_id: &str) -> StoreResult<()> {
+        SqlStore::release_session_open(self, tenant_id, session_id, claim_id).await
+    }
 
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()> {
         SqlStore::insert_turn(self, turn).await

@@ -1,4 +1,5 @@
-//! Session checkpoints: the fenced upsert that only moves forward, and the read.
+//! Session checkpoints (the fenced upsert that only moves forward, and the read) and the
+//! fleet-wide claim of one session's open.
 
 use super::connection::{SqlStore, on_pool};
 use crate::contract::*;
@@ -43,5 +44,53 @@ impl SqlStore {
             .bind(session_id)
             .fetch_optional(pool)
             .await?))
+    }
+
+    pub(super) async fn claim_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool> {
+        let now = self.shared.statements.dialect.now_ms;
+        let sql = format!(
+            "INSERT INTO session_opens (tenant_id, session_id, claim_id, claimed_by, expires_at_ms) \
+             VALUES ($1, $2, $3, $4, {now} + $5) \
+             ON CONFLICT (tenant_id, session_id) DO UPDATE SET claim_id = excluded.claim_id, \
+             claimed_by = excluded.claimed_by, expires_at_ms = excluded.expires_at_ms \
+             WHERE session_opens.expires_at_ms <= {now} \
+             OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.incarnation = session_opens.claimed_by \
+                            AND r.state <> 'ended' AND r.lease_until_ms > {now})"
+        );
+        let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX / 2);
+        let claimed = on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(session_id)
+            .bind(claim_id)
+            .bind(self.shared.identity.me())
+            .bind(hold_ms)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(claimed == 1)
+    }
+
+    pub(super) async fn release_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+    ) -> StoreResult<()> {
+        on_pool!(self, |pool| sqlx::query(
+            "DELETE FROM session_opens WHERE tenant_id = $1 AND session_id = $2 AND claim_id = $3"
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(claim_id)
+        .execute(pool)
+        .await
+        .map(drop)?);
+        Ok(())
     }
 }

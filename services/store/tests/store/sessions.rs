@@ -1,10 +1,12 @@
 //! Session checkpoints: stored behind the owner fence, read per tenant, and moved only
-//! forward.
+//! forward. The claim of a session's open: one at a time across the fleet.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cursor_runner_store::*;
 
+use crate::backends::Scratch;
 use crate::fixtures::*;
 
 on_every_backend!(
@@ -13,7 +15,76 @@ on_every_backend!(
     a_checkpoint_of_a_later_execution_of_the_session_replaces_the_stored_one,
     a_checkpoint_of_a_superseded_generation_is_refused,
     executions_leasing_a_text_match_it_literally_across_tenants,
+    a_session_open_claimed_is_refused_to_another_claim_until_released_or_its_hold_passes,
 );
+
+/// Long enough that no test here waits it out.
+const HOLD: Duration = Duration::from_secs(600);
+
+async fn a_session_open_claimed_is_refused_to_another_claim_until_released_or_its_hold_passes(store: Arc<dyn Store>) {
+    store.register_replica("replica-a", None, terms()).await.unwrap();
+    assert!(store.claim_session_open(TENANT, "s", "claim-1", HOLD).await.unwrap());
+    assert!(
+        !store.claim_session_open(TENANT, "s", "claim-2", HOLD).await.unwrap(),
+        "held"
+    );
+    assert!(
+        store
+            .claim_session_open(OTHER_TENANT, "s", "claim-3", HOLD)
+            .await
+            .unwrap(),
+        "another tenant's session"
+    );
+    assert!(
+        store.claim_session_open(TENANT, "s2", "claim-4", HOLD).await.unwrap(),
+        "another session"
+    );
+    store.release_session_open(TENANT, "s", "claim-2").await.unwrap();
+    assert!(
+        !store.claim_session_open(TENANT, "s", "claim-5", HOLD).await.unwrap(),
+        "letting go of a claim that is not held lets nothing go"
+    );
+    store.release_session_open(TENANT, "s", "claim-1").await.unwrap();
+    assert!(
+        store
+            .claim_session_open(TENANT, "s", "claim-6", Duration::ZERO)
+            .await
+            .unwrap(),
+        "released"
+    );
+    assert!(
+        store.claim_session_open(TENANT, "s", "claim-7", HOLD).await.unwrap(),
+        "a claim whose hold passed"
+    );
+}
+
+/// Two replicas opening one session: the second is refused while the first's claim is
+/// live, and takes it once the first replica's lease is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_session_open_claimed_by_one_replica_is_refused_to_another_until_its_lease_ends() {
+    let (scratch, url) = Scratch::postgres().await;
+    let a = SqlStore::connect(&url).await.unwrap();
+    a.register_replica("replica-a", None, terms()).await.unwrap();
+    let b = SqlStore::connect(&url).await.unwrap();
+    b.register_replica("replica-b", None, terms()).await.unwrap();
+    assert!(a.claim_session_open(TENANT, "s", "claim-a", HOLD).await.unwrap());
+    assert!(
+        !b.claim_session_open(TENANT, "s", "claim-b", HOLD).await.unwrap(),
+        "A opens it"
+    );
+    a.end_replica().await.unwrap();
+    assert!(
+        b.claim_session_open(TENANT, "s", "claim-b", HOLD).await.unwrap(),
+        "A is gone"
+    );
+    a.release_session_open(TENANT, "s", "claim-a").await.unwrap();
+    assert!(
+        !a.claim_session_open(TENANT, "s", "claim-a2", HOLD).await.unwrap(),
+        "B's claim stands"
+    );
+    drop((a, b));
+    scratch.remove().await;
+}
 
 async fn executions_leasing_a_text_match_it_literally_across_tenants(store: Arc<dyn Store>) {
     let leased = |id: &str, tenant: &str, home: &str| ExecutionRecord {
