@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
-use cursor_runner_executions::placement::WarmKey;
 use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
     AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, Reason, RequestMeta, Route, StreamItem,
@@ -21,6 +20,8 @@ use crate::convert;
 use crate::forward::{Forwarder, Owner};
 use crate::pb;
 use crate::status::to_status;
+
+mod placement;
 
 /// Request metadata naming the caller's tenant (authentication replaces it later).
 pub const TENANT_METADATA: &str = "x-tenant-id";
@@ -58,70 +59,6 @@ fn elsewhere(forwarder: &Arc<Forwarder>, route: Route) -> Option<(Arc<Forwarder>
         Route::Here => None,
         Route::Owner { name, address } => Some((forwarder.clone(), Owner { name, address })),
     }
-}
-
-impl RunnerApi {
-    /// A `CreateExecution` this replica refused for want of room, sent as it came to the
-    /// replicas the engine names (the least loaded first) until one takes it; the fleet's
-    /// refusal when each had no room, or this replica's own when there is nobody to ask. A
-    /// replica that does not answer ends the search: the call may have run there, so its
-    /// caller retries it under the same `request_id` rather than hear nothing was created.
-    /// `received`: when the call arrived (its deadline counts from then).
-    async fn placed_elsewhere(
-        &self,
-        tenant_id: &str,
-        (metadata, body, received): (tonic::metadata::MetadataMap, pb::CreateExecutionRequest, Instant),
-        refusal: EngineError,
-    ) -> Result<Response<pb::CreateExecutionResponse>, Status> {
-        let targets = self
-            .engine
-            .placement_targets(&refusal, &warm_key(tenant_id, &body))
-            .await;
-        let Some(forwarder) = self.forwarder.as_ref().filter(|_| !targets.is_empty()) else {
-            return Err(to_status(refusal));
-        };
-        for target in &targets {
-            let request = Request::from_parts(metadata.clone(), tonic::Extensions::default(), body.clone());
-            let owner = Owner {
-                name: target.name.clone(),
-                address: target.address.clone(),
-            };
-            let placed = forwarder
-                .forward(
-                    owner,
-                    tenant_id,
-                    request,
-                    received.elapsed(),
-                    |mut client, request| async move { client.create_execution(request).await },
-                )
-                .await;
-            match placed {
-                Err(status) if no_room_there(&status) => continue,
-                answered => return answered,
-            }
-        }
-        Err(to_status(cursor_runner_executions::fleet_full(targets.len())))
-    }
-}
-
-/// The warm key of the processes a `CreateExecution` may lease: the tenant's, with the
-/// agent profile and credential it names.
-fn warm_key(tenant_id: &str, body: &pb::CreateExecutionRequest) -> WarmKey {
-    fn named(name: &str) -> Option<&str> {
-        (!name.is_empty()).then_some(name)
-    }
-    let credential = body.credential.as_ref().map(|c| c.credential_name.as_str());
-    WarmKey::of(tenant_id, named(&body.agent_profile), credential.and_then(named))
-}
-
-/// Whether a replica the call was placed on had no room either.
-fn no_room_there(status: &Status) -> bool {
-    use tonic_types::StatusExt;
-    status
-        .get_error_details()
-        .error_info()
-        .and_then(|info| Reason::parse(&info.reason))
-        .is_some_and(cursor_runner_executions::for_want_of_room)
 }
 
 /// Returns the owner's answer to the call when another replica owns its execution.
