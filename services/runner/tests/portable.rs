@@ -119,6 +119,9 @@ async fn two_replicas_loading_one_session_at_once_open_it_once() {
     let (c, _) = replica(&database.url, &dirs_c, "replica-c", LONG_LEASE_MS);
     let (mut b_client, mut c_client) = (b.client().await, c.client().await);
 
+    // Rounds whose loser was refused by the other's claim of the open, not by a live
+    // execution it found: the loads did race.
+    let mut raced = 0;
     for round in 0..RACING_LOADS {
         let (on_b, on_c) = tokio::join!(
             b_client.create_execution(load(
@@ -140,10 +143,12 @@ async fn two_replicas_loading_one_session_at_once_open_it_once() {
         };
         assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
         assert_eq!(reason(&refused), "SESSION_IN_USE", "{refused:?}");
+        raced += usize::from(error_metadata(&refused, "execution_id").is_none());
         let opened = opened.into_inner().execution.unwrap();
         assert_eq!(opened.state, pb::ExecutionState::Ready as i32);
         close(winner, &opened.execution_id).await;
     }
+    assert!(raced > 0, "no round's loads overlapped");
     b.stop();
     c.stop();
     database.drop_database().await;

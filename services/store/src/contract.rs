@@ -258,9 +258,19 @@ pub trait Store: Send + Sync + 'static {
     async fn save_session_checkpoint(&self, checkpoint: &SessionCheckpoint) -> StoreResult<bool>;
     async fn session_checkpoint(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<SessionCheckpoint>>;
     /// Claims the tenant's `session_id` for one open (a load or a recovery) by this
-    /// replica, as `claim_id`, for at most `hold` on the database's clock. `false` while
-    /// another claim is live: not released, its replica's lease live and its hold not over.
+    /// replica, as `claim_id`, for `hold` on the database's clock. `false` while another
+    /// replica's claim is live: not released, its replica's lease live and its hold not
+    /// over. A claim of this replica's own is always taken over (this process opens one
+    /// session once at a time, so its own is a leftover).
     async fn claim_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool>;
+    /// Extends the claim `claim_id` to `hold` from now; `false` when it is not held any more.
+    async fn renew_session_open(
         &self,
         tenant_id: &str,
         session_id: &str,

@@ -7,6 +7,7 @@ mod data;
 mod homes;
 mod idempotency;
 mod lifecycle;
+mod open_claim;
 mod routing;
 mod sessions;
 mod streams;

@@ -7,54 +7,36 @@
 //! ran here, else its checkpoint restored into a new home (`docs/scale-out.md` §6).
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
-use cursor_runner_pool::MAX_LEASE_WAIT;
-use cursor_runner_store::{ExecutionRecord, Store};
+use cursor_runner_store::ExecutionRecord;
 use cursor_runner_supervisor::checkpoint::{self, CheckpointError};
 
 use super::data::*;
+use super::open_claim::FleetClaim;
 use crate::lease::LeaseInfo;
 use crate::policy::policy_refusal;
 
-/// What an open may take beyond waiting for a process and twice the handshake (a cold
-/// start, then the session's load): restoring its checkpoint and the store's round trips.
-pub const SESSION_OPEN_SLACK: Duration = Duration::from_secs(60);
-
 /// A session this process is opening; let go by [`SessionClaim::release`], or when
-/// dropped (an open whose call went away) in the background.
+/// dropped (an open whose call went away), its fleet-wide part in the background.
 pub(super) struct SessionClaim {
     opening: OpeningSessions,
     key: (String, String),
-    store: Arc<dyn Store>,
-    /// The fleet-wide claim's id, once the store granted it and until it is let go.
-    claim_id: Option<String>,
+    /// The store's claim, once granted.
+    fleet: Option<FleetClaim>,
 }
 
 impl SessionClaim {
     /// Lets the claim go: in the store first, then in this process.
     pub(super) async fn release(mut self) {
-        if let Some(claim_id) = self.claim_id.take() {
-            let (tenant_id, session_id) = &self.key;
-            if let Err(e) = self.store.release_session_open(tenant_id, session_id, &claim_id).await {
-                tracing::warn!(error = %e, "letting a session's open claim go failed; it lapses with its hold");
-            }
+        if let Some(fleet) = self.fleet.take() {
+            fleet.release().await;
         }
     }
 }
 
 impl Drop for SessionClaim {
     fn drop(&mut self) {
-        if let Some(claim_id) = self.claim_id.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let (store, (tenant_id, session_id)) = (self.store.clone(), self.key.clone());
-            runtime.spawn(async move {
-                let _ = store.release_session_open(&tenant_id, &session_id, &claim_id).await;
-            });
-        }
         self.opening.lock().remove(&self.key);
     }
 }
@@ -74,21 +56,15 @@ impl Engine {
         let mut claim = SessionClaim {
             opening: self.opening_sessions.clone(),
             key,
-            store: self.store.clone(),
-            claim_id: None,
+            fleet: None,
         };
-        let claim_id = uuid::Uuid::now_v7().to_string();
-        if !self
-            .store
-            .claim_session_open(tenant_id, session_id, &claim_id, self.session_open_hold())
-            .await?
-        {
+        let Some(fleet) = FleetClaim::take(&self.store, tenant_id, session_id).await? else {
             return Err(in_use(
                 session_id,
                 format!("session `{session_id}` is being opened on another replica"),
             ));
-        }
-        claim.claim_id = Some(claim_id);
+        };
+        claim.fleet = Some(fleet);
         match self.store.find_session(tenant_id, session_id).await {
             Ok(Some(newest)) if !newest.state.is_terminal() => {
                 claim.release().await;
@@ -104,13 +80,6 @@ impl Engine {
                 Err(e.into())
             }
         }
-    }
-
-    /// How long an open may hold its session's claim: past it, the claim lapses even if
-    /// this replica still serves (an open that outlived every bound, or a release lost to
-    /// a store outage).
-    fn session_open_hold(&self) -> Duration {
-        MAX_LEASE_WAIT + self.config.handshake_timeout * 2 + SESSION_OPEN_SLACK
     }
 }
 

@@ -16,7 +16,7 @@ use crate::records::*;
 use crate::replica::*;
 use cursor_runner_domain::placement::WarmKey;
 use cursor_runner_domain::state::{ExecutionState, InteractionState};
-use replicas::Replicas;
+use replicas::{Replicas, millis};
 use tables::Tables;
 
 /// Clones share the same rows (and observer), like the patiences of one SQL store.
@@ -252,11 +252,23 @@ impl Store for MemoryStore {
     ) -> StoreResult<bool> {
         let replicas = self.replicas.lock().clone();
         let now = now_ms();
-        let until = now.saturating_add(i64::try_from(hold.as_millis()).unwrap_or(i64::MAX));
+        let until = now.saturating_add(millis(hold));
         self.run("claim_session_open", |t| {
             t.claim_session_open((tenant_id, session_id), claim_id, (now, until), |incarnation| {
                 replicas.lease_live(incarnation)
             })
+        })
+    }
+    async fn renew_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool> {
+        let until = now_ms().saturating_add(millis(hold));
+        self.run("renew_session_open", |t| {
+            t.renew_session_open((tenant_id, session_id), claim_id, until)
         })
     }
     async fn release_session_open(&self, tenant_id: &str, session_id: &str, claim_id: &str) -> StoreResult<()> {

@@ -27,7 +27,7 @@ struct Row {
     warm: Vec<WarmKey>,
 }
 
-fn millis(d: std::time::Duration) -> i64 {
+pub(super) fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

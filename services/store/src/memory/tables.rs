@@ -329,8 +329,8 @@ impl Tables {
             .cloned()
     }
 
-    /// Claims a session's open as `claim_id` until `expires_at_ms`, unless a live claim
-    /// (`live`: its incarnation's lease is) holds it until later than `now`.
+    /// Claims a session's open as `claim_id` until `expires_at_ms`, unless another
+    /// incarnation's live claim (`live`: its lease is) holds it until later than `now`.
     pub(super) fn claim_session_open(
         &mut self,
         (tenant_id, session_id): (&str, &str),
@@ -342,7 +342,7 @@ impl Tables {
         let free = self
             .session_opens
             .get(&key)
-            .is_none_or(|held| held.expires_at_ms <= now || !live(&held.claimed_by));
+            .is_none_or(|held| held.claimed_by == self.me || held.expires_at_ms <= now || !live(&held.claimed_by));
         if free {
             let claimed_by = self.me.clone();
             self.session_opens.insert(
@@ -355,6 +355,22 @@ impl Tables {
             );
         }
         free
+    }
+
+    pub(super) fn renew_session_open(
+        &mut self,
+        (tenant_id, session_id): (&str, &str),
+        claim_id: &str,
+        expires_at_ms: i64,
+    ) -> bool {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        match self.session_opens.get_mut(&key) {
+            Some(held) if held.claim_id == claim_id => {
+                held.expires_at_ms = expires_at_ms;
+                true
+            }
+            _ => false,
+        }
     }
 
     pub(super) fn release_session_open(&mut self, tenant_id: &str, session_id: &str, claim_id: &str) {

@@ -155,6 +155,15 @@ impl Store for SqlStore {
     ) -> StoreResult<bool> {
         SqlStore::claim_session_open(self, tenant_id, session_id, claim_id, hold).await
     }
+    async fn renew_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool> {
+        SqlStore::renew_session_open(self, tenant_id, session_id, claim_id, hold).await
+    }
     async fn release_session_open(&self, tenant_id: &str, session_id: &str, claim_id: &str) -> StoreResult<()> {
         SqlStore::release_session_open(self, tenant_id, session_id, claim_id).await
     }

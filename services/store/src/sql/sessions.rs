@@ -59,21 +59,44 @@ impl SqlStore {
              VALUES ($1, $2, $3, $4, {now} + $5) \
              ON CONFLICT (tenant_id, session_id) DO UPDATE SET claim_id = excluded.claim_id, \
              claimed_by = excluded.claimed_by, expires_at_ms = excluded.expires_at_ms \
-             WHERE session_opens.expires_at_ms <= {now} \
+             WHERE session_opens.claimed_by = excluded.claimed_by \
+             OR session_opens.expires_at_ms <= {now} \
              OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.incarnation = session_opens.claimed_by \
                             AND r.state <> 'ended' AND r.lease_until_ms > {now})"
         );
-        let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX / 2);
         let claimed = on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .bind(tenant_id)
             .bind(session_id)
             .bind(claim_id)
             .bind(self.shared.identity.me())
-            .bind(hold_ms)
+            .bind(millis(hold))
             .execute(pool)
             .await?
             .rows_affected());
         Ok(claimed == 1)
+    }
+
+    pub(super) async fn renew_session_open(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        claim_id: &str,
+        hold: std::time::Duration,
+    ) -> StoreResult<bool> {
+        let now = self.shared.statements.dialect.now_ms;
+        let sql = format!(
+            "UPDATE session_opens SET expires_at_ms = {now} + $4 \
+             WHERE tenant_id = $1 AND session_id = $2 AND claim_id = $3"
+        );
+        let renewed = on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(tenant_id)
+            .bind(session_id)
+            .bind(claim_id)
+            .bind(millis(hold))
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(renewed == 1)
     }
 
     pub(super) async fn release_session_open(
@@ -93,4 +116,9 @@ impl SqlStore {
         .map(drop)?);
         Ok(())
     }
+}
+
+/// A hold in milliseconds, as added to the database's now (never overflowing it).
+fn millis(hold: std::time::Duration) -> i64 {
+    i64::try_from(hold.as_millis()).unwrap_or(i64::MAX / 2)
 }

@@ -15,47 +15,38 @@ on_every_backend!(
     a_checkpoint_of_a_later_execution_of_the_session_replaces_the_stored_one,
     a_checkpoint_of_a_superseded_generation_is_refused,
     executions_leasing_a_text_match_it_literally_across_tenants,
-    a_session_open_claimed_is_refused_to_another_claim_until_released_or_its_hold_passes,
+    a_session_open_claim_is_renewed_and_let_go_by_its_id_only,
 );
 
 /// Long enough that no test here waits it out.
 const HOLD: Duration = Duration::from_secs(600);
 
-async fn a_session_open_claimed_is_refused_to_another_claim_until_released_or_its_hold_passes(store: Arc<dyn Store>) {
+async fn a_session_open_claim_is_renewed_and_let_go_by_its_id_only(store: Arc<dyn Store>) {
     store.register_replica("replica-a", None, terms()).await.unwrap();
     assert!(store.claim_session_open(TENANT, "s", "claim-1", HOLD).await.unwrap());
+    assert!(store.renew_session_open(TENANT, "s", "claim-1", HOLD).await.unwrap());
     assert!(
-        !store.claim_session_open(TENANT, "s", "claim-2", HOLD).await.unwrap(),
-        "held"
-    );
-    assert!(
-        store
-            .claim_session_open(OTHER_TENANT, "s", "claim-3", HOLD)
+        !store
+            .renew_session_open(OTHER_TENANT, "s", "claim-1", HOLD)
             .await
             .unwrap(),
-        "another tenant's session"
-    );
-    assert!(
-        store.claim_session_open(TENANT, "s2", "claim-4", HOLD).await.unwrap(),
-        "another session"
+        "another tenant's session is not claimed"
     );
     store.release_session_open(TENANT, "s", "claim-2").await.unwrap();
     assert!(
-        !store.claim_session_open(TENANT, "s", "claim-5", HOLD).await.unwrap(),
+        store.renew_session_open(TENANT, "s", "claim-1", HOLD).await.unwrap(),
         "letting go of a claim that is not held lets nothing go"
     );
-    store.release_session_open(TENANT, "s", "claim-1").await.unwrap();
     assert!(
-        store
-            .claim_session_open(TENANT, "s", "claim-6", Duration::ZERO)
-            .await
-            .unwrap(),
-        "released"
+        store.claim_session_open(TENANT, "s", "claim-3", HOLD).await.unwrap(),
+        "this replica's own claim is a leftover: taken over"
     );
     assert!(
-        store.claim_session_open(TENANT, "s", "claim-7", HOLD).await.unwrap(),
-        "a claim whose hold passed"
+        !store.renew_session_open(TENANT, "s", "claim-1", HOLD).await.unwrap(),
+        "a claim taken over is no longer held"
     );
+    store.release_session_open(TENANT, "s", "claim-3").await.unwrap();
+    assert!(!store.renew_session_open(TENANT, "s", "claim-3", HOLD).await.unwrap());
 }
 
 /// Two replicas opening one session: the second is refused while the first's claim is
@@ -81,6 +72,42 @@ async fn postgres_a_session_open_claimed_by_one_replica_is_refused_to_another_un
     assert!(
         !a.claim_session_open(TENANT, "s", "claim-a2", HOLD).await.unwrap(),
         "B's claim stands"
+    );
+    drop((a, b));
+    scratch.remove().await;
+}
+
+/// A claim whose hold passed without a renewal is free for another replica, though its
+/// own replica still serves; one renewed in time is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_session_open_claim_lapses_when_its_hold_passes_unrenewed() {
+    let (scratch, url) = Scratch::postgres().await;
+    let a = SqlStore::connect(&url).await.unwrap();
+    a.register_replica("replica-a", None, terms()).await.unwrap();
+    let b = SqlStore::connect(&url).await.unwrap();
+    b.register_replica("replica-b", None, terms()).await.unwrap();
+    assert!(
+        a.claim_session_open(TENANT, "s", "claim-a", Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    assert!(a.renew_session_open(TENANT, "s", "claim-a", HOLD).await.unwrap());
+    assert!(
+        !b.claim_session_open(TENANT, "s", "claim-b", HOLD).await.unwrap(),
+        "renewed in time"
+    );
+    assert!(
+        a.renew_session_open(TENANT, "s", "claim-a", Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.claim_session_open(TENANT, "s", "claim-b", HOLD).await.unwrap(),
+        "its hold passed"
+    );
+    assert!(
+        !a.renew_session_open(TENANT, "s", "claim-a", HOLD).await.unwrap(),
+        "a lapsed claim taken over is not renewed back"
     );
     drop((a, b));
     scratch.remove().await;
