@@ -85,7 +85,6 @@ pub enum StreamItem {
 }
 
 pub(super) struct ExecutionHandle {
-    pub(super) tenant_id: String,
     pub(super) commands: mpsc::Sender<(Command, tracing::Span)>,
     pub(super) head: watch::Receiver<i64>,
     /// The secrets kept out of what the actor's errors say.
@@ -102,6 +101,8 @@ pub(super) type OpeningSessions = Arc<Mutex<std::collections::HashSet<(String, S
 
 pub struct Engine {
     pub(super) store: Arc<dyn Store>,
+    /// This process's incarnation as a replica: the owner of what it runs.
+    pub(super) incarnation: String,
     /// Every execution's head that a stream here watches or a writer here moves.
     pub(super) heads: Arc<HeadBus>,
     /// Open event streams per execution (`streams::MAX_STREAMS_PER_EXECUTION`).

@@ -68,6 +68,7 @@ impl Engine {
             opening_sessions: Default::default(),
             open_streams: Default::default(),
             store,
+            incarnation: registration.incarnation.clone(),
             config,
             executions: Arc::new(Mutex::new(HashMap::new())),
             in_flight: Mutex::new(HashMap::new()),
@@ -446,22 +447,20 @@ async fn start_guardian(config: GuardianConfig) -> Result<Guardian, EngineError>
 pub const OUTBOX_LAG_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Samples head − acknowledged for every live execution, every
-/// [`OUTBOX_LAG_SAMPLE_INTERVAL`], until the engine is gone.
+/// [`OUTBOX_LAG_SAMPLE_INTERVAL`], until the engine is gone: one read of what this
+/// replica owns per sample, however many executions it runs.
 async fn sample_outbox_lag(engine: std::sync::Weak<Engine>) {
     let mut every = tokio::time::interval(OUTBOX_LAG_SAMPLE_INTERVAL);
     loop {
         every.tick().await;
         let Some(engine) = engine.upgrade() else { return };
-        let live: Vec<(String, String, i64)> = engine
-            .executions
-            .lock()
-            .iter()
-            .filter(|(_, handle)| !handle.commands.is_closed())
-            .map(|(id, handle)| (id.clone(), handle.tenant_id.clone(), *handle.head.borrow()))
-            .collect();
-        for (id, tenant_id, head) in live {
-            if let Ok(Some(record)) = engine.store.get_execution(&tenant_id, &id).await {
-                engine.metrics.outbox_lag(head - record.acked_sequence);
+        let Ok(owned) = engine.store.list_live_executions_of(&engine.incarnation).await else {
+            continue;
+        };
+        let executions = engine.executions.lock();
+        for record in owned {
+            if let Some(handle) = executions.get(&record.id).filter(|h| !h.commands.is_closed()) {
+                engine.metrics.outbox_lag(*handle.head.borrow() - record.acked_sequence);
             }
         }
     }
