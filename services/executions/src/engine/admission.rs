@@ -561,6 +561,7 @@ impl Engine {
             executions.insert(
                 record.id.clone(),
                 ExecutionHandle {
+                    tenant_id: record.tenant_id.clone(),
                     commands: commands_tx,
                     head: events.subscribe(),
                     redactor: redactor.clone(),

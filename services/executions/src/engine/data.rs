@@ -85,6 +85,8 @@ pub enum StreamItem {
 }
 
 pub(super) struct ExecutionHandle {
+    /// Whose it is: a call of another tenant never reaches it.
+    pub(super) tenant_id: String,
     pub(super) commands: mpsc::Sender<(Command, tracing::Span)>,
     pub(super) head: watch::Receiver<i64>,
     /// The secrets kept out of what the actor's errors say.

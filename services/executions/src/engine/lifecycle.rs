@@ -391,39 +391,55 @@ impl Engine {
         self.pool.stopped(self.config.stop_grace * 2).await;
     }
 
+    /// Hands a command to the actor of the tenant's execution running here, without a
+    /// read when it runs here; otherwise (or once its actor has gone) the execution's row
+    /// says why not: not found, served by another replica, or not ready.
     pub(super) async fn ask_actor<T>(
         &self,
         tenant_id: &str,
         execution_id: &str,
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
     ) -> Result<T, EngineError> {
-        let record = self.get_execution(tenant_id, execution_id).await?;
         let handle = self
             .executions
             .lock()
-            .get(&record.id)
+            .get(execution_id)
+            .filter(|h| h.tenant_id == tenant_id)
             .map(|h| (h.commands.clone(), h.redactor.clone()));
-        let not_ready = || {
-            if self.lease_has_ended() {
-                return ownership::fenced_refusal();
-            }
-            EngineError::precondition(
-                Reason::ExecutionNotReady,
-                format!("execution `{}` is {}", record.id, record.state),
-            )
-            .with("state", record.state.as_str())
-        };
         let Some((commands, redactor)) = handle else {
-            return Err(self.not_here(&record).await.unwrap_or_else(not_ready));
+            return Err(self.why_not_here(tenant_id, execution_id, false).await);
         };
         let (reply, rx) = oneshot::channel();
         // The caller's span goes along: the actor works on the command inside it.
-        commands
-            .send((make(reply), tracing::Span::current()))
-            .await
-            .map_err(|_| not_ready())?;
+        if commands.send((make(reply), tracing::Span::current())).await.is_err() {
+            return Err(self.why_not_here(tenant_id, execution_id, true).await);
+        }
         // The actor's refusals may quote the agent (e.g. a configuration it refused).
-        rx.await.map_err(|_| not_ready())?.map_err(|e| e.redacted(&redactor))
+        match rx.await {
+            Ok(answer) => answer.map_err(|e| e.redacted(&redactor)),
+            Err(_) => Err(self.why_not_here(tenant_id, execution_id, true).await),
+        }
+    }
+
+    /// Why a command for the tenant's execution has no actor here to take it, from its row:
+    /// never one here (`actor_ended` false: it may be served by another replica), or its
+    /// actor ended while taking the command.
+    async fn why_not_here(&self, tenant_id: &str, execution_id: &str, actor_ended: bool) -> EngineError {
+        let record = match self.get_execution(tenant_id, execution_id).await {
+            Ok(record) => record,
+            Err(e) => return e,
+        };
+        if !actor_ended && let Some(elsewhere) = self.not_here(&record).await {
+            return elsewhere;
+        }
+        if self.lease_has_ended() {
+            return ownership::fenced_refusal();
+        }
+        EngineError::precondition(
+            Reason::ExecutionNotReady,
+            format!("execution `{}` is {}", record.id, record.state),
+        )
+        .with("state", record.state.as_str())
     }
 }
 
