@@ -67,10 +67,11 @@ async fn session_loaded(client: &mut Client, execution_id: &str) -> serde_json::
     payload(events.events_until("session.loaded").await.last().unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_created_on_replica_a_is_loaded_on_replica_b_after_a_is_gone() {
-    let database = TestDatabase::create(Backend::Postgres).await;
-    let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
+/// A session created and closed on `replica-a`, which is then gone with its disk: the
+/// session is only in the store. A's directories (their workspace is the session's) and
+/// the execution that created it.
+async fn session_of_a_gone_replica(database: &TestDatabase) -> (ServiceDirs, pb::Execution) {
+    let dirs_a = ServiceDirs::new();
     let (a, a_metrics) = replica(&database.url, &dirs_a, "replica-a", LONG_LEASE_MS);
     let mut a_client = a.client().await;
     let first = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
@@ -78,7 +79,14 @@ async fn a_session_created_on_replica_a_is_loaded_on_replica_b_after_a_is_gone()
     assert_eq!(checkpoints(a_metrics, "stored"), 2, "taken at creation and at close");
     a.stop();
     lose_homes_of(&dirs_a);
+    (dirs_a, first)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_created_on_replica_a_is_loaded_on_replica_b_after_a_is_gone() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let (dirs_a, first) = session_of_a_gone_replica(&database).await;
+    let dirs_b = ServiceDirs::new();
     let (b, _) = replica(&database.url, &dirs_b, "replica-b", LONG_LEASE_MS);
     let mut b_client = b.client().await;
     let loaded = b_client
@@ -108,13 +116,8 @@ const RACING_LOADS: usize = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_loading_one_session_at_once_open_it_once() {
     let database = TestDatabase::create(Backend::Postgres).await;
-    let (dirs_a, dirs_b, dirs_c) = (ServiceDirs::new(), ServiceDirs::new(), ServiceDirs::new());
-    let (a, _) = replica(&database.url, &dirs_a, "replica-a", LONG_LEASE_MS);
-    let mut a_client = a.client().await;
-    let first = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
-    close(&mut a_client, &first.execution_id).await;
-    a.stop();
-    lose_homes_of(&dirs_a);
+    let (dirs_a, first) = session_of_a_gone_replica(&database).await;
+    let (dirs_b, dirs_c) = (ServiceDirs::new(), ServiceDirs::new());
     let (b, _) = replica(&database.url, &dirs_b, "replica-b", LONG_LEASE_MS);
     let (c, _) = replica(&database.url, &dirs_c, "replica-c", LONG_LEASE_MS);
     let (mut b_client, mut c_client) = (b.client().await, c.client().await);
@@ -193,13 +196,8 @@ async fn recover_execution_on_any_replica_restarts_the_session_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_that_fails_its_digest_is_never_unpacked_and_the_load_is_session_not_found() {
     let database = TestDatabase::create(Backend::Postgres).await;
-    let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
-    let (a, _) = replica(&database.url, &dirs_a, "replica-a", LONG_LEASE_MS);
-    let mut a_client = a.client().await;
-    let first = create_execution_in(&mut a_client, &dirs_a.workspace, "create-on-a").await;
-    close(&mut a_client, &first.execution_id).await;
-    a.stop();
-    lose_homes_of(&dirs_a);
+    let (dirs_a, first) = session_of_a_gone_replica(&database).await;
+    let dirs_b = ServiceDirs::new();
     let mut db = sqlx::PgConnection::connect(&database.url).await.unwrap();
     sqlx::query("UPDATE session_checkpoints SET body = body || '\\x00'::bytea")
         .execute(&mut db)
