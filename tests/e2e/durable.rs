@@ -18,6 +18,7 @@ on_both_backends!(
     a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settles,
     one_answer_per_agent_request_racing_answers_deliver_exactly_once,
     the_same_answer_retried_concurrently_under_one_request_id_is_delivered_once_and_returned_to_all,
+    an_answer_under_a_request_id_another_call_used_reaches_no_agent_and_the_question_waits_for_its_answer,
     an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on,
     a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once,
     an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_never_delivered,
@@ -439,6 +440,39 @@ async fn the_same_answer_retried_concurrently_under_one_request_id_is_delivered_
         let interaction = retry.await.unwrap().expect("a retry gets the stored result");
         assert_eq!(interaction.state, proto::InteractionState::Delivered as i32);
     }
+    assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    service.shutdown().await;
+}
+
+/// The answer's key is claimed in the same transaction that records it `answered`: a key
+/// found taken there rolls the record back, so nothing reaches the agent and the question
+/// is still pending for the answer that follows.
+async fn an_answer_under_a_request_id_another_call_used_reaches_no_agent_and_the_question_waits_for_its_answer(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn(&mut client, &service).await;
+    let question = created(&mut events, 1).await.remove(0);
+    // `turn-1` is the request id `begin_turn` started the turn with.
+    let reused = client
+        .answer_interaction(one_question_answer(&question, "turn-1", "option-1"))
+        .await;
+    assert_refused(reused, Code::Aborted, "REQUEST_ID_REUSED");
+    assert!(responses(&service).is_empty(), "the agent got no answer");
+    let id = question["interactionId"].as_str().unwrap();
+    assert_eq!(
+        get_interaction(&mut client, id).await.state,
+        proto::InteractionState::Pending as i32
+    );
+    let answered = client
+        .answer_interaction(one_question_answer(&question, "answer-1", "option-1"))
+        .await
+        .expect("the next answer is taken")
+        .into_inner()
+        .interaction
+        .unwrap();
+    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
     assert_eq!(responses(&service).len(), 1, "the agent got one answer");
     service.shutdown().await;
 }

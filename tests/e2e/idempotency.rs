@@ -10,6 +10,7 @@ on_both_backends!(
     a_request_id_sent_to_another_rpc_is_refused_as_reused_and_runs_nothing,
     a_mutating_call_without_a_request_id_is_refused,
     a_retried_start_turn_returns_the_same_turn_and_sends_one_prompt,
+    a_start_turn_retried_after_its_turn_ended_returns_that_turn_and_starts_no_other,
     completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never,
     past_its_retention_a_request_id_runs_again_as_a_new_call,
 );
@@ -108,6 +109,42 @@ async fn a_retried_start_turn_returns_the_same_turn_and_sends_one_prompt(backend
         .filter(|m| m["method"] == "session/prompt")
         .count();
     assert_eq!(prompts, 1);
+    service.shutdown().await;
+}
+
+/// A plain start claims its key in the commit that starts the turn: a retry arriving when
+/// nothing stops a new turn finds the key taken there, starts nothing, and gets the first
+/// call's turn.
+async fn a_start_turn_retried_after_its_turn_ended_returns_that_turn_and_starts_no_other(backend: Backend) {
+    // One turn that ends on its own, asking nothing.
+    let service = TestService::start(backend, "extra_fields.json").await;
+    let mut client = service.client().await;
+    let (execution, first, mut events) = begin_turn(&mut client, &service).await;
+    events.until_turn_settles().await;
+    let retry = start_turn(&mut client, &execution.execution_id, "turn-1")
+        .await
+        .expect("the retry gets the first call's turn");
+    assert_eq!(retry.turn_id, first.turn_id);
+    let turns = client
+        .list_turns(proto::ListTurnsRequest {
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .turns;
+    assert_eq!(turns.len(), 1, "no second turn was recorded");
+    let prompts = service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m["method"] == "session/prompt")
+        .count();
+    assert_eq!(prompts, 1);
+    // The execution takes a new turn under a new request id.
+    start_turn(&mut client, &execution.execution_id, "turn-2")
+        .await
+        .expect("a new request id starts a new turn");
     service.shutdown().await;
 }
 

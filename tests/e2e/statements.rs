@@ -8,14 +8,14 @@ use std::collections::BTreeMap;
 use cursor_runner_e2e::*;
 use serde_json::json;
 
-/// Statements one `StartTurn` makes: claim the key, commit the turn with the execution row
-/// and `turn.started` (one batch), complete the key. (The execution is not read: its actor
-/// runs here.)
-const START_TURN_STATEMENTS: f64 = 3.0;
-/// Statements one `AnswerInteraction` makes: read the interaction, claim the key, record
-/// `answered` (before the pipe write), commit `delivered` with `runtime_request.resolved`
-/// (one batch), complete the key.
-const ANSWER_STATEMENTS: f64 = 5.0;
+/// Statements one `StartTurn` makes: one batch, which commits the turn with the execution
+/// row, `turn.started`, and the call's key claimed and completed. (The execution is not
+/// read: its actor runs here.)
+const START_TURN_STATEMENTS: f64 = 1.0;
+/// Statements one `AnswerInteraction` makes: read the interaction; record `answered` with
+/// the call's key claimed (one batch, before the pipe write); commit `delivered` with
+/// `runtime_request.resolved` and the key completed (one batch).
+const ANSWER_STATEMENTS: f64 = 3.0;
 
 /// `operation → count` of the store operations the service has made so far.
 fn statements(service: &TestService) -> BTreeMap<String, f64> {

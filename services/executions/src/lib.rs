@@ -4,6 +4,7 @@
 
 mod actor;
 pub mod attempts;
+mod call_key;
 pub mod capabilities;
 mod config;
 pub mod credential;

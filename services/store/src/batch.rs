@@ -36,4 +36,24 @@ pub enum Write {
         expected_state: InteractionState,
         record: InteractionRecord,
     },
+    /// Claims a free idempotency key for this incarnation, as
+    /// [`Store::claim_idempotency`](crate::Store::claim_idempotency) does; a key that is
+    /// taken (by any operation) fails the whole batch with
+    /// [`StoreError::KeyTaken`](crate::StoreError::KeyTaken). It lets a call's first
+    /// commit be its claim: nothing the call does is exposed before that commit.
+    ClaimIdempotency { key: IdempotencyKey, digest: String },
+    /// Completes this incarnation's claim, as
+    /// [`Store::complete_idempotency`](crate::Store::complete_idempotency) does: the
+    /// outcome is stored in the transaction that makes it true.
+    CompleteIdempotency {
+        key: IdempotencyKey,
+        response: serde_json::Value,
+    },
+}
+
+impl Write {
+    /// Whether it claims or completes an idempotency key.
+    pub fn is_idempotency(&self) -> bool {
+        matches!(self, Self::ClaimIdempotency { .. } | Self::CompleteIdempotency { .. })
+    }
 }

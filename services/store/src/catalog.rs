@@ -18,6 +18,12 @@ impl From<StoreError> for EngineError {
                  or another replica, settles the executions it owned",
             )
             .retry_after(REPLICA_FENCED_RETRY_AFTER),
+            // A call's first commit found its request id claimed: the call ran nothing.
+            StoreError::KeyTaken => Self::new(
+                ErrorKind::Aborted,
+                Reason::RequestInFlight,
+                "a call with this request_id is in flight or done; retry later",
+            ),
             StoreError::AnotherService => Self::precondition(Reason::AnotherService, e.to_string()),
             StoreError::ReplicaNameInUse(_) => Self::precondition(Reason::ReplicaNameInUse, e.to_string()),
             StoreError::Unavailable(_) => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())

@@ -30,6 +30,10 @@ pub enum StoreError {
     /// writes nothing more (the refusal is local, with no round trip).
     #[error("this replica lost its ownership lease: it writes nothing more and is exiting")]
     LeaseEnded,
+    /// A batch's [`Write::ClaimIdempotency`](crate::Write::ClaimIdempotency) found its key
+    /// taken: nothing of the batch landed.
+    #[error("the request id was claimed already; nothing was written")]
+    KeyTaken,
     #[error("migration failed: {0}")]
     Migration(String),
     #[error("invalid database URL `{0}`: expected postgres://… or sqlite:…")]

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::call_key::CallKey;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::machine::interaction::Interaction;
@@ -34,6 +35,8 @@ pub(crate) enum Command {
     StartTurn {
         prompt: Prompt,
         replace_active: bool,
+        /// Completed (and, unless claimed before, claimed) by the commit that starts the turn.
+        key: CallKey,
         reply: Reply<TurnRecord>,
     },
     CancelTurn {
@@ -45,6 +48,8 @@ pub(crate) enum Command {
         etag: String,
         request_id: String,
         answer: InteractionAnswer,
+        /// Claimed by the `answered` commit, completed by the `delivered` one.
+        key: CallKey,
         reply: Reply<InteractionRecord>,
     },
     Close {
@@ -100,6 +105,8 @@ pub(super) struct ActiveTurn {
 pub(super) struct LiveInteraction {
     pub(super) interaction: Interaction,
     pub(super) request: Option<AgentRequest>,
+    /// The key of the call answering it, told what each of its commits did to the key.
+    pub(super) key: Option<CallKey>,
 }
 
 pub(super) struct Actor {
@@ -141,7 +148,7 @@ pub(super) struct Actor {
     /// `StartTurn`'s admission, and the `replace_active` start it queued (if any).
     pub(super) admission: Admission,
     /// The reply of the queued `replace_active` start.
-    pub(super) queued_reply: Option<Reply<TurnRecord>>,
+    pub(super) queued_reply: Option<(CallKey, Reply<TurnRecord>)>,
     /// Set by a clean close the pool accepts: the process serves another session.
     pub(super) reuse: bool,
     /// The service is draining: refuse new turns, settle the running one by the

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::call_key::CallKey;
 use crate::interaction_row::not_pending;
 use crate::machine::Now;
 use crate::machine::interaction::{Committed, Effect, EndReason, Input, Interaction, Observation};
@@ -175,6 +176,7 @@ impl Actor {
         let live = LiveInteraction {
             interaction,
             request: Some(request),
+            key: None,
         };
         self.drive(live, effects).instrument(span).await.map(drop)
     }
@@ -185,6 +187,7 @@ impl Actor {
         etag: String,
         request_id: String,
         answer: InteractionAnswer,
+        key: CallKey,
     ) -> Result<InteractionRecord, EngineError> {
         let Some(live) = self.pending.remove(&record.id) else {
             let current = self
@@ -196,11 +199,13 @@ impl Actor {
         };
         let span = deliver_span(live.interaction.record(), "human");
         let mut live = live;
+        live.key = Some(key.clone());
         let effects = live.interaction.handle(
             Input::Answer {
                 etag,
                 request_id,
                 answer,
+                key: Some(key),
             },
             self.now(),
         );
@@ -223,8 +228,17 @@ impl Actor {
         while let Some(effect) = queue.pop_front() {
             let outcome = match effect {
                 Effect::Commit { writes, events } => {
+                    let keyed: Vec<_> = match &live.key {
+                        Some(_) => writes.iter().filter(|w| w.is_idempotency()).cloned().collect(),
+                        None => Vec::new(),
+                    };
                     let committed = match self.events.commit(writes, events).await {
-                        Ok(true) => Committed::Landed,
+                        Ok(true) => {
+                            if let Some(key) = &live.key {
+                                key.landed(&keyed);
+                            }
+                            Committed::Landed
+                        }
                         Ok(false) => {
                             let record = live.interaction.record();
                             let current = self.store.get_interaction(&record.tenant_id, &record.id).await;
@@ -233,6 +247,7 @@ impl Actor {
                             }
                         }
                         Err(StoreError::Duplicate) => Committed::Duplicate,
+                        Err(StoreError::KeyTaken) => Committed::KeyTaken,
                         Err(e) => Committed::Failed(e.into()),
                     };
                     Some(Input::Committed(committed))
@@ -269,6 +284,7 @@ impl Actor {
         // A machine whose effects ran out waits on nobody: it is pending or it is over.
         debug_assert!(live.interaction.is_pending() || live.interaction.is_ended());
         if live.interaction.is_pending() {
+            live.key = None;
             self.pending.insert(live.interaction.record().id.clone(), live);
         }
         Ok(reply)

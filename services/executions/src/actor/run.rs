@@ -99,7 +99,7 @@ impl Actor {
             }
         }
         // Refuse what is still queued: the execution is over.
-        if let Some(reply) = self.queued_reply.take() {
+        if let Some((_, reply)) = self.queued_reply.take() {
             let _ = reply.send(Err(self.refusal()));
         }
         if let Some(drain) = self.drain.take() {
@@ -159,8 +159,9 @@ impl Actor {
             Command::StartTurn {
                 prompt,
                 replace_active,
+                key,
                 reply,
-            } => self.on_start_turn(prompt, replace_active, reply).await?,
+            } => self.on_start_turn(prompt, replace_active, key, reply).await?,
             Command::CancelTurn { turn_id, reply } => {
                 let result = self.cancel_turn(&turn_id).await;
                 let _ = reply.send(result);
@@ -170,9 +171,10 @@ impl Actor {
                 etag,
                 request_id,
                 answer,
+                key,
                 reply,
             } => {
-                let result = self.answer(*record, etag, request_id, answer).await;
+                let result = self.answer(*record, etag, request_id, answer, key).await;
                 let _ = reply.send(result);
             }
             Command::Close { reply } => {

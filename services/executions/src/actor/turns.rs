@@ -9,6 +9,7 @@ use cursor_runner_store::{TurnRecord, Write, now_ms};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::call_key::{CallKey, stored_turn};
 use crate::machine::turn::{
     CancelCause, StartEffect, StartFacts, StartInput, Starter, Turn, TurnEffect, pending_reason_at_settle,
 };
@@ -92,18 +93,19 @@ impl Actor {
         &mut self,
         prompt: Prompt,
         replace_active: bool,
+        key: CallKey,
         reply: Reply<TurnRecord>,
     ) -> Result<(), EngineError> {
         let start = StartInput::StartTurn { prompt, replace_active };
         let effects = self.admit(start);
-        self.run_start_effects(effects, Some(reply)).await
+        self.run_start_effects(effects, Some((key, reply))).await
     }
 
-    /// Runs the admission's effects in order; `caller` is the reply of the call in hand.
+    /// Runs the admission's effects in order; `caller` is the key and reply of the call in hand.
     async fn run_start_effects(
         &mut self,
         mut effects: Vec<StartEffect>,
-        mut caller: Option<Reply<TurnRecord>>,
+        mut caller: Option<(CallKey, Reply<TurnRecord>)>,
     ) -> Result<(), EngineError> {
         while !effects.is_empty() {
             let mut next = Vec::new();
@@ -121,7 +123,12 @@ impl Actor {
                         }
                     }
                     StartEffect::Start { starter, prompt, bound } => {
-                        let started = self.start_turn(prompt, bound).await;
+                        let key = match starter {
+                            Starter::Caller => caller.as_ref(),
+                            Starter::Queued => self.queued_reply.as_ref(),
+                        }
+                        .map(|(key, _)| key.clone());
+                        let started = self.start_turn(prompt, bound, key).await;
                         self.reply_start(starter, &mut caller, started);
                     }
                 }
@@ -145,23 +152,25 @@ impl Actor {
     fn reply_start(
         &mut self,
         starter: Starter,
-        caller: &mut Option<Reply<TurnRecord>>,
+        caller: &mut Option<(CallKey, Reply<TurnRecord>)>,
         result: Result<TurnRecord, EngineError>,
     ) {
         let reply = match starter {
             Starter::Caller => caller.take(),
             Starter::Queued => self.queued_reply.take(),
         };
-        if let Some(reply) = reply {
+        if let Some((_, reply)) = reply {
             let _ = reply.send(result);
         }
     }
 
-    /// Records the admitted turn with `turn.started` and sends its prompt.
+    /// Records the admitted turn with `turn.started` (and the call's outcome under `key`)
+    /// and sends its prompt.
     async fn start_turn(
         &mut self,
         prompt: Prompt,
         bound: Option<(Duration, TurnFailureReason)>,
+        key: Option<CallKey>,
     ) -> Result<TurnRecord, EngineError> {
         let turn_number = self.record.turn_count + 1;
         let record = TurnRecord {
@@ -189,13 +198,24 @@ impl Actor {
             turn_number,
             prompt_chars: prompt.text_chars(),
         });
-        // The turn, the execution pointing at it and `turn.started`: one batch.
-        self.commit(
-            "turn",
-            vec![Write::InsertTurn(record.clone()), execution],
-            vec![(Some(record.id.clone()), started)],
-        )
-        .await?;
+        // The turn, the execution pointing at it, `turn.started` and the call's key: one batch.
+        let keyed: Vec<Write> = key
+            .iter()
+            .flat_map(|key| {
+                key.claim_write()
+                    .into_iter()
+                    .chain([key.completion_write(stored_turn(&record.id))])
+            })
+            .collect();
+        let writes = [Write::InsertTurn(record.clone()), execution]
+            .into_iter()
+            .chain(keyed.iter().cloned())
+            .collect();
+        self.commit("turn", writes, vec![(Some(record.id.clone()), started)])
+            .await?;
+        if let Some(key) = &key {
+            key.landed(&keyed);
+        }
         (self.record, self.stored_state) = (next, stored);
         let span = tracing::info_span!(
             "turn",

@@ -15,7 +15,7 @@ use cursor_runner_domain::session_config::ConfigRequest;
 use cursor_runner_domain::state::InteractionState;
 
 use super::data::*;
-use super::idempotency::Recorded;
+use super::idempotency::{KeyClaim, Recorded};
 
 /// Largest page a list call returns.
 pub const MAX_PAGE_SIZE: i64 = 500;
@@ -113,10 +113,25 @@ impl Engine {
         prompt: Prompt,
         replace_active: bool,
     ) -> Result<TurnRecord, EngineError> {
-        self.actor_call(meta, "StartTurn", execution_id, move |reply| Command::StartTurn {
-            prompt,
-            replace_active,
-            reply,
+        // A replacement cancels the running turn before its own commit, so its key is
+        // claimed first; a plain start changes nothing before the commit that starts it.
+        let claim = if replace_active {
+            KeyClaim::Before
+        } else {
+            KeyClaim::InFirstCommit
+        };
+        let tenant_id = meta.tenant_id.clone();
+        let engine = self.clone();
+        let id = execution_id.to_owned();
+        self.idempotent_record_keyed(meta, "StartTurn", claim, move |key| async move {
+            engine
+                .ask_actor(&tenant_id, &id, |reply| Command::StartTurn {
+                    prompt,
+                    replace_active,
+                    key,
+                    reply,
+                })
+                .await
         })
         .await
     }
@@ -301,30 +316,37 @@ impl Engine {
         let tenant_id = meta.tenant_id.clone();
         let engine = self.clone();
         let answered = self
-            .idempotent_record(meta.clone(), "AnswerInteraction", move || async move {
-                let execution_id = record.execution_id.clone();
-                let answered = engine
-                    .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
-                        record: Box::new(record),
-                        etag: command.etag,
-                        request_id: meta.request_id,
-                        answer: command.answer,
-                        reply,
-                    })
-                    .await;
-                match answered {
-                    // Refused as not pending only when it is not: one still pending lives
-                    // on another replica (the refusal names it) or waits for a recovery.
-                    Err(e) if e.reason == Reason::ExecutionNotReady => {
-                        let now = engine.get_interaction(&tenant_id, &command.interaction_id).await?;
-                        Err(match now.state {
-                            InteractionState::Pending => e,
-                            _ => not_pending(&now),
+            // Nothing reaches the agent before the `answered` commit, which claims the key.
+            .idempotent_record_keyed(
+                meta.clone(),
+                "AnswerInteraction",
+                KeyClaim::InFirstCommit,
+                move |key| async move {
+                    let execution_id = record.execution_id.clone();
+                    let answered = engine
+                        .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
+                            record: Box::new(record),
+                            etag: command.etag,
+                            request_id: meta.request_id,
+                            answer: command.answer,
+                            key,
+                            reply,
                         })
+                        .await;
+                    match answered {
+                        // Refused as not pending only when it is not: one still pending lives
+                        // on another replica (the refusal names it) or waits for a recovery.
+                        Err(e) if e.reason == Reason::ExecutionNotReady => {
+                            let now = engine.get_interaction(&tenant_id, &command.interaction_id).await?;
+                            Err(match now.state {
+                                InteractionState::Pending => e,
+                                _ => not_pending(&now),
+                            })
+                        }
+                        other => other,
                     }
-                    other => other,
-                }
-            })
+                },
+            )
             .await?;
         answer_outcome(answered)
     }

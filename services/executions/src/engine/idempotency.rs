@@ -7,12 +7,13 @@ use cursor_runner_store::{
     ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnRecord,
 };
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 use super::data::*;
+use crate::call_key::{CallKey, KeyProgress, stored_execution, stored_interaction, stored_turn};
 use crate::ownership;
 
 impl Engine {
@@ -20,15 +21,23 @@ impl Engine {
     /// while the first call runs joins it; after it, gets its stored result; with
     /// another body, is refused. The work runs in its own task, so a client that
     /// disconnects cannot abandon it half-done.
+    ///
+    /// The work is handed its [`CallKey`]: it may put the
+    /// key's completion into the commit that makes its outcome true, and, when `claim` is
+    /// [`KeyClaim::InFirstCommit`], the key's claim into its first commit. That is sound only
+    /// for work that changes nothing before its first commit: a call that finds its key
+    /// taken then ran nothing, and gets what the key holds. Whatever the work left undone
+    /// of the key, this does after it.
     pub(super) async fn idempotent<T, F, Fut>(
         &self,
         meta: RequestMeta,
         operation: &str,
+        claim: KeyClaim,
         run: F,
     ) -> Result<Outcome<T>, EngineError>
     where
         T: Send + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
+        F: FnOnce(CallKey) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(Value, T), EngineError>> + Send + 'static,
     {
         if meta.request_id.is_empty() {
@@ -42,13 +51,6 @@ impl Engine {
             operation: operation.to_owned(),
             request_id: meta.request_id.clone(),
         };
-        let reused = || {
-            EngineError::new(
-                ErrorKind::Aborted,
-                Reason::RequestIdReused,
-                "request_id was used with another request",
-            )
-        };
         // The call that runs the work hands its caller the fresh result; a retry that
         // joins it, or comes after it, gets the stored one.
         let (fresh_tx, fresh_rx) = oneshot::channel::<T>();
@@ -61,51 +63,16 @@ impl Engine {
                     let (tx, rx) = watch::channel(None);
                     in_flight.insert(key.clone(), (meta.request_digest.clone(), rx));
                     drop(in_flight);
-                    let store = self.store.clone();
-                    // The outcome must be recorded, or the key would answer "in flight"
-                    // until the next start: it waits for the store if need be.
-                    let recorder = self.store.with_patience(Patience::UntilBack);
-                    let digest = meta.request_digest.clone();
-                    let owner_key = key.clone();
+                    let call = KeyedCall {
+                        store: self.store.clone(),
+                        // The outcome must be recorded, or the key would answer "in flight"
+                        // until the next start: it waits for the store if need be.
+                        recorder: self.store.with_patience(Patience::UntilBack),
+                        key: key.clone(),
+                        digest: meta.request_digest.clone(),
+                    };
                     tokio::spawn(tracing::Instrument::in_current_span(async move {
-                        let result = match store.claim_idempotency(&owner_key, &digest).await {
-                            Err(e) => Err(e.into()),
-                            Ok(IdempotencyClaim::Completed(stored)) => {
-                                EngineError::from_json(&stored).map_or(Ok(stored), Err)
-                            }
-                            Ok(IdempotencyClaim::DigestMismatch) => Err(reused()),
-                            Ok(IdempotencyClaim::InFlight) => Err(EngineError::new(
-                                ErrorKind::Aborted,
-                                Reason::RequestInFlight,
-                                "a call with this request_id is in flight elsewhere; retry later",
-                            )),
-                            Ok(IdempotencyClaim::Claimed) => {
-                                let result = run().await.map(|(stored, fresh)| {
-                                    let _ = fresh_tx.send(fresh);
-                                    stored
-                                });
-                                let recorded = match &result {
-                                    Ok(value) => recorder.complete_idempotency(&owner_key, value).await,
-                                    // A refusal changed nothing: the key stays free, so the
-                                    // caller may fix the request and send it again. A store
-                                    // outage is no outcome either: the same call may be
-                                    // retried (each write it made is its own to find again).
-                                    Err(e) if e.is_refusal() || e.is_transient() => {
-                                        recorder.release_idempotency(&owner_key).await.map(|()| true)
-                                    }
-                                    Err(e) => recorder.complete_idempotency(&owner_key, &e.to_json()).await,
-                                };
-                                match recorded {
-                                    Ok(true) => result,
-                                    // Not this call's to complete any more: a survivor ended
-                                    // the key while this replica was frozen. Its outcome is
-                                    // the one every retry gets, so it is this call's too.
-                                    Ok(false) => outcome_that_stands(store.as_ref(), &owner_key, &digest).await,
-                                    Err(e) => Err(e.into()),
-                                }
-                            }
-                        };
-                        tx.send_replace(Some(result));
+                        tx.send_replace(Some(call.run(claim, run, fresh_tx).await));
                     }));
                     None
                 }
@@ -170,10 +137,28 @@ impl Engine {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, EngineError>> + Send + 'static,
     {
+        self.idempotent_record_keyed(meta, operation, KeyClaim::Before, move |_| run())
+            .await
+    }
+
+    /// [`Self::idempotent_record`] for work handed its [`CallKey`] (see
+    /// [`Self::idempotent`]).
+    pub(super) async fn idempotent_record_keyed<T, F, Fut>(
+        &self,
+        meta: RequestMeta,
+        operation: &str,
+        claim: KeyClaim,
+        run: F,
+    ) -> Result<T, EngineError>
+    where
+        T: Recorded,
+        F: FnOnce(CallKey) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
         let tenant_id = meta.tenant_id.clone();
         let outcome = self
-            .idempotent(meta, operation, move || async move {
-                run().await.map(|record| (record.stored(), record))
+            .idempotent(meta, operation, claim, move |key| async move {
+                run(key).await.map(|record| (record.stored(), record))
             })
             .await?;
         match outcome {
@@ -181,6 +166,111 @@ impl Engine {
             Outcome::Stored(stored) => T::read_back(self, &tenant_id, &stored).await,
         }
     }
+}
+
+/// Where a call's key is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyClaim {
+    /// Before the work runs, in a statement of its own.
+    Before,
+    /// In the work's first commit (see [`Engine::idempotent`]).
+    InFirstCommit,
+}
+
+/// The one run of an idempotent call, in its own task.
+struct KeyedCall {
+    store: std::sync::Arc<dyn Store>,
+    recorder: std::sync::Arc<dyn Store>,
+    key: IdempotencyKey,
+    digest: String,
+}
+
+impl KeyedCall {
+    /// Claims the key (unless the work does), runs the work, and leaves the key holding the
+    /// call's outcome; the work's fresh result goes to `fresh` only if that outcome is
+    /// this run's.
+    async fn run<T, F, Fut>(self, claim: KeyClaim, work: F, fresh: oneshot::Sender<T>) -> Result<Value, EngineError>
+    where
+        F: FnOnce(CallKey) -> Fut,
+        Fut: Future<Output = Result<(Value, T), EngineError>>,
+    {
+        let progress = match claim {
+            KeyClaim::InFirstCommit => KeyProgress::Unclaimed,
+            KeyClaim::Before => match self.claim().await? {
+                None => KeyProgress::Claimed,
+                Some(taken) => return taken,
+            },
+        };
+        let call_key = CallKey::new(self.key.clone(), self.digest.clone(), progress);
+        let result = work(call_key.clone()).await;
+        let settled = match call_key.progress() {
+            KeyProgress::Completed => None,
+            KeyProgress::Claimed => self.record(result.as_ref().map(|(stored, _)| stored)).await,
+            // Nothing was claimed, so nothing happened; unless the store was unreachable
+            // (nothing is known then), what the key holds decides: a call that found its
+            // key taken, or was refused because an earlier call with it changed things,
+            // gets that call's outcome.
+            KeyProgress::Unclaimed => match &result {
+                Err(e) if e.is_transient() => None,
+                _ => match self.claim().await? {
+                    None => self.record(result.as_ref().map(|(stored, _)| stored)).await,
+                    Some(taken) => Some(taken),
+                },
+            },
+        };
+        if let Some(stands) = settled {
+            return stands;
+        }
+        result.map(|(stored, value)| {
+            let _ = fresh.send(value);
+            stored
+        })
+    }
+
+    /// Claims the key: `None` once claimed, else what the key holds instead.
+    async fn claim(&self) -> Result<Option<Result<Value, EngineError>>, EngineError> {
+        Ok(match self.store.claim_idempotency(&self.key, &self.digest).await? {
+            IdempotencyClaim::Claimed => None,
+            IdempotencyClaim::Completed(stored) => Some(EngineError::from_json(&stored).map_or(Ok(stored), Err)),
+            IdempotencyClaim::DigestMismatch => Some(Err(reused())),
+            IdempotencyClaim::InFlight => Some(Err(EngineError::new(
+                ErrorKind::Aborted,
+                Reason::RequestInFlight,
+                "a call with this request_id is in flight elsewhere; retry later",
+            ))),
+        })
+    }
+
+    /// Records the outcome of the work under the claimed key: `None` if it stands, else
+    /// the outcome that replaces it.
+    async fn record(&self, result: Result<&Value, &EngineError>) -> Option<Result<Value, EngineError>> {
+        let recorded = match result {
+            Ok(value) => self.recorder.complete_idempotency(&self.key, value).await,
+            // A refusal changed nothing: the key stays free, so the caller may fix the
+            // request and send it again. A store outage is no outcome either: the same call
+            // may be retried (each write it made is its own to find again).
+            Err(e) if e.is_refusal() || e.is_transient() => {
+                self.recorder.release_idempotency(&self.key).await.map(|()| true)
+            }
+            Err(e) => self.recorder.complete_idempotency(&self.key, &e.to_json()).await,
+        };
+        match recorded {
+            Ok(true) => None,
+            // Not this call's to complete any more: a survivor ended the key while this
+            // replica was frozen. Its outcome is the one every retry gets, so it is this
+            // call's too.
+            Ok(false) => Some(outcome_that_stands(self.store.as_ref(), &self.key, &self.digest).await),
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+}
+
+fn reused() -> EngineError {
+    EngineError::new(
+        ErrorKind::Aborted,
+        Reason::RequestIdReused,
+        "request_id was used with another request",
+    )
 }
 
 /// What a key holds for a call that could not record its own outcome (this replica's lease
@@ -219,7 +309,7 @@ fn stored_id<'a>(stored: &'a Value, field: &str) -> Result<&'a str, EngineError>
 
 impl Recorded for ExecutionRecord {
     fn stored(&self) -> Value {
-        json!({"executionId": self.id})
+        stored_execution(&self.id)
     }
 
     async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
@@ -229,7 +319,7 @@ impl Recorded for ExecutionRecord {
 
 impl Recorded for TurnRecord {
     fn stored(&self) -> Value {
-        json!({"turnId": self.id})
+        stored_turn(&self.id)
     }
 
     async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
@@ -244,7 +334,7 @@ impl Recorded for TurnRecord {
 
 impl Recorded for InteractionRecord {
     fn stored(&self) -> Value {
-        json!({"interactionId": self.id})
+        stored_interaction(&self.id)
     }
 
     async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
@@ -300,7 +390,7 @@ mod tests {
     ) -> Result<Outcome<u32>, EngineError> {
         let runs = runs.clone();
         engine
-            .idempotent(meta, "Test", move || async move {
+            .idempotent(meta, "Test", KeyClaim::Before, move |_| async move {
                 runs.fetch_add(1, Ordering::SeqCst);
                 Ok((json!({"value": value}), value))
             })
@@ -337,7 +427,7 @@ mod tests {
             let (engine, runs) = (engine.clone(), runs.clone());
             tokio::spawn(async move {
                 engine
-                    .idempotent(meta("r-1", "d"), "Test", move || async move {
+                    .idempotent(meta("r-1", "d"), "Test", KeyClaim::Before, move |_| async move {
                         runs.fetch_add(1, Ordering::SeqCst);
                         gate.notified().await;
                         Ok((json!({"value": 1}), 1u32))
@@ -375,7 +465,7 @@ mod tests {
     async fn a_refusal_leaves_the_request_id_free_for_a_corrected_request() {
         let (engine, _dir) = engine().await;
         let refused = engine
-            .idempotent(meta("r-1", "d"), "Test", || async {
+            .idempotent(meta("r-1", "d"), "Test", KeyClaim::Before, |_| async {
                 Err::<(Value, u32), _>(EngineError::invalid(Reason::InvalidArgument, "bad"))
             })
             .await
@@ -395,6 +485,92 @@ mod tests {
         let refused = call(&engine, meta("", "d"), &runs, 1).await.err().unwrap();
         assert_eq!(refused.reason, Reason::RequestIdRequired);
         assert_eq!(runs.load(Ordering::SeqCst), 0);
+        engine.shutdown().await;
+    }
+
+    /// Work that claims its key in its first commit and completes it in its last, as an
+    /// answer does, yielding `value`; refused with `refusal` before any commit, if given.
+    async fn keyed_call(
+        engine: &Engine,
+        meta: RequestMeta,
+        value: u32,
+        refusal: Option<EngineError>,
+    ) -> Result<Outcome<u32>, EngineError> {
+        let store = engine.store.clone();
+        engine
+            .idempotent(meta, "Test", KeyClaim::InFirstCommit, move |key| async move {
+                if let Some(refusal) = refusal {
+                    return Err(refusal);
+                }
+                let stored = json!({"value": value});
+                for writes in [
+                    key.claim_write().into_iter().collect::<Vec<_>>(),
+                    vec![key.completion_write(stored.clone())],
+                ] {
+                    let batch = cursor_runner_store::Batch {
+                        writes: writes.clone(),
+                        events: Vec::new(),
+                    };
+                    store.commit(&batch).await?;
+                    key.landed(&writes);
+                }
+                Ok((stored, value))
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn work_that_claims_and_completes_its_key_in_its_own_commits_is_stored_for_a_retry() {
+        let (engine, _dir) = engine().await;
+        let ran = keyed_call(&engine, meta("r-1", "d"), 7, None).await.unwrap();
+        assert!(matches!(ran, Outcome::Ran(7)));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let retried = call(&engine, meta("r-1", "d"), &runs, 8).await.unwrap();
+        assert!(matches!(retried, Outcome::Stored(ref v) if *v == json!({"value": 7})));
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_retry_refused_because_its_first_call_changed_things_gets_the_first_call_s_outcome() {
+        let (engine, _dir) = engine().await;
+        keyed_call(&engine, meta("r-1", "d"), 7, None).await.unwrap();
+        let not_pending = EngineError::precondition(Reason::InteractionNotPending, "answered already");
+        let retried = keyed_call(&engine, meta("r-1", "d"), 8, Some(not_pending))
+            .await
+            .unwrap();
+        assert!(matches!(retried, Outcome::Stored(ref v) if *v == json!({"value": 7})));
+        // The same request id with another body is refused as reused, whatever the work said.
+        let other = EngineError::precondition(Reason::InteractionNotPending, "answered already");
+        let reused = keyed_call(&engine, meta("r-1", "other"), 9, Some(other))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(reused.reason, Reason::RequestIdReused);
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_refusal_before_the_first_commit_leaves_the_request_id_free() {
+        let (engine, _dir) = engine().await;
+        let invalid = EngineError::invalid(Reason::AnswerInvalid, "no such option");
+        let refused = keyed_call(&engine, meta("r-1", "d"), 1, Some(invalid))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(refused.reason, Reason::AnswerInvalid);
+        let corrected = keyed_call(&engine, meta("r-1", "d"), 2, None).await.unwrap();
+        assert!(matches!(corrected, Outcome::Ran(2)));
+        engine.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_first_commit_finding_its_key_taken_by_another_request_is_refused_as_reused() {
+        let (engine, _dir) = engine().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        call(&engine, meta("r-1", "d"), &runs, 7).await.unwrap();
+        let reused = keyed_call(&engine, meta("r-1", "other"), 8, None).await.err().unwrap();
+        assert_eq!(reused.reason, Reason::RequestIdReused);
         engine.shutdown().await;
     }
 }

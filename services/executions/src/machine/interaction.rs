@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Now;
+use crate::call_key::{CallKey, stored_interaction};
 use crate::interaction_row::{self, not_pending};
 
 /// Why an interaction ends while still pending: its turn settled or was cancelled, or it
@@ -54,6 +55,9 @@ pub(crate) enum Committed {
     },
     /// The agent reused the native request id of an interaction of this process.
     Duplicate,
+    /// The caller's request id was claimed already (by an earlier call with it, or another
+    /// request): nothing landed, and the call's wrapper tells the caller what the key holds.
+    KeyTaken,
     Failed(EngineError),
 }
 
@@ -66,6 +70,9 @@ pub(crate) enum Input {
         etag: String,
         request_id: String,
         answer: InteractionAnswer,
+        /// The call's key: claimed with `answered` (unless claimed before), completed with
+        /// `delivered`.
+        key: Option<CallKey>,
     },
     /// The turn is over for it: answer `cancelled`, record the end.
     End(EndReason),
@@ -121,6 +128,7 @@ pub(crate) enum Observation {
 #[derive(Debug, Clone)]
 struct Delivery {
     answered: InteractionRecord,
+    key: Option<CallKey>,
     outcome: Value,
     answered_by: AnsweredBy,
     arrived: Instant,
@@ -228,8 +236,9 @@ impl Interaction {
                     etag,
                     request_id,
                     answer,
+                    key,
                 },
-            ) => self.answer(&etag, &request_id, &answer, now),
+            ) => self.answer(&etag, &request_id, &answer, key, now),
             (Stage::Pending, Input::End(reason)) => {
                 (Stage::Cancelling(reason), vec![Effect::Respond(cancelled_result())])
             }
@@ -266,7 +275,7 @@ impl Interaction {
         match committed {
             Committed::Landed => match denial {
                 // The policy answers at once, without a human; the tool must not run.
-                Some((outcome, policy)) => self.record_answer(outcome, None, AnsweredBy::Policy(policy), now),
+                Some((outcome, policy)) => self.record_answer(outcome, None, None, AnsweredBy::Policy(policy), now),
                 None => (Stage::Pending, Vec::new()),
             },
             // The agent reused a request id of this process: never answer two requests
@@ -293,10 +302,19 @@ impl Interaction {
                 ],
             ),
             Committed::Failed(e) => (Stage::Ended, vec![cancelled, Effect::Stop(e)]),
+            // Its insert claims no key.
+            Committed::KeyTaken => (Stage::Ended, vec![cancelled, Effect::Stop(StoreError::KeyTaken.into())]),
         }
     }
 
-    fn answer(&mut self, etag: &str, request_id: &str, answer: &InteractionAnswer, now: Now) -> (Stage, Vec<Effect>) {
+    fn answer(
+        &mut self,
+        etag: &str,
+        request_id: &str,
+        answer: &InteractionAnswer,
+        key: Option<CallKey>,
+        now: Now,
+    ) -> (Stage, Vec<Effect>) {
         if etag != self.record.etag {
             let refusal = EngineError::precondition(Reason::StaleEtag, "the etag is not the interaction's current one");
             return (
@@ -307,7 +325,7 @@ impl Interaction {
         match self.persisted.outcome_for(answer) {
             Ok(outcome) => {
                 let answer = (request_id.to_owned(), answer.fingerprint());
-                self.record_answer(outcome, Some(answer), AnsweredBy::Human, now)
+                self.record_answer(outcome, Some(answer), key, AnsweredBy::Human, now)
             }
             Err(invalid) => (Stage::Pending, vec![Effect::Reply(Err(invalid))]),
         }
@@ -318,6 +336,7 @@ impl Interaction {
         &mut self,
         outcome: Value,
         answer: Option<(String, String)>,
+        key: Option<CallKey>,
         answered_by: AnsweredBy,
         now: Now,
     ) -> (Stage, Vec<Effect>) {
@@ -334,14 +353,16 @@ impl Interaction {
             Ok(write) => write,
             Err(e) => return (Stage::Pending, vec![fail(answered_by, e)]),
         };
+        let claim = key.as_ref().and_then(CallKey::claim_write);
         let delivery = Delivery {
             answered,
+            key,
             outcome,
             answered_by,
             arrived: now.instant,
         };
         let commit = Effect::Commit {
-            writes: vec![write],
+            writes: std::iter::once(write).chain(claim).collect(),
             events: Vec::new(),
         };
         (Stage::Recording(delivery), vec![commit])
@@ -373,6 +394,8 @@ impl Interaction {
             }
             Committed::Duplicate => (Stage::Ended, vec![fail(by, StoreError::Duplicate.into())]),
             Committed::Failed(e) => (Stage::Ended, vec![fail(by, e)]),
+            // Nothing landed and nothing reached the agent: it waits for its answer still.
+            Committed::KeyTaken => (Stage::Pending, vec![fail(by, StoreError::KeyTaken.into())]),
         }
     }
 
@@ -381,6 +404,7 @@ impl Interaction {
     fn written(&mut self, delivery: Delivery, written: bool, now: Now) -> (Stage, Vec<Effect>) {
         let Delivery {
             answered,
+            key,
             outcome,
             answered_by,
             arrived,
@@ -410,10 +434,14 @@ impl Interaction {
             settled.reason = Some("provider_process_lost".into());
             (interaction_row::ended(&settled, true), Err(not_pending(&settled)))
         };
+        // The call's outcome is stored with the row that makes it true.
+        let completion = key
+            .filter(|_| written)
+            .map(|key| key.completion_write(stored_interaction(&settled.id)));
         match interaction_row::write(InteractionState::Answered, &settled) {
             Ok(write) => {
                 effects.push(Effect::Commit {
-                    writes: vec![write],
+                    writes: std::iter::once(write).chain(completion).collect(),
                     events: vec![(Some(settled.turn_id.clone()), event)],
                 });
                 let ending = Stage::Ending {
@@ -478,6 +506,7 @@ impl Interaction {
             // Someone else ended it meanwhile (a takeover, a restart's recovery): it said so.
             Committed::Moved { .. } => reply,
             Committed::Duplicate => Some(Err(StoreError::Duplicate.into())),
+            Committed::KeyTaken => Some(Err(StoreError::KeyTaken.into())),
             Committed::Failed(e) => Some(Err(e)),
         };
         match (outcome, answered_by) {

@@ -11,12 +11,13 @@ use cursor_runner_domain::interaction::{
     cancelled_result,
 };
 use cursor_runner_domain::state::InteractionState;
-use cursor_runner_store::{InteractionRecord, Write};
+use cursor_runner_store::{IdempotencyKey, InteractionRecord, Write};
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::Now;
 use super::interaction::*;
+use crate::call_key::{CallKey, KeyProgress, stored_interaction};
 
 fn now(at: Instant, ms: i64) -> Now {
     Now { instant: at, ms }
@@ -106,7 +107,18 @@ fn good_answer() -> Input {
             question_id: "question-1".into(),
             option_ids: vec!["option-1".into()],
         }]),
+        key: Some(answer_key()),
     }
+}
+
+/// The key of the call answering, unclaimed: its claim rides in the `answered` commit.
+fn answer_key() -> CallKey {
+    let key = IdempotencyKey {
+        tenant_id: "t".into(),
+        operation: "AnswerInteraction".into(),
+        request_id: "answer-1".into(),
+    };
+    CallKey::new(key, "digest".into(), KeyProgress::Unclaimed)
 }
 
 /// The interaction's row as a `Write` leaves it: (expected state, new state).
@@ -212,6 +224,10 @@ fn an_answer_is_recorded_then_written_then_delivered_and_only_then_acknowledged(
         (InteractionState::Pending, InteractionState::Answered)
     );
     assert!(events.is_empty(), "nothing is exposed until the answer is delivered");
+    assert!(
+        matches!(&writes[1..], [Write::ClaimIdempotency { key, .. }] if key.request_id == "answer-1"),
+        "the call's key is claimed with the answer, in one transaction"
+    );
     let effects = interaction.handle(Input::Committed(Committed::Landed), now(t0, 2_001));
     assert_eq!(names(&effects), ["failpoint", "respond"]);
     let later = t0 + Duration::from_millis(7);
@@ -227,6 +243,10 @@ fn an_answer_is_recorded_then_written_then_delivered_and_only_then_acknowledged(
         (InteractionState::Answered, InteractionState::Delivered)
     );
     assert!(matches!(&events[..], [ActivityPayload::RuntimeRequestResolved(r)] if r.delivery == "pipe_written"));
+    assert!(
+        matches!(&writes[1..], [Write::CompleteIdempotency { response, .. }] if *response == stored_interaction(&interaction.record().id)),
+        "the call's outcome is stored with the row that makes it true: {writes:?}"
+    );
     let effects = interaction.handle(Input::Committed(Committed::Landed), now(later, 2_008));
     assert_eq!(names(&effects), ["observe", "reply"]);
     let delivered = reply(&effects[1]).as_ref().unwrap();
@@ -256,9 +276,25 @@ fn an_answer_the_agent_cannot_read_expires_with_delivery_unknown_and_is_refused(
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(writes.len(), 1, "a refused call's key is not completed: it is released");
     let effects = interaction.handle(Input::Committed(Committed::Landed), now(t0, 2_003));
     assert_eq!(names(&effects), ["observe", "reply"]);
     assert_eq!(refused_reason(&effects[1]), Reason::InteractionNotPending);
+}
+
+#[test]
+fn an_answer_whose_request_id_is_taken_reaches_no_agent_and_leaves_the_interaction_pending() {
+    let t0 = Instant::now();
+    let mut interaction = pending_question(t0);
+    interaction.handle(good_answer(), now(t0, 2_000));
+    let effects = interaction.handle(Input::Committed(Committed::KeyTaken), now(t0, 2_001));
+    assert_eq!(names(&effects), ["reply"]);
+    assert_eq!(refused_reason(&effects[0]), Reason::RequestInFlight);
+    assert!(interaction.is_pending());
+    assert_eq!(interaction.record().state, InteractionState::Pending);
+    // The next answer is taken as if the first had never come.
+    let effects = interaction.handle(good_answer(), now(t0, 2_002));
+    assert_eq!(names(&effects), ["commit"]);
 }
 
 #[test]
@@ -268,11 +304,13 @@ fn a_refused_answer_leaves_the_interaction_pending_for_the_next_one() {
         etag: "etag-0".into(),
         request_id: "a".into(),
         answer: InteractionAnswer::Cancel,
+        key: None,
     };
     let invalid = Input::Answer {
         etag: "etag-1".into(),
         request_id: "a".into(),
         answer: InteractionAnswer::Questions(vec![]),
+        key: None,
     };
     for (input, expected, reason) in [
         (stale, vec!["observe", "reply"], Reason::StaleEtag),

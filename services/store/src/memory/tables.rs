@@ -611,6 +611,14 @@ impl Tables {
             Write::Execution { expected_state, record } => next.update_execution(*expected_state, record),
             Write::SettleTurn(turn) => next.settle_turn(turn),
             Write::Interaction { expected_state, record } => next.transition_interaction(*expected_state, record),
+            Write::ClaimIdempotency { key, digest } => {
+                let claimed = matches!(next.claim_idempotency(key, digest), IdempotencyClaim::Claimed);
+                if !claimed {
+                    inserted = Err(StoreError::KeyTaken);
+                }
+                claimed
+            }
+            Write::CompleteIdempotency { key, response } => next.complete_idempotency(key, response),
         });
         match inserted {
             Err(StoreError::Fenced) => return Ok(false),

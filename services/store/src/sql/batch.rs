@@ -3,6 +3,7 @@
 use super::connection::{SqlStore, on_pool};
 use super::events::append_events_on;
 use super::executions::update_execution_on;
+use super::idempotency::{claim_idempotency_on, complete_idempotency_on};
 use super::interactions::{insert_interaction_on, transition_interaction_on};
 use super::turns::{insert_turn_on, settle_turn_on};
 use crate::batch::{Batch, Write};
@@ -12,9 +13,11 @@ impl SqlStore {
     pub(super) async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
         let fence = one_execution_and_generation(&batch.events)?;
         let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
+        let claimant = self.shared.identity.me();
         let (outcome, retried) = on_pool!(@owner_write self, |pool| {
             let mut tx = pool.begin().await?;
             let mut landed = true;
+            let mut key_taken = false;
             for write in &batch.writes {
                 let affected = match write {
                     Write::InsertTurn(turn) => insert_turn_on!(&mut *tx, sql, turn, me),
@@ -25,6 +28,14 @@ impl SqlStore {
                     Write::SettleTurn(turn) => settle_turn_on!(&mut *tx, sql, turn, me),
                     Write::Interaction { expected_state, record } => {
                         transition_interaction_on!(&mut *tx, sql, expected_state, record, me)
+                    }
+                    Write::ClaimIdempotency { key, digest } => {
+                        let claimed = claim_idempotency_on!(&mut *tx, sql, key, digest, claimant);
+                        key_taken = claimed != 1;
+                        claimed
+                    }
+                    Write::CompleteIdempotency { key, response } => {
+                        complete_idempotency_on!(&mut *tx, sql, key, response, claimant)
                     }
                 };
                 if affected != 1 {
@@ -41,12 +52,15 @@ impl SqlStore {
             } else {
                 tx.rollback().await?;
             }
+            if key_taken {
+                return Err(StoreError::KeyTaken);
+            }
             landed
         });
         match outcome {
             // The attempt that failed may have committed: then this one found its rows
-            // moved on by itself.
-            Ok(false) | Err(StoreError::Duplicate) if retried => self.batch_landed(batch).await,
+            // moved on (or its key taken) by itself.
+            Ok(false) | Err(StoreError::Duplicate | StoreError::KeyTaken) if retried => self.batch_landed(batch).await,
             other => other,
         }
     }
@@ -75,6 +89,8 @@ impl SqlStore {
                 self.interaction_state(&record.id, record.generation).await?
                     == Some((record.state.as_str().to_owned(), record.updated_at_ms))
             }
+            // A call's key rides behind the rows it claims or completes, never first.
+            Some(Write::ClaimIdempotency { .. } | Write::CompleteIdempotency { .. }) => false,
         })
     }
 }

@@ -81,6 +81,8 @@ pub(super) struct Statements {
     pub(super) advance_generation: String,
     pub(super) claim_execution: String,
     pub(super) save_session_checkpoint: String,
+    pub(super) claim_idempotency: String,
+    pub(super) complete_idempotency: String,
     /// Bounds a claim's wait for the row's lock to [`CLAIM_LOCK_WAIT`], where rows are locked
     /// (PostgreSQL: SQLite has one writer at a time).
     pub(super) claim_lock_wait: Option<String>,
@@ -140,6 +142,17 @@ impl Statements {
                  WHERE session_checkpoints.execution_id <> excluded.execution_id \
                  OR (session_checkpoints.generation, session_checkpoints.turn_count) <= (excluded.generation, excluded.turn_count)",
                 dialect.owned("$3", "$4", "$12")
+            ),
+            claim_idempotency: "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms, claimed_by) \
+                 VALUES ($1, $2, $3, $4, 'in_flight', $5, $6) ON CONFLICT DO NOTHING"
+                .into(),
+            // Only this incarnation's own claim, while its lease is live: once it has ended, a
+            // survivor may have completed the key as interrupted, and that outcome stands.
+            complete_idempotency: format!(
+                "UPDATE idempotency_keys SET state = 'done', response = $4 \
+                 WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 AND state = 'in_flight' \
+                 AND claimed_by = $5 AND ($5 = '' OR {})",
+                dialect.live_lease("$5")
             ),
             claim_lock_wait: (!dialect.lock.is_empty())
                 .then(|| format!("SET LOCAL lock_timeout = '{}ms'", CLAIM_LOCK_WAIT.as_millis())),

@@ -5,6 +5,44 @@ use super::connection::{SqlStore, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
+/// The claim of a free key for `$me`, run on `$executor` (a pool or an open transaction);
+/// evaluates to the rows affected (0: the key, or the tenant's request id, is taken).
+macro_rules! claim_idempotency_on {
+    ($executor:expr, $sql:expr, $key:expr, $digest:expr, $me:expr) => {{
+        let key: &$crate::records::IdempotencyKey = $key;
+        sqlx::query(sqlx::AssertSqlSafe($sql.claim_idempotency.as_str()))
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind($digest)
+            .bind($crate::records::now_ms())
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
+    }};
+}
+pub(super) use claim_idempotency_on;
+
+/// The completion of `$me`'s own claim while its lease is live, run on `$executor`;
+/// evaluates to the rows affected (0: not `$me`'s to complete).
+macro_rules! complete_idempotency_on {
+    ($executor:expr, $sql:expr, $key:expr, $response:expr, $me:expr) => {{
+        let key: &$crate::records::IdempotencyKey = $key;
+        let response: &serde_json::Value = $response;
+        sqlx::query(sqlx::AssertSqlSafe($sql.complete_idempotency.as_str()))
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind(response.to_string())
+            .bind($me)
+            .execute($executor)
+            .await?
+            .rows_affected()
+    }};
+}
+pub(super) use complete_idempotency_on;
+
 /// Attempts to claim a key that keeps vanishing between the insert that finds it and the
 /// read of its state, before the claim reports it busy.
 const CLAIM_ATTEMPTS: usize = 3;
@@ -33,21 +71,9 @@ impl SqlStore {
         key: &IdempotencyKey,
         request_digest: &str,
     ) -> StoreResult<Option<IdempotencyClaim>> {
-        let inserted = on_pool!(self, |pool| {
-            sqlx::query(
-                "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms, claimed_by) \
-             VALUES ($1, $2, $3, $4, 'in_flight', $5, $6) ON CONFLICT DO NOTHING",
-            )
-            .bind(&key.tenant_id)
-            .bind(&key.operation)
-            .bind(&key.request_id)
-            .bind(request_digest)
-            .bind(now_ms())
-            .bind(self.shared.identity.me())
-            .execute(pool)
-            .await?
-            .rows_affected()
-        });
+        let sql = &self.shared.statements;
+        let me = self.shared.identity.me();
+        let inserted = on_pool!(self, |pool| claim_idempotency_on!(pool, sql, key, request_digest, me));
         if inserted == 1 {
             return Ok(Some(IdempotencyClaim::Claimed));
         }
@@ -77,23 +103,9 @@ impl SqlStore {
         key: &IdempotencyKey,
         response: &serde_json::Value,
     ) -> StoreResult<bool> {
-        // Only this incarnation's own claim, while its lease is live: once it has ended, a
-        // survivor may have completed the key as interrupted, and that outcome stands.
-        let sql = format!(
-            "UPDATE idempotency_keys SET state = 'done', response = $4 \
-             WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 AND state = 'in_flight' \
-             AND claimed_by = $5 AND ($5 = '' OR {live})",
-            live = self.shared.statements.dialect.live_lease("$5")
-        );
-        let completed = on_pool!(self, |pool| sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-            .bind(&key.tenant_id)
-            .bind(&key.operation)
-            .bind(&key.request_id)
-            .bind(response.to_string())
-            .bind(self.shared.identity.me())
-            .execute(pool)
-            .await?
-            .rows_affected());
+        let sql = &self.shared.statements;
+        let me = self.shared.identity.me();
+        let completed = on_pool!(self, |pool| complete_idempotency_on!(pool, sql, key, response, me));
         Ok(completed == 1)
     }
 

@@ -14,6 +14,8 @@ on_every_backend!(
     a_batch_starts_a_turn_with_its_execution_row_and_event,
     a_batch_inserting_a_taken_identity_writes_nothing,
     a_batch_insert_of_a_superseded_generation_writes_nothing,
+    a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later,
+    a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken,
 );
 
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
@@ -200,4 +202,90 @@ async fn a_batch_insert_of_a_superseded_generation_writes_nothing(store: Arc<dyn
     assert!(!store.commit(&start_turn(&e, 0)).await.unwrap());
     assert_eq!(store.get_turn(TENANT, "turn-2").await.unwrap(), None);
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
+}
+
+/// A key of `operation` for `request_id`, as the engine makes one.
+fn call_key(operation: &str, request_id: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        tenant_id: TENANT.into(),
+        operation: operation.into(),
+        request_id: request_id.into(),
+    }
+}
+
+/// The pending question answered, as the `answered` commit writes it.
+fn answered(i: &InteractionRecord) -> Write {
+    Write::Interaction {
+        expected_state: InteractionState::Pending,
+        record: InteractionRecord {
+            state: InteractionState::Answered,
+            updated_at_ms: T0 + 1,
+            ..i.clone()
+        },
+    }
+}
+
+async fn a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let key = call_key("AnswerInteraction", "r-1");
+    let claim = Write::ClaimIdempotency {
+        key: key.clone(),
+        digest: "d".into(),
+    };
+    assert!(
+        store
+            .commit(&Batch {
+                writes: vec![answered(&i), claim],
+                events: vec![]
+            })
+            .await
+            .unwrap()
+    );
+    assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::InFlight,
+        "claimed with the answer"
+    );
+    let complete = Write::CompleteIdempotency {
+        key: key.clone(),
+        response: serde_json::json!({"interactionId": i.id}),
+    };
+    assert!(
+        store
+            .commit(&Batch {
+                writes: vec![complete],
+                events: vec![]
+            })
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::Completed(serde_json::json!({"interactionId": i.id}))
+    );
+}
+
+async fn a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    // Taken by another operation: a request id is the tenant's, whatever the RPC.
+    let taken = call_key("StartTurn", "r-1");
+    assert_eq!(
+        store.claim_idempotency(&taken, "d").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    let claim = Write::ClaimIdempotency {
+        key: call_key("AnswerInteraction", "r-1"),
+        digest: "d".into(),
+    };
+    let batch = Batch {
+        writes: vec![answered(&i), claim],
+        events: events(&e.id, e.generation, 1..=1),
+    };
+    assert!(matches!(store.commit(&batch).await, Err(StoreError::KeyTaken)));
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event either");
 }
