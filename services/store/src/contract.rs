@@ -197,11 +197,19 @@ pub trait Store: Send + Sync + 'static {
     async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>>;
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
+    /// What [`Store::claim_idempotency`] would find, without claiming: `None` while the key
+    /// is free.
+    async fn find_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<Option<IdempotencyClaim>>;
     /// Only this incarnation's own `in_flight` claim, while its lease is live: past it, a
     /// survivor may have completed the key, and that outcome stands. False when nothing was
     /// completed (the key is not this incarnation's in flight any more, or its lease ended).
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool>;
-    /// Drops a claim whose call failed before it changed anything, so a retry may run.
+    /// Drops this incarnation's own claim, its call having failed before it changed
+    /// anything, so a retry may run; another's claim, or a completed key, stays.
     async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
     /// Completes every claim `claimed_by` that incarnation still `in_flight` with
     /// `response`, unless its lease is live: the calls that made them died with it (a

@@ -206,12 +206,23 @@ impl KeyedCall {
         let settled = match call_key.progress() {
             KeyProgress::Completed => None,
             KeyProgress::Claimed => self.record(result.as_ref().map(|(stored, _)| stored)).await,
-            // Nothing was claimed, so nothing happened; unless the store was unreachable
-            // (nothing is known then), what the key holds decides: a call that found its
-            // key taken, or was refused because an earlier call with it changed things,
-            // gets that call's outcome.
             KeyProgress::Unclaimed => match &result {
-                Err(e) if e.is_transient() => None,
+                // The store was unreachable: a first commit whose acknowledgement was lost
+                // may hold the key, and nothing is known of the call, so let the key go.
+                Err(e) if e.is_transient() => match self.recorder.release_idempotency(&self.key).await {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(e.into())),
+                },
+                // Refused before its first commit, so it changed nothing: a call that found
+                // its key taken, or was refused because an earlier call with it changed
+                // things, gets what the key holds; a free key stays free.
+                Err(e) if e.is_refusal() => self
+                    .store
+                    .find_idempotency(&self.key, &self.digest)
+                    .await?
+                    .map(held_outcome),
+                // An outcome reached without a commit (none of the callers' work has one):
+                // recorded as any other.
                 _ => match self.claim().await? {
                     None => self.record(result.as_ref().map(|(stored, _)| stored)).await,
                     Some(taken) => Some(taken),
@@ -231,13 +242,7 @@ impl KeyedCall {
     async fn claim(&self) -> Result<Option<Result<Value, EngineError>>, EngineError> {
         Ok(match self.store.claim_idempotency(&self.key, &self.digest).await? {
             IdempotencyClaim::Claimed => None,
-            IdempotencyClaim::Completed(stored) => Some(EngineError::from_json(&stored).map_or(Ok(stored), Err)),
-            IdempotencyClaim::DigestMismatch => Some(Err(reused())),
-            IdempotencyClaim::InFlight => Some(Err(EngineError::new(
-                ErrorKind::Aborted,
-                Reason::RequestInFlight,
-                "a call with this request_id is in flight elsewhere; retry later",
-            ))),
+            held => Some(held_outcome(held)),
         })
     }
 
@@ -265,6 +270,19 @@ impl KeyedCall {
     }
 }
 
+/// The outcome a key held by another call (or completed) gives this one.
+fn held_outcome(held: IdempotencyClaim) -> Result<Value, EngineError> {
+    match held {
+        IdempotencyClaim::Completed(stored) => EngineError::from_json(&stored).map_or(Ok(stored), Err),
+        IdempotencyClaim::DigestMismatch => Err(reused()),
+        IdempotencyClaim::InFlight | IdempotencyClaim::Claimed => Err(EngineError::new(
+            ErrorKind::Aborted,
+            Reason::RequestInFlight,
+            "a call with this request_id is in flight elsewhere; retry later",
+        )),
+    }
+}
+
 fn reused() -> EngineError {
     EngineError::new(
         ErrorKind::Aborted,
@@ -277,13 +295,9 @@ fn reused() -> EngineError {
 /// ended): the survivor's ending, which every retry gets too; while nobody has ended it
 /// yet, the replica's refusal (retry later, elsewhere).
 async fn outcome_that_stands(store: &dyn Store, key: &IdempotencyKey, digest: &str) -> Result<Value, EngineError> {
-    match store.claim_idempotency(key, digest).await? {
-        IdempotencyClaim::Completed(stored) => EngineError::from_json(&stored).map_or(Ok(stored), Err),
-        IdempotencyClaim::Claimed => {
-            store.release_idempotency(key).await?;
-            Err(ownership::fenced_refusal())
-        }
-        IdempotencyClaim::InFlight | IdempotencyClaim::DigestMismatch => Err(ownership::fenced_refusal()),
+    match store.find_idempotency(key, digest).await? {
+        Some(IdempotencyClaim::Completed(stored)) => EngineError::from_json(&stored).map_or(Ok(stored), Err),
+        _ => Err(ownership::fenced_refusal()),
     }
 }
 

@@ -151,6 +151,13 @@ impl Store for MemoryStore {
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
         self.run("claim_idempotency", |t| t.claim_idempotency(key, request_digest))
     }
+    async fn find_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<Option<IdempotencyClaim>> {
+        self.run("find_idempotency", |t| t.find_idempotency(key, request_digest))
+    }
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool> {
         self.run("complete_idempotency", |t| t.complete_idempotency(key, response))
     }

@@ -60,31 +60,36 @@ fn missing_parent(what: &str) -> StoreError {
 
 impl Tables {
     pub(super) fn claim_idempotency(&mut self, key: &IdempotencyKey, digest: &str) -> IdempotencyClaim {
+        if let Some(held) = self.find_idempotency(key, digest) {
+            return held;
+        }
+        let row = IdempotencyRow {
+            digest: digest.to_owned(),
+            response: None,
+            created_at_ms: now_ms(),
+            claimed_by: self.me.clone(),
+        };
+        self.idempotency.insert(key.clone(), row);
+        IdempotencyClaim::Claimed
+    }
+
+    /// What the key holds for `digest`, without claiming it; `None` while it is free.
+    pub(super) fn find_idempotency(&self, key: &IdempotencyKey, digest: &str) -> Option<IdempotencyClaim> {
         // The id is the tenant's, whatever the RPC: used by another one, it is another body.
         let elsewhere = self
             .idempotency
             .keys()
             .any(|k| k.tenant_id == key.tenant_id && k.request_id == key.request_id && k.operation != key.operation);
         if elsewhere {
-            return IdempotencyClaim::DigestMismatch;
+            return Some(IdempotencyClaim::DigestMismatch);
         }
-        match self.idempotency.get(key) {
-            None => {
-                let row = IdempotencyRow {
-                    digest: digest.to_owned(),
-                    response: None,
-                    created_at_ms: now_ms(),
-                    claimed_by: self.me.clone(),
-                };
-                self.idempotency.insert(key.clone(), row);
-                IdempotencyClaim::Claimed
-            }
-            Some(row) if row.digest != digest => IdempotencyClaim::DigestMismatch,
-            Some(IdempotencyRow {
+        match self.idempotency.get(key)? {
+            row if row.digest != digest => Some(IdempotencyClaim::DigestMismatch),
+            IdempotencyRow {
                 response: Some(response),
                 ..
-            }) => IdempotencyClaim::Completed(response.clone()),
-            Some(_) => IdempotencyClaim::InFlight,
+            } => Some(IdempotencyClaim::Completed(response.clone())),
+            _ => Some(IdempotencyClaim::InFlight),
         }
     }
 
@@ -100,7 +105,11 @@ impl Tables {
     }
 
     pub(super) fn release_idempotency(&mut self, key: &IdempotencyKey) {
-        if self.idempotency.get(key).is_some_and(|row| row.response.is_none()) {
+        if self
+            .idempotency
+            .get(key)
+            .is_some_and(|row| row.response.is_none() && row.claimed_by == self.me)
+        {
             self.idempotency.remove(key);
         }
     }

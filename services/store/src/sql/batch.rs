@@ -59,8 +59,13 @@ impl SqlStore {
         });
         match outcome {
             // The attempt that failed may have committed: then this one found its rows
-            // moved on (or its key taken) by itself.
-            Ok(false) | Err(StoreError::Duplicate | StoreError::KeyTaken) if retried => self.batch_landed(batch).await,
+            // moved on by itself.
+            Ok(false) | Err(StoreError::Duplicate) if retried => self.batch_landed(batch).await,
+            // Taken by this batch's own earlier attempt only if the batch is there.
+            Err(StoreError::KeyTaken) if retried => match self.batch_landed(batch).await? {
+                true => Ok(true),
+                false => Err(StoreError::KeyTaken),
+            },
             other => other,
         }
     }

@@ -77,6 +77,16 @@ impl SqlStore {
         if inserted == 1 {
             return Ok(Some(IdempotencyClaim::Claimed));
         }
+        self.find_idempotency(key, request_digest).await
+    }
+
+    /// What the key holds for a call with `request_digest`, without claiming it: `None` while
+    /// it is free.
+    pub(super) async fn find_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<Option<IdempotencyClaim>> {
         // The id is the tenant's, whatever the RPC: used by another one, it is another body.
         let row: Option<(String, String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT operation, request_digest, state, response FROM idempotency_keys \
@@ -110,16 +120,19 @@ impl SqlStore {
     }
 
     pub(super) async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
+        let me = self.shared.identity.me();
         on_pool!(self, |pool| {
             sqlx::query(
-            "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 AND state = 'in_flight'"
-        )
-        .bind(&key.tenant_id)
-        .bind(&key.operation)
-        .bind(&key.request_id)
-        .execute(pool)
-        .await?
-        .rows_affected()
+                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 \
+                 AND state = 'in_flight' AND claimed_by = $4",
+            )
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind(me)
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         Ok(())
     }

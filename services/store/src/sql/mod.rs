@@ -83,6 +83,13 @@ impl Store for SqlStore {
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
         SqlStore::claim_idempotency(self, key, request_digest).await
     }
+    async fn find_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+    ) -> StoreResult<Option<IdempotencyClaim>> {
+        SqlStore::find_idempotency(self, key, request_digest).await
+    }
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool> {
         SqlStore::complete_idempotency(self, key, response).await
     }

@@ -16,6 +16,7 @@ on_every_backend!(
     prune_deletes_old_completed_keys_never_one_in_flight,
     a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight,
     a_request_id_claimed_by_another_operation_is_a_digest_mismatch,
+    finding_a_key_says_what_a_claim_would_find_and_claims_nothing,
 );
 
 /// Keys completed and then pruned while a retry claims them, one after another.
@@ -170,4 +171,35 @@ async fn a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight(s
         let claimed = claimed.unwrap();
         assert_ne!(claimed, IdempotencyClaim::InFlight, "race {n}");
     }
+}
+
+async fn finding_a_key_says_what_a_claim_would_find_and_claims_nothing(store: Arc<dyn Store>) {
+    let find = |request: &'static str, digest: &'static str| {
+        let store = store.clone();
+        async move { store.find_idempotency(&key(request), digest).await.unwrap() }
+    };
+    assert_eq!(find("r1", "d1").await, None);
+    assert_eq!(
+        claim(&*store, "r1", "d1").await,
+        IdempotencyClaim::Claimed,
+        "still free"
+    );
+    assert_eq!(find("r1", "d1").await, Some(IdempotencyClaim::InFlight));
+    assert_eq!(find("r1", "other").await, Some(IdempotencyClaim::DigestMismatch));
+    store
+        .complete_idempotency(&key("r1"), &json!({"executionId": "e"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        find("r1", "d1").await,
+        Some(IdempotencyClaim::Completed(json!({"executionId": "e"})))
+    );
+    let other_rpc = IdempotencyKey {
+        operation: "StartTurn".into(),
+        ..key("r1")
+    };
+    assert_eq!(
+        store.find_idempotency(&other_rpc, "d1").await.unwrap(),
+        Some(IdempotencyClaim::DigestMismatch)
+    );
 }
