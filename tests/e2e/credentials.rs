@@ -243,14 +243,7 @@ async fn a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_f
     let lost = execution_in_state(&mut client, &execution.execution_id, proto::ExecutionState::Lost).await;
     assert!(lost.failure_message.contains(MARKER), "{lost:?}");
     assert!(!format!("{lost:?}").contains(CANARY), "not in the execution record");
-    let turns = client
-        .list_turns(proto::ListTurnsRequest {
-            execution_id: execution.execution_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let turns = list_turns(&mut client, &execution.execution_id).await;
     assert!(!format!("{turns:?}").contains(CANARY), "not in the turn record");
     let dump = service.database().dump();
     assert!(dump.contains(&execution.execution_id), "the dump holds the rows");

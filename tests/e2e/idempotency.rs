@@ -103,12 +103,7 @@ async fn a_retried_start_turn_returns_the_same_turn_and_sends_one_prompt(backend
         .await
         .unwrap();
     assert_eq!(first.turn_id, retry.turn_id);
-    let prompts = service
-        .agent_received()
-        .into_iter()
-        .filter(|m| m["method"] == "session/prompt")
-        .count();
-    assert_eq!(prompts, 1);
+    assert_eq!(prompts_sent(&service), 1);
     service.shutdown().await;
 }
 
@@ -125,27 +120,23 @@ async fn a_start_turn_retried_after_its_turn_ended_returns_that_turn_and_starts_
         .await
         .expect("the retry gets the first call's turn");
     assert_eq!(retry.turn_id, first.turn_id);
-    let turns = client
-        .list_turns(proto::ListTurnsRequest {
-            execution_id: execution.execution_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .turns;
+    let turns = list_turns(&mut client, &execution.execution_id).await.turns;
     assert_eq!(turns.len(), 1, "no second turn was recorded");
-    let prompts = service
-        .agent_received()
-        .into_iter()
-        .filter(|m| m["method"] == "session/prompt")
-        .count();
-    assert_eq!(prompts, 1);
+    assert_eq!(prompts_sent(&service), 1);
     // The execution takes a new turn under a new request id.
     start_turn(&mut client, &execution.execution_id, "turn-2")
         .await
         .expect("a new request id starts a new turn");
     service.shutdown().await;
+}
+
+/// The `session/prompt` requests the agent got.
+fn prompts_sent(service: &TestService) -> usize {
+    service
+        .agent_received()
+        .into_iter()
+        .filter(|m| m["method"] == "session/prompt")
+        .count()
 }
 
 fn key(request_id: &str) -> IdempotencyKey {

@@ -661,6 +661,18 @@ pub async fn start_turn(client: &mut Client, execution_id: &str, request_id: &st
         .map(|r| r.into_inner().turn.expect("turn"))
 }
 
+/// The first page of an execution's turns.
+pub async fn list_turns(client: &mut Client, execution_id: &str) -> pb::ListTurnsResponse {
+    client
+        .list_turns(pb::ListTurnsRequest {
+            execution_id: execution_id.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListTurns")
+        .into_inner()
+}
+
 /// Creates an execution, subscribes to its events from the start, and starts its first turn.
 pub async fn begin_turn(client: &mut Client, service: &TestService) -> (pb::Execution, pb::Turn, Subscriber) {
     begin_turn_with(client, service, pb::CreateExecutionRequest::default()).await
