@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::call_key::CallKey;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
+use crate::machine::drain::Drain;
 use crate::machine::interaction::Interaction;
 use crate::machine::turn::{Admission, Turn};
 use crate::model_catalog::ModelCatalog;
@@ -153,16 +154,12 @@ pub(super) struct Actor {
     pub(super) reuse: bool,
     /// The service is draining: refuse new turns, settle the running one by the
     /// deadline (else cancel it), then close.
-    pub(super) drain: Option<Drain>,
+    pub(super) drain: Drain,
+    /// The replies of the drains asked, sent once the execution has ended.
+    pub(super) drain_replies: Vec<Reply<ExecutionRecord>>,
     /// The last checkpoint of the session's home being stored (each waits for the one
     /// before it); `true` once stored.
     pub(super) checkpoint_upload: Option<tokio::task::JoinHandle<bool>>,
-}
-
-pub(super) struct Drain {
-    pub(super) deadline: Instant,
-    pub(super) cancelled: bool,
-    pub(super) replies: Vec<Reply<ExecutionRecord>>,
 }
 
 /// How an actor's loop ends.

@@ -15,6 +15,7 @@ use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::{self, SessionStart};
 use crate::lease::LeaseInfo;
+use crate::machine::drain::Drain;
 use crate::machine::turn::Admission;
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::mcp::McpServer;
@@ -164,7 +165,8 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 admission: Admission::default(),
                 queued_reply: None,
                 reuse: false,
-                drain: None,
+                drain: Drain::default(),
+                drain_replies: Vec::new(),
                 checkpoint_upload: None,
             };
             // Under an agent profile, the mode that makes the agent ask (every approval

@@ -18,6 +18,7 @@ use cursor_runner_store::failpoint::failpoint;
 
 use super::data::*;
 use super::launch::fail_execution;
+use crate::machine::drain::{DrainEffect, DrainInput};
 use crate::machine::interaction::Observation;
 use crate::machine::turn::CancelCause;
 
@@ -294,11 +295,17 @@ impl Actor {
     /// `RecoverExecution` continues it under the same id and stream on any replica, where
     /// `closed` — the client's word — could not be continued.
     pub(super) async fn close_if_drained(&mut self) -> Result<Ending, EngineError> {
-        if self.drain.is_none() || self.turn.is_some() || self.admission.has_queued() {
-            return Ok(Ending::Continue);
+        let stepped = DrainInput::Stepped {
+            turn_live: self.turn.is_some(),
+            start_queued: self.admission.has_queued(),
+        };
+        match self.drain.handle(stepped) {
+            Some(DrainEffect::End) => {
+                self.end_drained().await?;
+                Ok(Ending::Stop)
+            }
+            Some(DrainEffect::CancelTurn) | None => Ok(Ending::Continue),
         }
-        self.end_drained().await?;
-        Ok(Ending::Stop)
     }
 
     /// Stops the agent and ends the execution `lost` / `DRAINING`, everything live with it
@@ -321,14 +328,14 @@ impl Actor {
     /// The drain deadline passed with a turn still running: cancel it (its pending
     /// interactions settle by the usual rules, reason `service_draining`).
     pub(super) async fn on_drain_deadline(&mut self) -> Result<Ending, EngineError> {
-        if let Some(drain) = self.drain.as_mut() {
-            drain.cancelled = true;
-        }
-        let Some(turn_id) = self.running_turn_id() else {
-            return Ok(Ending::Continue);
+        let running = self.running_turn_id();
+        let passed = DrainInput::DeadlinePassed {
+            turn_running: running.is_some(),
         };
-        let draining = CancelCause::Interrupted(TurnFailureReason::ServiceDraining);
-        self.cancel_turn_with(&turn_id, draining).await?;
+        if let (Some(DrainEffect::CancelTurn), Some(turn_id)) = (self.drain.handle(passed), running) {
+            let draining = CancelCause::Interrupted(TurnFailureReason::ServiceDraining);
+            self.cancel_turn_with(&turn_id, draining).await?;
+        }
         Ok(Ending::Continue)
     }
 }

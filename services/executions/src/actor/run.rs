@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::ViolationAction;
+use crate::machine::drain::{DrainEffect, DrainInput};
 use crate::machine::turn::CancelCause;
 use crate::ownership;
 use crate::policy::policy_refusal;
@@ -34,7 +35,7 @@ impl Actor {
                 .map(|live| live.interaction.handoff_at())
                 .collect(),
             waiting_on_human: !self.pending.is_empty(),
-            drain: self.drain.as_ref().filter(|d| !d.cancelled).map(|d| d.deadline),
+            drain: self.drain.deadline(),
             idle_limit: self.config.turn_idle_timeout,
         }
     }
@@ -102,10 +103,8 @@ impl Actor {
         if let Some((_, reply)) = self.queued_reply.take() {
             let _ = reply.send(Err(self.refusal()));
         }
-        if let Some(drain) = self.drain.take() {
-            for reply in drain.replies {
-                let _ = reply.send(Ok(self.record.clone()));
-            }
+        for reply in std::mem::take(&mut self.drain_replies) {
+            let _ = reply.send(Ok(self.record.clone()));
         }
         commands.close();
         while let Some((command, _)) = commands.recv().await {
@@ -188,20 +187,8 @@ impl Actor {
             }
             Command::ListModels { reply } => self.list_models(reply),
             Command::Drain { deadline, force, reply } => {
-                match self.drain.as_mut() {
-                    Some(drain) => {
-                        drain.deadline = drain.deadline.min(deadline);
-                        drain.replies.push(reply);
-                    }
-                    None => {
-                        self.drain = Some(Drain {
-                            deadline,
-                            cancelled: false,
-                            replies: vec![reply],
-                        });
-                    }
-                }
-                if force {
+                self.drain_replies.push(reply);
+                if let Some(DrainEffect::End) = self.drain.handle(DrainInput::Asked { deadline, force }) {
                     self.end_drained().await?;
                     return Ok(Ending::Stop);
                 }

@@ -143,7 +143,7 @@ impl Actor {
         let facts = StartFacts {
             record: &self.record,
             capabilities: self.prompt_capabilities,
-            draining: self.drain.is_some(),
+            draining: self.drain.is_draining(),
             active_turn: self.turn.as_ref().map(|t| t.record.id.as_str()),
         };
         self.admission.handle(input, facts)

@@ -6,6 +6,9 @@
 
 #[cfg(test)]
 mod admission_tests;
+pub(crate) mod drain;
+#[cfg(test)]
+mod drain_tests;
 pub(crate) mod interaction;
 #[cfg(test)]
 mod interaction_tests;
