@@ -8,8 +8,8 @@ use cursor_runner_executions::prompt::PromptBlock;
 use cursor_runner_executions::session_config::{ConfigOption, OptionValue};
 use cursor_runner_executions::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_executions::{
-    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionAnswer, InteractionRecord, LeaseInfo,
-    ModelCatalog, Reason, SessionConfig, TurnRecord,
+    ApprovalPolicy, EngineError, EventRecord, ExecutionRecord, InteractionAnswer, InteractionRecord, ModelCatalog,
+    Reason, SessionConfig, TurnRecord,
 };
 use prost_types::{ListValue, Struct, Timestamp, Value as ProtoValue, value::Kind};
 use serde_json::Value;
@@ -111,8 +111,8 @@ fn execution_state(state: ExecutionState) -> pb::ExecutionState {
     }
 }
 
-fn session_config(json: Option<&str>) -> Option<pb::SessionConfig> {
-    json.and_then(SessionConfig::from_json).map(|c| pb::SessionConfig {
+fn session_config(config: Option<SessionConfig>) -> Option<pb::SessionConfig> {
+    config.map(|c| pb::SessionConfig {
         model: c.model.unwrap_or_default(),
         model_parameters: c.parameters,
         mode: c.mode.unwrap_or_default(),
@@ -124,7 +124,7 @@ fn session_config(json: Option<&str>) -> Option<pb::SessionConfig> {
 /// A recorded session, from its newest execution.
 pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
     pb::RecordedSession {
-        session_config: session_config(r.session_config.as_deref()),
+        session_config: session_config(r.session_config),
         execution_state: execution_state(r.state) as i32,
         session_id: r.session_id.unwrap_or_default(),
         workspace: r.workspace,
@@ -158,25 +158,21 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
         update_time: Some(timestamp(r.updated_at_ms)),
         approval_policy: approval_policy_proto(r.approval_policy) as i32,
         interaction_wait_limit: Some(duration_proto(r.interaction_wait_limit_ms)),
-        lease: r
-            .lease
-            .as_deref()
-            .and_then(LeaseInfo::from_json)
-            .map(|l| pb::ExecutionLease {
-                slot_id: l.slot_id,
-                warm: l.warm,
-                lease_duration: Some(us_proto(l.lease_us)),
-                spawn_duration: Some(us_proto(l.spawn_us)),
-                initialize_duration: Some(us_proto(l.initialize_us)),
-                session_new_duration: l.session_new_us.map(us_proto),
-                sessions_served: l.sessions_served,
-                agent_profile: l.agent_profile.unwrap_or_default(),
-                agent: l.agent.map(agent_report),
-            }),
+        lease: r.lease.map(|l| pb::ExecutionLease {
+            slot_id: l.slot_id,
+            warm: l.warm,
+            lease_duration: Some(us_proto(l.lease_us)),
+            spawn_duration: Some(us_proto(l.spawn_us)),
+            initialize_duration: Some(us_proto(l.initialize_us)),
+            session_new_duration: l.session_new_us.map(us_proto),
+            sessions_served: l.sessions_served,
+            agent_profile: l.agent_profile.unwrap_or_default(),
+            agent: l.agent.map(agent_report),
+        }),
         // Named by GetExecution, which reads the owner.
         owner_replica: String::new(),
         owner_incarnation: String::new(),
-        session_config: session_config(r.session_config.as_deref()),
+        session_config: session_config(r.session_config),
         limits: Some(limits),
         active_time: Some(duration_proto(r.active_ms)),
         credential_name: r.credential_name.unwrap_or_default(),
@@ -343,7 +339,7 @@ pub fn turn(r: TurnRecord) -> pb::Turn {
             cost_currency: u.cost.map(|c| c.currency).unwrap_or_default(),
         }),
         credential_name: r.credential_name.unwrap_or_default(),
-        session_config: session_config(r.session_config.as_deref()),
+        session_config: session_config(r.session_config),
     }
 }
 

@@ -2,12 +2,14 @@
 //! What an execution, turn and interaction may become (`state`), the error catalog each
 //! refusal names its gRPC kind in once (`error`), the interaction kinds and the validation
 //! of answers against what was persisted (`interaction`), prompts, session configuration,
-//! the runner-owned MCP allowlist, the warm keys placement prefers (`placement`), and how
+//! the runner-owned MCP allowlist, what an execution records of its agent process's lease
+//! (`lease`), the warm keys placement prefers (`placement`), and how
 //! everything live settles when an execution's agent is gone (`settlement`). The runtime
 //! (`cursor-runner-executions`) executes what these decide; the store persists it.
 
 pub mod error;
 pub mod interaction;
+pub mod lease;
 pub mod mcp;
 pub mod placement;
 pub mod prompt;

@@ -13,6 +13,7 @@ use cursor_runner_supervisor::workspace_policy::WorkspacePolicy;
 use serde_json::{Value, json};
 
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::lease::{AgentReport, LeaseInfo};
 
 /// What `session/new` answered.
 pub(crate) struct NewSession {
@@ -150,6 +151,22 @@ fn is_session_not_found(error: &RpcError) -> bool {
             .and_then(|d| d["message"].as_str())
             .is_some_and(|m| m.to_ascii_lowercase().contains("not found")),
         _ => false,
+    }
+}
+
+/// What an execution records of a start that failed at `authenticate`: its slot and
+/// profile, and the agent's own `initialize` report (what it offers, so an operator can
+/// name a method).
+pub(crate) fn lease_of_failed_handshake(failed: &cursor_runner_pool::FailedHandshake) -> LeaseInfo {
+    LeaseInfo {
+        slot_id: failed.slot_id.clone(),
+        agent_profile: failed.agent_profile.clone(),
+        agent: Some(AgentReport::new(
+            &failed.initialized,
+            None,
+            failed.agent_profile.is_some(),
+        )),
+        ..LeaseInfo::default()
     }
 }
 

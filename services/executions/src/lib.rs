@@ -14,7 +14,6 @@ mod execution_row;
 mod handshake;
 mod heads;
 pub mod interaction_row;
-pub mod lease;
 pub mod limits;
 mod machine;
 pub mod metrics;
@@ -28,7 +27,7 @@ mod turn_row;
 
 pub use config::{EngineConfig, ViolationAction};
 pub use cursor_runner_domain::{
-    EngineError, ErrorKind, Reason, error, interaction, mcp, placement, prompt, session_config, state,
+    EngineError, ErrorKind, Reason, error, interaction, lease, mcp, placement, prompt, session_config, state,
 };
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{

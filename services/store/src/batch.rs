@@ -18,6 +18,9 @@ pub struct Batch {
 
 /// One write of a [`Batch`]: an insert fenced by the execution's generation, or a
 /// compare-and-set.
+// A batch holds a handful of writes, built once per step and never kept in bulk: boxing the
+// execution's record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
     /// As [`Store::insert_turn`](crate::Store::insert_turn).

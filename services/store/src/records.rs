@@ -1,10 +1,13 @@
-//! Rows as the store reads and writes them, with the domain's types where the domain has
-//! one (states, interaction kinds): a row whose state no machine here knows fails to read
-//! rather than travelling on as a string. The domain crate owns what the states mean and
-//! which transitions are legal.
+//! Records as the store reads and writes them, with the domain's types where the domain has
+//! one (states, interaction kinds, the lease and the session configuration): a row whose
+//! state no machine here knows fails to read rather than travelling on as a string. The
+//! domain crate owns what the states mean and which transitions are legal. The SQL rows
+//! behind executions and turns (JSON columns as text) are private to `sql::rows`.
 
 use cursor_runner_activity::InteractionKind;
 use cursor_runner_domain::interaction::ApprovalPolicy;
+use cursor_runner_domain::lease::LeaseInfo;
+use cursor_runner_domain::session_config::SessionConfig;
 use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -14,11 +17,10 @@ pub struct IdempotencyKey {
     pub request_id: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecutionRecord {
     pub id: String,
     pub tenant_id: String,
-    #[sqlx(try_from = "String")]
     pub state: ExecutionState,
     pub generation: i64,
     pub workspace: String,
@@ -34,13 +36,12 @@ pub struct ExecutionRecord {
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     /// `ask`, `allow_session_scope` or `deny_all`.
-    #[sqlx(try_from = "String")]
     pub approval_policy: ApprovalPolicy,
     pub interaction_wait_limit_ms: i64,
-    /// How the agent process was leased (JSON, the domain's `LeaseInfo`).
-    pub lease: Option<String>,
-    /// Mode, model and parameters in effect (JSON, the domain's `SessionConfig`).
-    pub session_config: Option<String>,
+    /// How the agent process was leased.
+    pub lease: Option<LeaseInfo>,
+    /// Mode, model and parameters in effect.
+    pub session_config: Option<SessionConfig>,
     /// The bound credential's name (`CURSOR_API_KEY`, `CURSOR_AUTH_TOKEN`); never its value.
     pub credential_name: Option<String>,
     /// Bounds before spend; `None`: unbounded.
@@ -51,14 +52,13 @@ pub struct ExecutionRecord {
     pub active_ms: i64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnRecord {
     pub id: String,
     pub execution_id: String,
     pub tenant_id: String,
     pub generation: i64,
     pub turn_number: i64,
-    #[sqlx(try_from = "String")]
     pub state: TurnState,
     pub stop_reason: Option<String>,
     pub failure_reason: Option<String>,
@@ -66,9 +66,9 @@ pub struct TurnRecord {
     pub started_at_ms: i64,
     pub ended_at_ms: Option<i64>,
     /// The attempt's attribution: the credential's name, the configuration in effect
-    /// (JSON) and the usage the agent reported (JSON; `None`: none, unknown).
+    /// and the usage the agent reported (JSON; `None`: none, unknown).
     pub credential_name: Option<String>,
-    pub session_config: Option<String>,
+    pub session_config: Option<SessionConfig>,
     pub usage: Option<String>,
 }
 

@@ -14,10 +14,10 @@ use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::{self, SessionStart};
-use crate::lease::LeaseInfo;
 use crate::machine::drain::Drain;
 use crate::machine::turn::Admission;
 use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::prompt::PromptCapabilities;
 use cursor_runner_domain::session_config::ConfigRequest;
@@ -115,13 +115,13 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
             }
         }
     };
-    lease.session_new_us = Some(crate::lease::micros(began.elapsed()));
-    lease.agent = Some(crate::lease::AgentReport::new(
+    lease.session_new_us = Some(cursor_runner_domain::lease::micros(began.elapsed()));
+    lease.agent = Some(cursor_runner_domain::lease::AgentReport::new(
         &initialized,
         opened.as_ref().ok().map(|o| (&o.config_options, &o.modes, &o.models)),
         ticket.agent.is_some(),
     ));
-    record.lease = Some(lease.to_json());
+    record.lease = Some(lease);
     let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
     if opened.is_ok() {
         // The session's history lives in this home from now on.

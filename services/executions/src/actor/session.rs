@@ -160,7 +160,7 @@ impl Actor {
 
     /// The configuration in effect, as recorded.
     fn in_effect(&self) -> Option<SessionConfig> {
-        self.record.session_config.as_deref().and_then(SessionConfig::from_json)
+        self.record.session_config.clone()
     }
 
     /// A change refused half-way (a model switched, then a parameter value the new model
@@ -211,6 +211,6 @@ impl Actor {
     /// Records what is in effect: the agent's configuration and the session's MCP servers.
     pub(super) fn record_config(&mut self, mut config: SessionConfig) {
         config.mcp_servers = self.mcp_servers.clone();
-        self.record.session_config = Some(config.to_json());
+        self.record.session_config = Some(config);
     }
 }

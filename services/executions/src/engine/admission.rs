@@ -20,11 +20,11 @@ use crate::actor::{self};
 use crate::events::EventWriter;
 use crate::execution_row;
 use crate::handshake::SessionStart;
-use crate::lease::{LeaseInfo, micros};
 use crate::limits::ExecutionLimits;
 use crate::policy::policy_refusal;
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::interaction::ApprovalPolicy;
+use cursor_runner_domain::lease::{LeaseInfo, micros};
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::session_config::{ConfigRequest, SessionConfig};
 use cursor_runner_domain::state::ExecutionState;
@@ -296,11 +296,7 @@ impl Engine {
                 format!("session `{session_id}` was recorded in another workspace"),
             ));
         }
-        let identity = recorded
-            .session_config
-            .as_deref()
-            .and_then(SessionConfig::from_json)
-            .unwrap_or_default();
+        let identity = recorded.session_config.clone().unwrap_or_default();
         adopt_identity(session, &identity).map_err(|field| {
             mismatch(
                 field,
@@ -406,11 +402,7 @@ impl Engine {
             .check(std::path::Path::new(&record.workspace))
             .map_err(policy_refusal)?;
         let mut session = ConfigRequest::default();
-        let identity = record
-            .session_config
-            .as_deref()
-            .and_then(SessionConfig::from_json)
-            .unwrap_or_default();
+        let identity = record.session_config.clone().unwrap_or_default();
         adopt_identity(&mut session, &identity)
             .map_err(|_| EngineError::internal("an empty request adopts any identity"))?;
         let mcp_servers = self.config.mcp_allowlist.select(&identity.mcp_servers)?;
@@ -503,7 +495,7 @@ impl Engine {
                 Ok(warm) => (warm, false),
                 Err(failure) => {
                     if let Some(failed) = &failure.initialized {
-                        record.lease = Some(LeaseInfo::of_failed_handshake(failed).to_json());
+                        record.lease = Some(crate::handshake::lease_of_failed_handshake(failed));
                     }
                     let mut exit = None;
                     if let Some(process) = failure.process {
@@ -590,11 +582,7 @@ impl Engine {
 
 /// The agent profile a recorded execution's process ran under (its lease says).
 pub(super) fn recorded_agent_profile(record: &ExecutionRecord) -> Option<String> {
-    record
-        .lease
-        .as_deref()
-        .and_then(LeaseInfo::from_json)
-        .and_then(|l| l.agent_profile)
+    record.lease.as_ref().and_then(|l| l.agent_profile.clone())
 }
 
 /// Fills what `request` leaves empty from a recorded identity; `Err` names the first

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use cursor_runner_store::{ExecutionRecord, SessionCheckpoint, StoreResult};
 
 use super::data::*;
-use crate::lease::LeaseInfo;
 
 /// How long a home that may hold a session's only copy is kept.
 pub(crate) const HOME_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -63,7 +62,7 @@ impl Engine {
             .await?;
         let mut unstored = false;
         for execution in candidates {
-            let lease = execution.lease.as_deref().and_then(LeaseInfo::from_json);
+            let lease = execution.lease.as_ref();
             if lease.is_none_or(|lease| lease.home != shown) {
                 continue;
             }

@@ -14,7 +14,6 @@ use cursor_runner_supervisor::checkpoint::{self, CheckpointError};
 
 use super::data::*;
 use super::open_claim::FleetClaim;
-use crate::lease::LeaseInfo;
 use crate::policy::policy_refusal;
 
 /// A session this process is opening; let go by [`SessionClaim::release`], or when
@@ -95,8 +94,7 @@ impl Engine {
     ) -> Result<PathBuf, EngineError> {
         let local = recorded
             .lease
-            .as_deref()
-            .and_then(LeaseInfo::from_json)
+            .clone()
             .filter(|lease| lease.replica.as_deref().is_none_or(|r| r == self.replica_name()))
             .map(|lease| PathBuf::from(lease.home))
             .filter(|home| home.is_dir());

@@ -276,7 +276,7 @@ impl Tables {
     pub(super) fn executions_leasing(&self, text: &str, limit: i64) -> Vec<ExecutionRecord> {
         self.executions
             .values()
-            .filter(|e| e.lease.as_deref().is_some_and(|lease| lease.contains(text)))
+            .filter(|e| e.lease.as_ref().is_some_and(|lease| lease.to_json().contains(text)))
             .take(usize::try_from(limit).unwrap_or(0))
             .cloned()
             .collect()

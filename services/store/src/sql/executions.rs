@@ -3,6 +3,7 @@
 
 use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
 use super::fence::LOCK_NOT_AVAILABLE;
+use super::rows::ExecutionRow;
 use crate::contract::*;
 use crate::records::*;
 use crate::replica::LEGACY_INCARNATION;
@@ -27,8 +28,8 @@ macro_rules! update_execution_on {
             .bind(&e.failure_reason)
             .bind(&e.failure_message)
             .bind(e.updated_at_ms)
-            .bind(&e.lease)
-            .bind(&e.session_config)
+            .bind($crate::sql::rows::lease_text(&e.lease))
+            .bind($crate::sql::rows::config_text(&e.session_config))
             .bind(&e.credential_name)
             .bind(e.active_ms)
             .bind(&e.id)
@@ -65,8 +66,8 @@ impl SqlStore {
         .bind(e.updated_at_ms)
         .bind(e.approval_policy.as_str())
         .bind(e.interaction_wait_limit_ms)
-        .bind(&e.lease)
-        .bind(&e.session_config)
+        .bind(super::rows::lease_text(&e.lease))
+        .bind(super::rows::config_text(&e.session_config))
         .bind(&e.credential_name)
         .bind(e.turn_deadline_ms)
         .bind(e.max_turns)
@@ -101,11 +102,16 @@ impl SqlStore {
 
     pub(super) async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
         let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id = $2");
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        Ok(
+            on_pool!(self, |pool| sqlx::query_as::<_, ExecutionRow>(sqlx::AssertSqlSafe(
+                sql.clone()
+            ))
             .bind(tenant_id)
             .bind(id)
             .fetch_optional(pool)
-            .await?))
+            .await?)
+            .map(Into::into),
+        )
     }
 
     pub(super) async fn list_executions(
@@ -116,12 +122,19 @@ impl SqlStore {
     ) -> StoreResult<Vec<ExecutionRecord>> {
         let sql =
             format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3");
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        Ok(
+            on_pool!(self, |pool| sqlx::query_as::<_, ExecutionRow>(sqlx::AssertSqlSafe(
+                sql.clone()
+            ))
             .bind(tenant_id)
             .bind(after_id.unwrap_or(""))
             .bind(limit)
             .fetch_all(pool)
-            .await?))
+            .await?)
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        )
     }
 
     pub(super) async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
@@ -129,10 +142,17 @@ impl SqlStore {
             "SELECT {EXECUTION_COLUMNS} FROM executions \
              WHERE owner_incarnation = $1 AND state IN ('starting', 'ready', 'closing') ORDER BY id"
         );
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        Ok(
+            on_pool!(self, |pool| sqlx::query_as::<_, ExecutionRow>(sqlx::AssertSqlSafe(
+                sql.clone()
+            ))
             .bind(owner_incarnation)
             .fetch_all(pool)
-            .await?))
+            .await?)
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        )
     }
 
     pub(super) async fn abandoned_incarnations(&self) -> StoreResult<Vec<String>> {
@@ -165,11 +185,16 @@ impl SqlStore {
             "SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = $1 AND session_id = $2 \
              ORDER BY CASE WHEN state IN ('closed', 'failed', 'lost') THEN 1 ELSE 0 END, id DESC LIMIT 1"
         );
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        Ok(
+            on_pool!(self, |pool| sqlx::query_as::<_, ExecutionRow>(sqlx::AssertSqlSafe(
+                sql.clone()
+            ))
             .bind(tenant_id)
             .bind(session_id)
             .fetch_optional(pool)
-            .await?))
+            .await?)
+            .map(Into::into),
+        )
     }
 
     pub(super) async fn executions_leasing(&self, text: &str, limit: i64) -> StoreResult<Vec<ExecutionRecord>> {
@@ -183,11 +208,18 @@ impl SqlStore {
             })
             .collect();
         let pattern = format!("%{escaped}%");
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        Ok(
+            on_pool!(self, |pool| sqlx::query_as::<_, ExecutionRow>(sqlx::AssertSqlSafe(
+                sql.clone()
+            ))
             .bind(&pattern)
             .bind(limit)
             .fetch_all(pool)
-            .await?))
+            .await?)
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        )
     }
 
     pub(super) async fn list_sessions(
@@ -201,12 +233,19 @@ impl SqlStore {
              (SELECT MAX(id) FROM executions WHERE tenant_id = $1 AND session_id IS NOT NULL AND session_id > $2 GROUP BY session_id) \
              ORDER BY session_id LIMIT $3"
         );
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        Ok(
+            on_pool!(self, |pool| sqlx::query_as::<_, ExecutionRow>(sqlx::AssertSqlSafe(
+                sql.clone()
+            ))
             .bind(tenant_id)
             .bind(after_session_id.unwrap_or(""))
             .bind(limit)
             .fetch_all(pool)
-            .await?))
+            .await?)
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        )
     }
 
     pub(super) async fn advance_generation(

@@ -13,6 +13,7 @@ mod idempotency;
 mod identity;
 mod interactions;
 mod replica;
+mod rows;
 mod sessions;
 mod turns;
 

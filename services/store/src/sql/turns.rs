@@ -2,6 +2,7 @@
 //! the execution's current generation; reads.
 
 use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
+use super::rows::TurnRow;
 use crate::contract::*;
 use crate::records::*;
 
@@ -47,7 +48,7 @@ macro_rules! insert_turn_on {
             .bind(t.started_at_ms)
             .bind(t.ended_at_ms)
             .bind(&t.credential_name)
-            .bind(&t.session_config)
+            .bind($crate::sql::rows::config_text(&t.session_config))
             .bind(&t.usage)
             .bind($me)
             .execute($executor)
@@ -77,11 +78,14 @@ impl SqlStore {
 
     pub(super) async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
         let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE tenant_id = $1 AND id = $2");
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
-            .bind(tenant_id)
-            .bind(id)
-            .fetch_optional(pool)
-            .await?))
+        Ok(on_pool!(self, |pool| sqlx::query_as::<_, TurnRow>(sqlx::AssertSqlSafe(
+            sql.clone()
+        ))
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+        .map(Into::into))
     }
 
     pub(super) async fn list_turns(
@@ -95,13 +99,18 @@ impl SqlStore {
             "SELECT {TURN_COLUMNS} FROM turns WHERE tenant_id = $1 AND execution_id = $2 AND turn_number > $3 \
              ORDER BY turn_number LIMIT $4"
         );
-        Ok(on_pool!(self, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
-            .bind(tenant_id)
-            .bind(execution_id)
-            .bind(after_number)
-            .bind(limit)
-            .fetch_all(pool)
-            .await?))
+        Ok(on_pool!(self, |pool| sqlx::query_as::<_, TurnRow>(sqlx::AssertSqlSafe(
+            sql.clone()
+        ))
+        .bind(tenant_id)
+        .bind(execution_id)
+        .bind(after_number)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+        .into_iter()
+        .map(Into::into)
+        .collect())
     }
 
     /// A turn's state at `generation`, to tell whether a retried settlement had landed.

@@ -25,7 +25,10 @@ async fn an_inserted_execution_reads_back_as_written_to_its_tenant_only(store: A
     let e = ExecutionRecord {
         session_id: Some("s-1".into()),
         pid: Some(4242),
-        lease: Some(r#"{"slot":3}"#.into()),
+        lease: Some(LeaseInfo {
+            slot_id: "3".into(),
+            ..Default::default()
+        }),
         turn_deadline_ms: Some(60_000),
         max_turns: Some(5),
         ..execution("exec-1")
@@ -82,8 +85,11 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
         failure_reason: Some("agent_exited".into()),
         failure_message: Some("gone".into()),
         updated_at_ms: T0 + 5,
-        lease: Some("{}".into()),
-        session_config: Some(r#"{"mode":"agent"}"#.into()),
+        lease: Some(LeaseInfo::default()),
+        session_config: Some(SessionConfig {
+            mode: Some("agent".into()),
+            ..Default::default()
+        }),
         credential_name: Some("CURSOR_AUTH_TOKEN".into()),
         active_ms: 1234,
         // Not the update's to change:

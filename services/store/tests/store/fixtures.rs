@@ -2,6 +2,8 @@
 //! needs.
 
 pub use cursor_runner_activity::InteractionKind;
+pub use cursor_runner_domain::lease::LeaseInfo;
+pub use cursor_runner_domain::session_config::SessionConfig;
 pub use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 use cursor_runner_store::*;
 
@@ -55,7 +57,10 @@ pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
         state: TurnState::Running,
         started_at_ms: T0,
         credential_name: Some("CURSOR_API_KEY".to_owned()),
-        session_config: Some(r#"{"model":"m"}"#.to_owned()),
+        session_config: Some(SessionConfig {
+            model: Some("m".into()),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -116,7 +116,11 @@ async fn postgres_a_session_open_claim_lapses_when_its_hold_passes_unrenewed() {
 async fn executions_leasing_a_text_match_it_literally_across_tenants(store: Arc<dyn Store>) {
     let leased = |id: &str, tenant: &str, home: &str| ExecutionRecord {
         tenant_id: tenant.to_owned(),
-        lease: Some(format!(r#"{{"slot_id":"s","home":"{home}"}}"#)),
+        lease: Some(LeaseInfo {
+            slot_id: "s".into(),
+            home: home.into(),
+            ..Default::default()
+        }),
         ..execution(id)
     };
     for e in [

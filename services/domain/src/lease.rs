@@ -181,21 +181,6 @@ pub fn micros(duration: std::time::Duration) -> u64 {
 }
 
 impl LeaseInfo {
-    /// A start that failed at `authenticate`: its slot and profile, and the agent's own
-    /// `initialize` report (what it offers, so an operator can name a method).
-    pub fn of_failed_handshake(failed: &cursor_runner_pool::FailedHandshake) -> Self {
-        Self {
-            slot_id: failed.slot_id.clone(),
-            agent_profile: failed.agent_profile.clone(),
-            agent: Some(AgentReport::new(
-                &failed.initialized,
-                None,
-                failed.agent_profile.is_some(),
-            )),
-            ..Self::default()
-        }
-    }
-
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a lease always serializes")
     }

@@ -1,0 +1,123 @@
+//! The `executions` and `turns` rows as sqlx reads them, JSON columns as text. They stay in
+//! the store: above it, the records carry the domain's types. A JSON column this version
+//! cannot read is taken as absent, as every reader of it did before it was typed.
+
+use cursor_runner_domain::interaction::ApprovalPolicy;
+use cursor_runner_domain::lease::LeaseInfo;
+use cursor_runner_domain::session_config::SessionConfig;
+use cursor_runner_domain::state::{ExecutionState, TurnState};
+
+use crate::records::{ExecutionRecord, TurnRecord};
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ExecutionRow {
+    id: String,
+    tenant_id: String,
+    #[sqlx(try_from = "String")]
+    state: ExecutionState,
+    generation: i64,
+    workspace: String,
+    session_id: Option<String>,
+    active_turn_id: Option<String>,
+    turn_count: i64,
+    pid: Option<i64>,
+    exit_code: Option<i64>,
+    exit_signal: Option<i64>,
+    failure_reason: Option<String>,
+    failure_message: Option<String>,
+    acked_sequence: i64,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+    #[sqlx(try_from = "String")]
+    approval_policy: ApprovalPolicy,
+    interaction_wait_limit_ms: i64,
+    lease: Option<String>,
+    session_config: Option<String>,
+    credential_name: Option<String>,
+    turn_deadline_ms: Option<i64>,
+    max_turns: Option<i64>,
+    max_active_ms: Option<i64>,
+    active_ms: i64,
+}
+
+impl From<ExecutionRow> for ExecutionRecord {
+    fn from(row: ExecutionRow) -> Self {
+        Self {
+            id: row.id,
+            tenant_id: row.tenant_id,
+            state: row.state,
+            generation: row.generation,
+            workspace: row.workspace,
+            session_id: row.session_id,
+            active_turn_id: row.active_turn_id,
+            turn_count: row.turn_count,
+            pid: row.pid,
+            exit_code: row.exit_code,
+            exit_signal: row.exit_signal,
+            failure_reason: row.failure_reason,
+            failure_message: row.failure_message,
+            acked_sequence: row.acked_sequence,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+            approval_policy: row.approval_policy,
+            interaction_wait_limit_ms: row.interaction_wait_limit_ms,
+            lease: row.lease.as_deref().and_then(LeaseInfo::from_json),
+            session_config: row.session_config.as_deref().and_then(SessionConfig::from_json),
+            credential_name: row.credential_name,
+            turn_deadline_ms: row.turn_deadline_ms,
+            max_turns: row.max_turns,
+            max_active_ms: row.max_active_ms,
+            active_ms: row.active_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct TurnRow {
+    id: String,
+    execution_id: String,
+    tenant_id: String,
+    generation: i64,
+    turn_number: i64,
+    #[sqlx(try_from = "String")]
+    state: TurnState,
+    stop_reason: Option<String>,
+    failure_reason: Option<String>,
+    failure_message: Option<String>,
+    started_at_ms: i64,
+    ended_at_ms: Option<i64>,
+    credential_name: Option<String>,
+    session_config: Option<String>,
+    usage: Option<String>,
+}
+
+impl From<TurnRow> for TurnRecord {
+    fn from(row: TurnRow) -> Self {
+        Self {
+            id: row.id,
+            execution_id: row.execution_id,
+            tenant_id: row.tenant_id,
+            generation: row.generation,
+            turn_number: row.turn_number,
+            state: row.state,
+            stop_reason: row.stop_reason,
+            failure_reason: row.failure_reason,
+            failure_message: row.failure_message,
+            started_at_ms: row.started_at_ms,
+            ended_at_ms: row.ended_at_ms,
+            credential_name: row.credential_name,
+            session_config: row.session_config.as_deref().and_then(SessionConfig::from_json),
+            usage: row.usage,
+        }
+    }
+}
+
+/// A JSON column's text, as written.
+pub(super) fn lease_text(lease: &Option<LeaseInfo>) -> Option<String> {
+    lease.as_ref().map(LeaseInfo::to_json)
+}
+
+/// A JSON column's text, as written.
+pub(super) fn config_text(config: &Option<SessionConfig>) -> Option<String> {
+    config.as_ref().map(SessionConfig::to_json)
+}
