@@ -1,7 +1,7 @@
 //! Records → proto messages, and JSON ↔ `google.protobuf.Struct`.
 
 use cursor_runner_activity::InteractionKind;
-use cursor_runner_executions::attempts::{self, UsageTotal};
+use cursor_runner_executions::attempts::UsageTotal;
 use cursor_runner_executions::interaction::Selection;
 use cursor_runner_executions::limits::ExecutionLimits;
 use cursor_runner_executions::prompt::PromptBlock;
@@ -312,7 +312,7 @@ pub fn model_catalog(catalog: ModelCatalog) -> pb::ListModelsResponse {
 }
 
 pub fn turn(r: TurnRecord) -> pb::Turn {
-    let usage = attempts::turn_usage(&r);
+    let usage = r.usage.clone();
     let state = match r.state {
         TurnState::Running => pb::TurnState::Running,
         TurnState::Completed => pb::TurnState::Completed,

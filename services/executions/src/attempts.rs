@@ -6,16 +6,9 @@
 use cursor_runner_activity::{ReportedCost, UsageReported};
 use cursor_runner_store::TurnRecord;
 
-/// The value of a turn's `usage` column: the agent's report, only if it sent one.
-pub fn usage_column(reported: Option<&UsageReported>) -> Option<String> {
-    reported
-        .filter(|u| u.usage_source.is_some())
-        .map(|u| serde_json::to_string(u).expect("a usage report serializes"))
-}
-
-/// The usage a turn recorded; `None`: the agent reported none.
-pub fn turn_usage(turn: &TurnRecord) -> Option<UsageReported> {
-    turn.usage.as_deref().and_then(|text| serde_json::from_str(text).ok())
+/// What a turn records as its usage: the agent's report, only if it sent one.
+pub fn usage_column(reported: Option<&UsageReported>) -> Option<UsageReported> {
+    reported.filter(|u| u.usage_source.is_some()).cloned()
 }
 
 /// An execution's usage over all its turns.
@@ -37,11 +30,11 @@ impl UsageTotal {
         let mut cost: Option<Option<ReportedCost>> = None;
         for turn in turns {
             total.turns += 1;
-            let usage = turn_usage(turn);
+            let usage = turn.usage.as_ref();
             if usage.is_none() {
                 total.turns_without_usage += 1;
             }
-            let this = usage.and_then(|u| u.cost);
+            let this = usage.and_then(|u| u.cost.clone());
             cost = Some(match (cost, this) {
                 (None, this) => this,
                 (Some(Some(sum)), Some(this)) if sum.currency == this.currency => Some(ReportedCost {

@@ -4,7 +4,7 @@
 //! domain crate owns what the states mean and which transitions are legal. The SQL rows
 //! behind executions and turns (JSON columns as text) are private to `sql::rows`.
 
-use cursor_runner_activity::InteractionKind;
+use cursor_runner_activity::{InteractionKind, UsageReported};
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
@@ -66,10 +66,10 @@ pub struct TurnRecord {
     pub started_at_ms: i64,
     pub ended_at_ms: Option<i64>,
     /// The attempt's attribution: the credential's name, the configuration in effect
-    /// and the usage the agent reported (JSON; `None`: none, unknown).
+    /// and the usage the agent reported (`None`: none, unknown).
     pub credential_name: Option<String>,
     pub session_config: Option<SessionConfig>,
-    pub usage: Option<String>,
+    pub usage: Option<UsageReported>,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

@@ -2,6 +2,7 @@
 //! the store: above it, the records carry the domain's types. A JSON column this version
 //! cannot read is taken as absent, as every reader of it did before it was typed.
 
+use cursor_runner_activity::UsageReported;
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
@@ -107,7 +108,7 @@ impl From<TurnRow> for TurnRecord {
             ended_at_ms: row.ended_at_ms,
             credential_name: row.credential_name,
             session_config: row.session_config.as_deref().and_then(SessionConfig::from_json),
-            usage: row.usage,
+            usage: row.usage.as_deref().and_then(|text| serde_json::from_str(text).ok()),
         }
     }
 }
@@ -115,6 +116,13 @@ impl From<TurnRow> for TurnRecord {
 /// A JSON column's text, as written.
 pub(super) fn lease_text(lease: &Option<LeaseInfo>) -> Option<String> {
     lease.as_ref().map(LeaseInfo::to_json)
+}
+
+/// A JSON column's text, as written.
+pub(super) fn usage_text(usage: &Option<UsageReported>) -> Option<String> {
+    usage
+        .as_ref()
+        .map(|u| serde_json::to_string(u).expect("a usage report serializes"))
 }
 
 /// A JSON column's text, as written.

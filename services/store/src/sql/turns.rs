@@ -19,7 +19,7 @@ macro_rules! settle_turn_on {
             .bind(&t.failure_reason)
             .bind(&t.failure_message)
             .bind(t.ended_at_ms)
-            .bind(&t.usage)
+            .bind($crate::sql::rows::usage_text(&t.usage))
             .bind(&t.id)
             .bind(t.generation)
             .bind($me)
@@ -49,7 +49,7 @@ macro_rules! insert_turn_on {
             .bind(t.ended_at_ms)
             .bind(&t.credential_name)
             .bind($crate::sql::rows::config_text(&t.session_config))
-            .bind(&t.usage)
+            .bind($crate::sql::rows::usage_text(&t.usage))
             .bind($me)
             .execute($executor)
             .await?

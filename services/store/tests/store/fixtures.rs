@@ -1,7 +1,7 @@
 //! Rows as a test writes them: valid and minimal, one field away from what a behaviour
 //! needs.
 
-pub use cursor_runner_activity::InteractionKind;
+pub use cursor_runner_activity::{InteractionKind, UsageReported};
 pub use cursor_runner_domain::lease::LeaseInfo;
 pub use cursor_runner_domain::session_config::SessionConfig;
 pub use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};

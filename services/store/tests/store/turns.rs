@@ -64,7 +64,16 @@ fn completed(t: &TurnRecord) -> TurnRecord {
         state: TurnState::Completed,
         stop_reason: Some("end_turn".into()),
         ended_at_ms: Some(T0 + 10),
-        usage: Some(r#"{"inputTokens":1}"#.into()),
+        usage: Some(UsageReported {
+            turn_id: t.id.clone(),
+            request_count_source: "unavailable".into(),
+            provider_cost_status: "unpriced".into(),
+            provider_cost_unavailable_reason: None,
+            usage_source: Some("acp_usage_update".into()),
+            used: Some(1),
+            size: Some(100),
+            cost: None,
+        }),
         ..t.clone()
     }
 }
