@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use cursor_runner_executions::credential::{CredentialBinding, Secret};
 use cursor_runner_executions::prompt::Prompt;
 use cursor_runner_executions::{
-    AnswerCommand, ConfigRequest, CreateExecutionCommand, Engine, EngineError, Reason, RequestMeta, Route, StreamItem,
+    AnswerCommand, AnswerTarget, ConfigRequest, CreateExecutionCommand, Engine, EngineError, Reason, RequestMeta,
+    Route, StreamItem,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -612,19 +613,26 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("interaction_id", &body.interaction_id)?;
         required("etag", &body.etag)?;
         let answer = convert::interaction_answer(body.answer.clone())?;
-        let record = self
-            .engine
-            .get_interaction(&tenant_id, &body.interaction_id)
-            .await
-            .map_err(to_status)?;
-        answered_by_owner!(self, request, tenant_id, record.execution_id, answer_interaction);
+        // Pending on an actor here, it needs no read to find its way.
+        let target = match self.engine.pending_here(&tenant_id, &body.interaction_id) {
+            Some(execution_id) => AnswerTarget::PendingHere { execution_id },
+            None => {
+                let record = self
+                    .engine
+                    .get_interaction(&tenant_id, &body.interaction_id)
+                    .await
+                    .map_err(to_status)?;
+                answered_by_owner!(self, request, tenant_id, record.execution_id, answer_interaction);
+                AnswerTarget::Read(Box::new(record))
+            }
+        };
         let body = request.into_inner();
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
         let record = self
             .engine
             .answer_interaction(
                 meta,
-                record,
+                target,
                 AnswerCommand {
                     interaction_id: body.interaction_id,
                     etag: body.etag,

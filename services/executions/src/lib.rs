@@ -3,6 +3,7 @@
 //! calls [`Engine`]; it never decides anything itself.
 
 mod actor;
+mod answerable;
 pub mod attempts;
 mod call_key;
 pub mod capabilities;
@@ -31,8 +32,8 @@ pub use cursor_runner_domain::{
 };
 pub use cursor_runner_store::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 pub use engine::{
-    AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION, PLACEMENT_ATTEMPTS,
-    RequestMeta, Route, StreamItem, fleet_full, for_want_of_room,
+    AnswerCommand, AnswerTarget, CreateExecutionCommand, Engine, ExecutionView, MAX_STREAMS_PER_EXECUTION,
+    PLACEMENT_ATTEMPTS, RequestMeta, Route, StreamItem, fleet_full, for_want_of_room,
 };
 pub use interaction::{ApprovalPolicy, InteractionAnswer};
 pub use lease::LeaseInfo;

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::answerable::Answerable;
 use crate::call_key::CallKey;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
@@ -45,7 +46,8 @@ pub(crate) enum Command {
         reply: Reply<TurnRecord>,
     },
     Answer {
-        record: Box<InteractionRecord>,
+        tenant_id: String,
+        interaction_id: String,
         etag: String,
         request_id: String,
         answer: InteractionAnswer,
@@ -141,7 +143,7 @@ pub(super) struct Actor {
     pub(super) mcp_servers: Vec<String>,
     pub(super) turn: Option<ActiveTurn>,
     pub(super) session_normalizer: TurnNormalizer,
-    pub(super) pending: HashMap<String, LiveInteraction>,
+    pub(super) pending: PendingInteractions,
     pub(super) policy: ApprovalPolicy,
     pub(super) wait_limit: Duration,
     /// Keeps the workspace watched while the actor lives.
@@ -190,5 +192,59 @@ pub(crate) fn exited(pid: u32, exit: ExitProof, initiated_by: &str) -> ActivityP
 pub(super) async fn respond(request: AgentRequest, result: Result<Value, RpcError>) {
     if let Err(e) = request.respond(result).await {
         tracing::debug!(error = %e, "answering an agent request failed");
+    }
+}
+
+/// The interactions this actor holds pending, each listed in the replica's [`Answerable`]
+/// while it is here.
+pub(super) struct PendingInteractions {
+    live: HashMap<String, LiveInteraction>,
+    answerable: Answerable,
+}
+
+impl PendingInteractions {
+    pub(super) fn new(answerable: Answerable) -> Self {
+        Self {
+            live: HashMap::new(),
+            answerable,
+        }
+    }
+
+    pub(super) fn insert(&mut self, live: LiveInteraction) {
+        let record = live.interaction.record();
+        self.answerable
+            .insert(&record.id, &record.tenant_id, &record.execution_id);
+        self.live.insert(record.id.clone(), live);
+    }
+
+    pub(super) fn remove(&mut self, id: &str) -> Option<LiveInteraction> {
+        self.answerable.remove(id);
+        self.live.remove(id)
+    }
+
+    pub(super) fn ids(&self) -> Vec<String> {
+        self.live.keys().cloned().collect()
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &LiveInteraction> {
+        self.live.values()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Every one of them, leaving none.
+    pub(super) fn take_all(&mut self) -> Vec<LiveInteraction> {
+        let ids = self.ids();
+        ids.iter().filter_map(|id| self.remove(id)).collect()
+    }
+}
+
+impl Drop for PendingInteractions {
+    fn drop(&mut self) {
+        for id in self.live.keys() {
+            self.answerable.remove(id);
+        }
     }
 }

@@ -13,7 +13,7 @@ use crate::interaction_row::not_pending;
 use crate::machine::Now;
 use crate::machine::interaction::{Committed, Effect, EndReason, Input, Interaction, Observation};
 use crate::machine::turn::CancelCause;
-use cursor_runner_domain::error::EngineError;
+use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::{
     InteractionAnswer, PermissionRequest, PersistedRequest, PlanRequest, QuestionRequest, RequestRefused,
     cancelled_result,
@@ -183,19 +183,20 @@ impl Actor {
 
     pub(super) async fn answer(
         &mut self,
-        record: InteractionRecord,
+        (tenant_id, interaction_id): (String, String),
         etag: String,
         request_id: String,
         answer: InteractionAnswer,
         key: CallKey,
     ) -> Result<InteractionRecord, EngineError> {
-        let Some(live) = self.pending.remove(&record.id) else {
-            let current = self
-                .store
-                .get_interaction(&record.tenant_id, &record.id)
-                .await?
-                .unwrap_or(record);
-            return Err(not_pending(&current));
+        let Some(live) = self.pending.remove(&interaction_id) else {
+            return Err(match self.store.get_interaction(&tenant_id, &interaction_id).await? {
+                Some(current) => not_pending(&current),
+                None => EngineError::not_found(
+                    Reason::InteractionNotFound,
+                    format!("interaction `{interaction_id}` not found"),
+                ),
+            });
         };
         let span = deliver_span(live.interaction.record(), "human");
         let mut live = live;
@@ -285,7 +286,7 @@ impl Actor {
         debug_assert!(live.interaction.is_pending() || live.interaction.is_ended());
         if live.interaction.is_pending() {
             live.key = None;
-            self.pending.insert(live.interaction.record().id.clone(), live);
+            self.pending.insert(live);
         }
         Ok(reply)
     }
@@ -312,7 +313,7 @@ impl Actor {
     /// replayable, full request kept for a durable hand-off).
     pub(super) async fn settle_pending(&mut self, reason: EndReason) -> Result<(), EngineError> {
         // In the order they were asked (ids are time-ordered UUIDv7).
-        let mut ids: Vec<String> = self.pending.keys().cloned().collect();
+        let mut ids = self.pending.ids();
         ids.sort_unstable();
         for id in ids {
             self.settle_one(&id, reason).await?;

@@ -1,6 +1,5 @@
 //! Binding a leased process to its execution: the session opened (or loaded) and configured before the actor runs.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use cursor_runner_supervisor::ExitProof;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::answerable::Answerable;
 use crate::config::EngineConfig;
 use crate::events::EventWriter;
 use crate::execution_row;
@@ -42,6 +42,8 @@ pub(crate) struct Launch {
     pub start: SessionStart,
     /// Runner-owned MCP servers for `session/new` / `session/load`.
     pub mcp_servers: Vec<McpServer>,
+    /// Where the actor lists the interactions it holds pending.
+    pub answerable: Answerable,
 }
 
 /// Binds a leased process to the execution: `process.spawned`, then `session/new` or
@@ -60,6 +62,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         session: mut session_request,
         start,
         mcp_servers,
+        answerable,
     } = launch;
     let WarmProcess {
         mut process,
@@ -158,7 +161,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                 agent_profile: agent_profile.clone(),
                 mcp_servers: mcp_servers.iter().map(|s| s.name().to_owned()).collect(),
                 turn: None,
-                pending: HashMap::new(),
+                pending: PendingInteractions::new(answerable),
                 policy: record.approval_policy,
                 wait_limit: Duration::from_millis(record.interaction_wait_limit_ms.max(0) as u64),
                 _workspace_watch: None,

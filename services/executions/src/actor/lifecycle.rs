@@ -118,8 +118,9 @@ impl Actor {
         // The agent's requests go with their handles: nobody can answer them any more.
         let mut interactions: Vec<_> = self
             .pending
-            .drain()
-            .map(|(_, live)| live.interaction.record().clone())
+            .take_all()
+            .into_iter()
+            .map(|live| live.interaction.record().clone())
             .collect();
         interactions.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         let turn = self.turn.take().map(|mut turn| LiveTurn {

@@ -166,14 +166,17 @@ impl Actor {
                 let _ = reply.send(result);
             }
             Command::Answer {
-                record,
+                tenant_id,
+                interaction_id,
                 etag,
                 request_id,
                 answer,
                 key,
                 reply,
             } => {
-                let result = self.answer(*record, etag, request_id, answer, key).await;
+                let result = self
+                    .answer((tenant_id, interaction_id), etag, request_id, answer, key)
+                    .await;
                 let _ = reply.send(result);
             }
             Command::Close { reply } => {

@@ -572,6 +572,7 @@ impl Engine {
             session,
             start,
             mcp_servers,
+            answerable: self.answerable.clone(),
         })
         .await
         // Launch errors may carry the agent's words (its refusal, its stderr).

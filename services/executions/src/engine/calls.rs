@@ -287,32 +287,28 @@ impl Engine {
         Ok((page, next))
     }
 
-    /// Answers the interaction `record` (as [`Self::get_interaction`] read it for the
-    /// caller's tenant, which also tells where to [`Self::route`] the call).
+    /// The execution whose actor here holds the tenant's interaction pending: an answer to it
+    /// needs no read to find its way ([`AnswerTarget::PendingHere`]).
+    pub fn pending_here(&self, tenant_id: &str, interaction_id: &str) -> Option<String> {
+        self.answerable.execution_of(tenant_id, interaction_id)
+    }
+
+    /// Answers the interaction `target` names.
     pub async fn answer_interaction(
         self: &Arc<Self>,
         meta: RequestMeta,
-        record: InteractionRecord,
+        target: AnswerTarget,
         command: AnswerCommand,
     ) -> Result<InteractionRecord, EngineError> {
-        let fingerprint = command.answer.fingerprint();
-        // A retry of the answer that won gets what the winner got, once the winner has
-        // finished: OK only if the answer reached the pipe, else the refusal naming the state
-        // it ended in. While it is `answered` the winner is still on its way to the pipe, so
-        // the retry joins it below and returns what the winner returns.
-        if record.answer_request_id.as_deref() == Some(meta.request_id.as_str())
-            && record.state != InteractionState::Answered
-        {
-            return if record.answer_fingerprint.as_deref() == Some(fingerprint.as_str()) {
-                answer_outcome(record)
-            } else {
-                Err(EngineError::new(
-                    ErrorKind::Aborted,
-                    Reason::AnswerConflict,
-                    "this request_id already answered the interaction differently",
-                ))
-            };
-        }
+        let execution_id = match target {
+            AnswerTarget::Read(record) => {
+                if let Some(outcome) = answered_by_this_request_id(&meta, &record, &command) {
+                    return outcome;
+                }
+                record.execution_id
+            }
+            AnswerTarget::PendingHere { execution_id } => execution_id,
+        };
         let tenant_id = meta.tenant_id.clone();
         let engine = self.clone();
         let answered = self
@@ -322,10 +318,10 @@ impl Engine {
                 "AnswerInteraction",
                 KeyClaim::InFirstCommit,
                 move |key| async move {
-                    let execution_id = record.execution_id.clone();
                     let answered = engine
                         .ask_actor(&tenant_id, &execution_id, |reply| Command::Answer {
-                            record: Box::new(record),
+                            tenant_id: tenant_id.clone(),
+                            interaction_id: command.interaction_id.clone(),
                             etag: command.etag,
                             request_id: meta.request_id,
                             answer: command.answer,
@@ -350,6 +346,33 @@ impl Engine {
             .await?;
         answer_outcome(answered)
     }
+}
+
+/// A retry of the answer that won gets what the winner got, once the winner has finished:
+/// OK only if the answer reached the pipe, else the refusal naming the state it ended in.
+/// While it is `answered` the winner is still on its way to the pipe, so the retry joins it
+/// (`None`) and returns what the winner returns.
+fn answered_by_this_request_id(
+    meta: &RequestMeta,
+    record: &InteractionRecord,
+    command: &AnswerCommand,
+) -> Option<Result<InteractionRecord, EngineError>> {
+    if record.answer_request_id.as_deref() != Some(meta.request_id.as_str())
+        || record.state == InteractionState::Answered
+    {
+        return None;
+    }
+    Some(
+        if record.answer_fingerprint.as_deref() == Some(command.answer.fingerprint().as_str()) {
+            answer_outcome(record.clone())
+        } else {
+            Err(EngineError::new(
+                ErrorKind::Aborted,
+                Reason::AnswerConflict,
+                "this request_id already answered the interaction differently",
+            ))
+        },
+    )
 }
 
 /// What an answer's call returns, read from where its interaction ended: an answer is

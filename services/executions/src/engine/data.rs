@@ -2,11 +2,13 @@
 //! the items it streams.
 
 use parking_lot::Mutex;
+
+use crate::answerable::Answerable;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_store::{EventRecord, ExecutionRecord, IdempotencyKey, Store};
+use cursor_runner_store::{EventRecord, ExecutionRecord, IdempotencyKey, InteractionRecord, Store};
 
 use crate::credential::CredentialBinding;
 use cursor_runner_activity::Redactor;
@@ -71,6 +73,15 @@ pub struct AnswerCommand {
     pub answer: InteractionAnswer,
 }
 
+/// The interaction an answer is for, as the caller found it.
+pub enum AnswerTarget {
+    /// Read for the caller's tenant ([`Engine::get_interaction`]), which also tells where
+    /// to [`Engine::route`] the call.
+    Read(Box<InteractionRecord>),
+    /// Held pending by an actor here ([`Engine::pending_here`]): no row was read.
+    PendingHere { execution_id: String },
+}
+
 /// One item of an event stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {
@@ -109,6 +120,8 @@ pub struct Engine {
     pub(super) heads: Arc<HeadBus>,
     /// Open event streams per execution (`streams::MAX_STREAMS_PER_EXECUTION`).
     pub(super) open_streams: OpenStreams,
+    /// The interactions this replica's actors hold pending (an answer to one reads no row).
+    pub(super) answerable: Answerable,
     /// Sessions a load or recovery is opening now (`sessions::SessionClaim`).
     pub(super) opening_sessions: OpeningSessions,
     pub(super) config: Arc<EngineConfig>,

@@ -67,6 +67,7 @@ impl Engine {
             heads: Arc::new(HeadBus::new(feed)),
             opening_sessions: Default::default(),
             open_streams: Default::default(),
+            answerable: Default::default(),
             store,
             incarnation: registration.incarnation.clone(),
             config,

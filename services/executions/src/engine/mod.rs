@@ -13,6 +13,6 @@ mod sessions;
 mod streams;
 mod takeover;
 
-pub use data::{AnswerCommand, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
+pub use data::{AnswerCommand, AnswerTarget, CreateExecutionCommand, Engine, ExecutionView, RequestMeta, StreamItem};
 pub use routing::{PLACEMENT_ATTEMPTS, Route, fleet_full, for_want_of_room};
 pub use streams::MAX_STREAMS_PER_EXECUTION;
