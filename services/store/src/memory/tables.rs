@@ -201,8 +201,13 @@ impl Tables {
         row.failure_reason = e.failure_reason.clone();
         row.failure_message = e.failure_message.clone();
         row.updated_at_ms = e.updated_at_ms;
-        row.lease = e.lease.clone();
-        row.session_config = e.session_config.clone();
+        // As in SQL: an update never clears the lease or the configuration.
+        if e.lease.is_some() {
+            row.lease = e.lease.clone();
+        }
+        if e.session_config.is_some() {
+            row.session_config = e.session_config.clone();
+        }
         row.credential_name = e.credential_name.clone();
         row.active_ms = e.active_ms;
         true

@@ -113,9 +113,12 @@ impl Statements {
                  WHERE id = $9 AND generation = $10 AND state = $11 AND {}",
                 dialect.owned("interactions.execution_id", "$10", "$12")
             ),
+            // An update never clears the lease or the configuration: a record whose JSON this
+            // version could not read carries none, and must not erase what another wrote.
             update_execution: format!(
                 "UPDATE executions SET state = $1, session_id = $2, active_turn_id = $3, turn_count = $4, pid = $5, \
-                 exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, lease = $11, session_config = $12, \
+                 exit_code = $6, exit_signal = $7, failure_reason = $8, failure_message = $9, updated_at_ms = $10, \
+                 lease = COALESCE($11, lease), session_config = COALESCE($12, session_config), \
                  credential_name = $13, active_ms = $14 \
                  WHERE id = $15 AND generation = $16 AND state = $17 AND {}",
                 dialect.owner_is("$18")

@@ -7,6 +7,7 @@ use cursor_runner_store::*;
 use crate::fixtures::*;
 
 on_every_backend!(
+    an_update_without_a_lease_or_a_configuration_keeps_the_recorded_ones,
     an_inserted_execution_reads_back_as_written_to_its_tenant_only,
     an_execution_id_is_used_once,
     executions_list_by_id_per_tenant_after_a_cursor,
@@ -286,4 +287,30 @@ async fn operations_are_observed_by_their_method_name(store: Arc<dyn Store>) {
             ("get_execution", true)
         ]
     );
+}
+
+/// A record whose JSON this version could not read carries no lease or configuration; its
+/// next update must not erase what was recorded.
+async fn an_update_without_a_lease_or_a_configuration_keeps_the_recorded_ones(store: Arc<dyn Store>) {
+    let leased = ExecutionRecord {
+        lease: Some(LeaseInfo {
+            slot_id: "slot-1".into(),
+            ..Default::default()
+        }),
+        session_config: Some(SessionConfig {
+            mode: Some("agent".into()),
+            ..Default::default()
+        }),
+        ..execution("exec-1")
+    };
+    store.insert_execution(&leased).await.unwrap();
+    let bare = ExecutionRecord {
+        lease: None,
+        session_config: None,
+        updated_at_ms: T0 + 1,
+        ..leased.clone()
+    };
+    assert!(store.update_execution(ExecutionState::Ready, &bare).await.unwrap());
+    let read = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    assert_eq!((read.lease, read.session_config), (leased.lease, leased.session_config));
 }
