@@ -2,6 +2,7 @@
 //! outcome, transient failures releasing the key.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use cursor_runner_store::{
     ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnRecord,
@@ -179,8 +180,8 @@ pub(super) enum KeyClaim {
 
 /// The one run of an idempotent call, in its own task.
 struct KeyedCall {
-    store: std::sync::Arc<dyn Store>,
-    recorder: std::sync::Arc<dyn Store>,
+    store: Arc<dyn Store>,
+    recorder: Arc<dyn Store>,
     key: IdempotencyKey,
     digest: String,
 }
