@@ -68,21 +68,6 @@ impl Redactor {
         (out, count)
     }
 
-    /// A JSON document's text with every secret in its strings and keys replaced (text
-    /// that is not JSON is redacted as text).
-    pub fn redact_json_text(&self, text: String) -> String {
-        if self.is_empty() {
-            return text;
-        }
-        match serde_json::from_str::<Value>(&text) {
-            Ok(mut value) => match self.redact_json(&mut value) {
-                0 => text,
-                _ => value.to_string(),
-            },
-            Err(_) => self.redact_text(&text).0,
-        }
-    }
-
     /// Redacts every string (and object key) in `value`; how many secrets were replaced.
     pub fn redact_json(&self, value: &mut Value) -> usize {
         if self.is_empty() {
@@ -98,12 +83,18 @@ impl Redactor {
             }
             Value::Array(items) => items.iter_mut().map(|item| self.redact_json(item)).sum(),
             Value::Object(map) => {
-                let mut count = 0;
-                let keys: Vec<String> = map.keys().cloned().collect();
-                for key in keys {
-                    let (new_key, in_key) = self.redact_text(&key);
-                    let mut inner = map.remove(&key).unwrap_or(Value::Null);
-                    count += in_key + self.redact_json(&mut inner);
+                let mut count: usize = map.values_mut().map(|inner| self.redact_json(inner)).sum();
+                // Only a key that holds a secret is replaced, so the others keep their order.
+                let mut rekeyed = Vec::new();
+                for key in map.keys() {
+                    let (new_key, in_key) = self.redact_text(key);
+                    if in_key > 0 {
+                        count += in_key;
+                        rekeyed.push((key.clone(), new_key));
+                    }
+                }
+                for (key, new_key) in rekeyed {
+                    let inner = map.remove(&key).unwrap_or(Value::Null);
                     map.insert(new_key, inner);
                 }
                 count
@@ -180,19 +171,13 @@ mod tests {
     }
 
     #[test]
-    fn a_json_document_is_redacted_inside_its_strings_and_left_as_is_without_a_secret() {
-        let text = json!({"prompt": format!("use {KEY}?"), "id": "q1"}).to_string();
-        let redacted: Value = serde_json::from_str(&redactor().redact_json_text(text)).unwrap();
-        assert_eq!(
-            redacted,
-            json!({"prompt": "use [redacted:CURSOR_API_KEY]?", "id": "q1"})
-        );
-        let clean = r#"{"b": 1,  "a": "x"}"#.to_owned();
-        assert_eq!(redactor().redact_json_text(clean.clone()), clean, "byte for byte");
-        assert_eq!(
-            redactor().redact_json_text(format!("not json {KEY}")),
-            "not json [redacted:CURSOR_API_KEY]"
-        );
+    fn a_json_document_keeps_the_order_of_its_keys_when_redacted() {
+        let mut document = json!({"z": format!("use {KEY}?"), "b": 1, "a": "x"});
+        let keys = |d: &Value| d.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        let before = keys(&document);
+        assert_eq!(redactor().redact_json(&mut document), 1);
+        assert_eq!(keys(&document), before);
+        assert_eq!(document["z"], "use [redacted:CURSOR_API_KEY]?");
     }
 
     #[test]

@@ -76,7 +76,12 @@ pub fn timestamp(ms: i64) -> Timestamp {
 }
 
 pub fn to_struct(json: &str) -> Option<Struct> {
-    match serde_json::from_str::<Value>(json).ok()? {
+    struct_of(serde_json::from_str::<Value>(json).ok()?)
+}
+
+/// A JSON object as a protobuf `Struct`; anything else has none.
+fn struct_of(value: Value) -> Option<Struct> {
+    match value {
         Value::Object(map) => Some(Struct {
             fields: map.into_iter().map(|(k, v)| (k, to_value(v))).collect(),
         }),
@@ -379,10 +384,10 @@ pub fn interaction(r: InteractionRecord) -> pb::Interaction {
         generation: r.generation,
         kind: kind as i32,
         etag: r.etag,
-        request: to_struct(&r.request),
-        outcome: r.outcome.as_deref().and_then(to_struct),
+        request: struct_of(r.request),
+        outcome: r.outcome.and_then(struct_of),
         reason: r.reason.unwrap_or_default(),
-        delivery: r.delivery.unwrap_or_default(),
+        delivery: r.delivery.map(|d| d.as_str().to_owned()).unwrap_or_default(),
         replay_allowed: r.replay_allowed,
         create_time: Some(timestamp(r.created_at_ms)),
         update_time: Some(timestamp(r.updated_at_ms)),

@@ -51,10 +51,8 @@ pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityP
         turn_id: record.turn_id.clone(),
         reason: record.reason.clone().unwrap_or_default(),
         replay_allowed: false,
-        delivery: record.delivery.clone().unwrap_or_default(),
-        request: with_request
-            .then(|| serde_json::from_str(&record.request).ok())
-            .flatten(),
+        delivery: record.delivery.map(|d| d.as_str().to_owned()).unwrap_or_default(),
+        request: with_request.then(|| record.request.clone()),
     };
     if record.state == InteractionState::Cancelled {
         ActivityPayload::RuntimeRequestCancelled(ended)
@@ -71,8 +69,8 @@ pub(crate) fn not_pending(record: &InteractionRecord) -> EngineError {
     )
     .with("state", record.state.as_str());
     // Whether an answer reached the agent is part of why it can no longer be answered.
-    match record.delivery.as_deref() {
-        Some(delivery) => refusal.with("delivery", delivery),
+    match record.delivery {
+        Some(delivery) => refusal.with("delivery", delivery.as_str()),
         None => refusal,
     }
 }
@@ -90,7 +88,7 @@ pub(crate) fn pending_question() -> InteractionRecord {
         kind: cursor_runner_activity::InteractionKind::Question,
         state: InteractionState::Pending,
         etag: "etag-1".into(),
-        request: "{}".into(),
+        request: serde_json::json!({}),
         outcome: None,
         answer_request_id: None,
         answer_fingerprint: None,

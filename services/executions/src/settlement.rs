@@ -51,7 +51,7 @@ pub(crate) fn settle(
         };
         interaction.state = end.state;
         interaction.reason = Some(end.reason.into());
-        interaction.delivery = Some(end.delivery.as_str().into());
+        interaction.delivery = Some(end.delivery);
         interaction.replay_allowed = false;
         interaction.updated_at_ms = now_ms;
         writes.push(interaction_row::write(from, &interaction)?);
@@ -95,7 +95,7 @@ pub(crate) fn settle(
 mod tests {
     use super::*;
     use crate::events::EventWriter;
-    use cursor_runner_domain::state::{InteractionState, TurnState};
+    use cursor_runner_domain::state::{Delivery, InteractionState, TurnState};
     use cursor_runner_store::{MemoryStore, Store};
     use std::sync::Arc;
 
@@ -197,13 +197,13 @@ mod tests {
         let mut ended = Vec::new();
         for id in ["i-1", "i-2"] {
             let i = store.get_interaction("t", id).await.unwrap().unwrap();
-            ended.push((i.state.as_str(), i.delivery.unwrap(), i.reason.unwrap()));
+            ended.push((i.state, i.delivery.unwrap(), i.reason.unwrap()));
         }
         assert_eq!(
             ended,
             [
-                ("expired", "not_sent".into(), "service_restarted".into()),
-                ("expired", "unknown".into(), "service_restarted".into()),
+                (InteractionState::Expired, Delivery::NotSent, "service_restarted".into()),
+                (InteractionState::Expired, Delivery::Unknown, "service_restarted".into()),
             ]
         );
         let types: Vec<_> = store

@@ -2,13 +2,14 @@
 //! one (states, interaction kinds, the lease and the session configuration): a row whose
 //! state no machine here knows fails to read rather than travelling on as a string. The
 //! domain crate owns what the states mean and which transitions are legal. The SQL rows
-//! behind executions and turns (JSON columns as text) are private to `sql::rows`.
+//! behind executions, turns and interactions (JSON columns as text) are private to
+//! `sql::rows`.
 
 use cursor_runner_activity::{InteractionKind, UsageReported};
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
-use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
+use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey {
@@ -72,7 +73,7 @@ pub struct TurnRecord {
     pub usage: Option<UsageReported>,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct InteractionRecord {
     pub id: String,
     pub execution_id: String,
@@ -81,19 +82,18 @@ pub struct InteractionRecord {
     pub turn_id: String,
     /// The agent's JSON-RPC id, JSON-encoded (`0`, `"abc"`).
     pub native_request_id: String,
-    #[sqlx(try_from = "String")]
     pub kind: InteractionKind,
-    #[sqlx(try_from = "String")]
     pub state: InteractionState,
     pub etag: String,
-    /// JSON of the persisted request.
-    pub request: String,
-    /// JSON of the outcome sent (or to be sent) to the agent.
-    pub outcome: Option<String>,
+    /// The request as persisted: the agent's words, redacted.
+    pub request: serde_json::Value,
+    /// The outcome sent (or to be sent) to the agent.
+    pub outcome: Option<serde_json::Value>,
     pub answer_request_id: Option<String>,
     pub answer_fingerprint: Option<String>,
     pub reason: Option<String>,
-    pub delivery: Option<String>,
+    /// How far the answer got; set when the interaction ends.
+    pub delivery: Option<Delivery>,
     pub replay_allowed: bool,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,

@@ -121,8 +121,9 @@ impl Actor {
         };
         let child =
             active.and_then(|n| n.child_for(session_id.filter(|s| *s != self.session_id), persisted.tool_call_id()));
-        let durable = match persisted.to_durable_json().map(|text| with_child(text, child.as_ref())) {
-            Ok(text) => text,
+        let mut durable = match persisted.to_durable_json() {
+            // Text this service just wrote from a typed request: it reads back.
+            Ok(text) => serde_json::from_str::<Value>(&text).unwrap_or_default(),
             Err(why) => {
                 respond(request, Ok(cancelled_result())).await;
                 return self
@@ -133,9 +134,10 @@ impl Actor {
                     .await;
             }
         };
+        with_child(&mut durable, child.as_ref());
         // The row keeps the agent's words without the secrets it was handed; answers are
         // mapped through `persisted`, which stays in memory as the agent sent it.
-        let durable = self.events.redactor().redact_json_text(durable);
+        self.events.redactor().redact_json(&mut durable);
         let native_request_id = serde_json::to_string(&request.id).unwrap_or_default();
         let native_request_id = self.events.redactor().redact_text(&native_request_id).0;
         let id = uuid::Uuid::now_v7().to_string();
@@ -165,7 +167,7 @@ impl Actor {
             kind: persisted.kind(),
             etag: record.etag.clone(),
             turn_id: turn.id.clone(),
-            request: serde_json::from_str(&record.request).unwrap_or_default(),
+            request: record.request.clone(),
             tool_call_known,
             child_id: child.map(|c| c.child_id),
         });
@@ -360,14 +362,9 @@ impl Actor {
 }
 
 /// The durable request JSON, with the child agent it came from (if any) under `child`.
-fn with_child(durable: String, child: Option<&ChildRef>) -> String {
-    let Some(child) = child else { return durable };
-    match serde_json::from_str::<Value>(&durable) {
-        Ok(Value::Object(mut map)) => {
-            map.insert("child".into(), json!(child));
-            Value::Object(map).to_string()
-        }
-        _ => durable,
+fn with_child(durable: &mut Value, child: Option<&ChildRef>) {
+    if let (Some(child), Value::Object(map)) = (child, durable) {
+        map.insert("child".into(), json!(child));
     }
 }
 

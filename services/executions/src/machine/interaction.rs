@@ -14,7 +14,7 @@ use std::time::Duration;
 use cursor_runner_activity::{ActivityPayload, InteractionKind, Redactor, RuntimeRequestResolved};
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest, cancelled_result};
-use cursor_runner_domain::state::InteractionState;
+use cursor_runner_domain::state::{Delivery, InteractionState};
 use cursor_runner_store::{InteractionRecord, StoreError, Write};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -126,7 +126,7 @@ pub(crate) enum Observation {
 
 /// An answer on its way to the agent.
 #[derive(Debug, Clone)]
-struct Delivery {
+struct AnswerInFlight {
     answered: InteractionRecord,
     key: Option<CallKey>,
     outcome: Value,
@@ -144,9 +144,9 @@ enum Stage {
     },
     Pending,
     /// `answered` is being committed.
-    Recording(Delivery),
+    Recording(AnswerInFlight),
     /// The answer is being written to the agent.
-    Writing(Delivery),
+    Writing(AnswerInFlight),
     /// `cancelled` is being written to the agent because the turn is over for it.
     Cancelling(EndReason),
     /// Its end is being committed; `reply` goes to the caller once it is.
@@ -342,7 +342,9 @@ impl Interaction {
     ) -> (Stage, Vec<Effect>) {
         let mut answered = self.record.clone();
         answered.state = InteractionState::Answered;
-        answered.outcome = Some(self.redactor.redact_json_text(outcome.to_string()));
+        let mut stored = outcome.clone();
+        self.redactor.redact_json(&mut stored);
+        answered.outcome = Some(stored);
         (answered.answer_request_id, answered.answer_fingerprint) = answer.unzip();
         answered.reason = match answered_by {
             AnsweredBy::Policy(policy) => Some(format!("approval_policy_{}", policy.as_str())),
@@ -354,7 +356,7 @@ impl Interaction {
             Err(e) => return (Stage::Pending, vec![fail(answered_by, e)]),
         };
         let claim = key.as_ref().and_then(CallKey::claim_write);
-        let delivery = Delivery {
+        let delivery = AnswerInFlight {
             answered,
             key,
             outcome,
@@ -368,7 +370,7 @@ impl Interaction {
         (Stage::Recording(delivery), vec![commit])
     }
 
-    fn recorded(&mut self, delivery: Delivery, committed: Committed) -> (Stage, Vec<Effect>) {
+    fn recorded(&mut self, delivery: AnswerInFlight, committed: Committed) -> (Stage, Vec<Effect>) {
         let by = delivery.answered_by;
         match committed {
             Committed::Landed => {
@@ -401,8 +403,8 @@ impl Interaction {
 
     /// `delivered` (with `resolved`) once the write is flushed; if it failed the process is
     /// gone: `expired` with `delivery: unknown`, never claimed delivered.
-    fn written(&mut self, delivery: Delivery, written: bool, now: Now) -> (Stage, Vec<Effect>) {
-        let Delivery {
+    fn written(&mut self, delivery: AnswerInFlight, written: bool, now: Now) -> (Stage, Vec<Effect>) {
+        let AnswerInFlight {
             answered,
             key,
             outcome,
@@ -418,7 +420,7 @@ impl Interaction {
             )));
             effects.push(Effect::Failpoint("answer_written_before_delivered"));
             settled.state = InteractionState::Delivered;
-            settled.delivery = Some("pipe_written".into());
+            settled.delivery = Some(Delivery::PipeWritten);
             let resolved = ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
                 interaction_id: settled.id.clone(),
                 kind: settled.kind,
@@ -430,7 +432,7 @@ impl Interaction {
             (resolved, Ok(settled.clone()))
         } else {
             settled.state = InteractionState::Expired;
-            settled.delivery = Some("unknown".into());
+            settled.delivery = Some(Delivery::Unknown);
             settled.reason = Some("provider_process_lost".into());
             (interaction_row::ended(&settled, true), Err(not_pending(&settled)))
         };
@@ -461,9 +463,13 @@ impl Interaction {
     fn cancelled(&mut self, reason: EndReason, written: bool, now: Now) -> (Stage, Vec<Effect>) {
         let mut ended = self.record.clone();
         ended.state = self.persisted.state_when_turn_ends();
-        ended.outcome = Some(cancelled_result().to_string());
+        ended.outcome = Some(cancelled_result());
         ended.reason = Some(reason.into());
-        ended.delivery = Some(if written { "pipe_written" } else { "not_sent" }.into());
+        ended.delivery = Some(if written {
+            Delivery::PipeWritten
+        } else {
+            Delivery::NotSent
+        });
         ended.replay_allowed = false;
         ended.updated_at_ms = now.ms;
         match interaction_row::write(InteractionState::Pending, &ended) {

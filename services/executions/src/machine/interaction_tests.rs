@@ -10,7 +10,7 @@ use cursor_runner_domain::interaction::{
     ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, QuestionRequest, Selection,
     cancelled_result,
 };
-use cursor_runner_domain::state::InteractionState;
+use cursor_runner_domain::state::{Delivery, InteractionState};
 use cursor_runner_store::{IdempotencyKey, InteractionRecord, Write};
 use serde_json::json;
 use tokio::time::Instant;
@@ -368,7 +368,7 @@ fn when_its_turn_ends_an_interaction_is_answered_cancelled_then_recorded_by_its_
         let Write::Interaction { record, .. } = &writes[0] else {
             unreachable!()
         };
-        assert_eq!(record.delivery.as_deref(), Some(delivery));
+        assert_eq!(record.delivery.map(Delivery::as_str), Some(delivery));
         assert_eq!(record.reason.as_deref(), Some("turn_cancelled"));
         assert!(!record.replay_allowed);
         assert_eq!(events.len(), 1);
@@ -595,7 +595,7 @@ fn an_outcome_quoting_a_secret_reaches_the_agent_verbatim_and_is_recorded_and_re
     let Write::Interaction { record, .. } = &writes[0] else {
         unreachable!()
     };
-    let stored = record.outcome.clone().unwrap();
+    let stored = record.outcome.clone().unwrap().to_string();
     assert!(
         !stored.contains(SECRET) && stored.contains("[redacted:CURSOR_API_KEY]"),
         "{stored}"

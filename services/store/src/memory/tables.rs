@@ -489,7 +489,7 @@ impl Tables {
         row.answer_request_id = i.answer_request_id.clone();
         row.answer_fingerprint = i.answer_fingerprint.clone();
         row.reason = i.reason.clone();
-        row.delivery = i.delivery.clone();
+        row.delivery = i.delivery;
         row.replay_allowed = i.replay_allowed;
         row.updated_at_ms = i.updated_at_ms;
         true

@@ -1,6 +1,7 @@
 //! Interaction rows: insert, the fenced compare-and-set transition, reads.
 
 use super::connection::{SqlStore, inserted_unless_fenced, on_pool};
+use super::rows::InteractionRow;
 use crate::contract::*;
 use crate::records::*;
 use cursor_runner_domain::state::InteractionState;
@@ -13,11 +14,11 @@ macro_rules! transition_interaction_on {
         let i: &$crate::records::InteractionRecord = $i;
         sqlx::query(sqlx::AssertSqlSafe($sql.transition_interaction.as_str()))
             .bind(i.state.as_str())
-            .bind(&i.outcome)
+            .bind(i.outcome.as_ref().map($crate::sql::rows::json_text))
             .bind(&i.answer_request_id)
             .bind(&i.answer_fingerprint)
             .bind(&i.reason)
-            .bind(&i.delivery)
+            .bind(i.delivery.map(|d| d.as_str()))
             .bind(i.replay_allowed)
             .bind(i.updated_at_ms)
             .bind(&i.id)
@@ -46,12 +47,12 @@ macro_rules! insert_interaction_on {
             .bind(i.kind.as_str())
             .bind(i.state.as_str())
             .bind(&i.etag)
-            .bind(&i.request)
-            .bind(&i.outcome)
+            .bind($crate::sql::rows::json_text(&i.request))
+            .bind(i.outcome.as_ref().map($crate::sql::rows::json_text))
             .bind(&i.answer_request_id)
             .bind(&i.answer_fingerprint)
             .bind(&i.reason)
-            .bind(&i.delivery)
+            .bind(i.delivery.map(|d| d.as_str()))
             .bind(i.replay_allowed)
             .bind(i.created_at_ms)
             .bind(i.updated_at_ms)
@@ -88,17 +89,18 @@ impl SqlStore {
     }
 
     pub(super) async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
-        Ok(on_pool!(self, |pool| sqlx::query_as(
+        let row: Option<InteractionRow> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT * FROM interactions WHERE tenant_id = $1 AND id = $2"
         )
         .bind(tenant_id)
         .bind(id)
         .fetch_optional(pool)
-        .await?))
+        .await?);
+        Ok(row.map(InteractionRecord::from))
     }
 
     pub(super) async fn list_interactions(&self, q: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
-        Ok(on_pool!(self, |pool| sqlx::query_as(
+        let rows: Vec<InteractionRow> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT * FROM interactions WHERE tenant_id = $1 AND ($2 = '' OR execution_id = $2) \
              AND ($3 = '' OR state = $3) AND id > $4 ORDER BY id LIMIT $5"
         )
@@ -108,7 +110,8 @@ impl SqlStore {
         .bind(q.after_id.as_deref().unwrap_or(""))
         .bind(q.limit)
         .fetch_all(pool)
-        .await?))
+        .await?);
+        Ok(rows.into_iter().map(InteractionRecord::from).collect())
     }
 
     /// An interaction's state and update time at `generation`, to tell whether a retried

@@ -1,14 +1,14 @@
-//! The `executions` and `turns` rows as sqlx reads them, JSON columns as text. They stay in
+//! The `executions`, `turns` and `interactions` rows as sqlx reads them, JSON columns as text. They stay in
 //! the store: above it, the records carry the domain's types. A JSON column this version
 //! cannot read is taken as absent, as every reader of it did before it was typed.
 
-use cursor_runner_activity::UsageReported;
+use cursor_runner_activity::{InteractionKind, UsageReported};
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
-use cursor_runner_domain::state::{ExecutionState, TurnState};
+use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
 
-use crate::records::{ExecutionRecord, TurnRecord};
+use crate::records::{ExecutionRecord, InteractionRecord, TurnRecord};
 
 #[derive(sqlx::FromRow)]
 pub(super) struct ExecutionRow {
@@ -111,6 +111,63 @@ impl From<TurnRow> for TurnRecord {
             usage: row.usage.as_deref().and_then(|text| serde_json::from_str(text).ok()),
         }
     }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct InteractionRow {
+    id: String,
+    execution_id: String,
+    tenant_id: String,
+    generation: i64,
+    turn_id: String,
+    native_request_id: String,
+    #[sqlx(try_from = "String")]
+    kind: InteractionKind,
+    #[sqlx(try_from = "String")]
+    state: InteractionState,
+    etag: String,
+    request: String,
+    outcome: Option<String>,
+    answer_request_id: Option<String>,
+    answer_fingerprint: Option<String>,
+    reason: Option<String>,
+    delivery: Option<String>,
+    replay_allowed: bool,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+impl From<InteractionRow> for InteractionRecord {
+    fn from(row: InteractionRow) -> Self {
+        Self {
+            id: row.id,
+            execution_id: row.execution_id,
+            tenant_id: row.tenant_id,
+            generation: row.generation,
+            turn_id: row.turn_id,
+            native_request_id: row.native_request_id,
+            kind: row.kind,
+            state: row.state,
+            etag: row.etag,
+            request: serde_json::from_str(&row.request).unwrap_or_default(),
+            outcome: row.outcome.as_deref().and_then(|text| serde_json::from_str(text).ok()),
+            answer_request_id: row.answer_request_id,
+            answer_fingerprint: row.answer_fingerprint,
+            reason: row.reason,
+            // A delivery this version does not know says no more than that no one knows.
+            delivery: row
+                .delivery
+                .map(|text| Delivery::parse(&text).unwrap_or(Delivery::Unknown)),
+            replay_allowed: row.replay_allowed,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+        }
+    }
+}
+
+/// A JSON column's text, as written.
+pub(super) fn json_text(value: &serde_json::Value) -> String {
+    value.to_string()
 }
 
 /// A JSON column's text, as written.

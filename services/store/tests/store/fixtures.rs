@@ -4,7 +4,7 @@
 pub use cursor_runner_activity::{InteractionKind, UsageReported};
 pub use cursor_runner_domain::lease::LeaseInfo;
 pub use cursor_runner_domain::session_config::SessionConfig;
-pub use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
+pub use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
 use cursor_runner_store::*;
 
 pub const TENANT: &str = "tenant-a";
@@ -77,7 +77,7 @@ pub fn interaction(turn: &TurnRecord, id: &str, native: &str) -> InteractionReco
         kind: InteractionKind::Question,
         state: InteractionState::Pending,
         etag: "e1".to_owned(),
-        request: r#"{"questions":[]}"#.to_owned(),
+        request: serde_json::json!({"questions": []}),
         outcome: None,
         answer_request_id: None,
         answer_fingerprint: None,

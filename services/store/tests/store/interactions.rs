@@ -104,10 +104,10 @@ async fn an_interaction_needs_its_execution_and_turn(store: Arc<dyn Store>) {
 fn moved(i: &InteractionRecord, state: &str, at: i64) -> InteractionRecord {
     InteractionRecord {
         state: InteractionState::parse(state).unwrap(),
-        outcome: Some(r#"{"outcome":"selected"}"#.into()),
+        outcome: Some(serde_json::json!({"outcome": "selected"})),
         answer_request_id: Some("req-1".into()),
         answer_fingerprint: Some("fp".into()),
-        delivery: (state == "delivered").then(|| "pipe_written".into()),
+        delivery: (state == "delivered").then_some(Delivery::PipeWritten),
         replay_allowed: true,
         updated_at_ms: T0 + at,
         ..i.clone()
