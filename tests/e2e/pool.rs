@@ -483,7 +483,7 @@ async fn writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agen
     assert!(
         service
             .store
-            .advance_generation(TENANT, &execution.execution_id, 1)
+            .advance_generation(TENANT, &execution.execution_id, cursor_runner_store::Generation::FIRST)
             .await
             .unwrap()
     );

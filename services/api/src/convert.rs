@@ -133,7 +133,7 @@ pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
         execution_state: execution_state(r.state) as i32,
         session_id: r.session_id.unwrap_or_default(),
         workspace: r.workspace,
-        execution_id: r.id,
+        execution_id: r.id.into(),
         update_time: Some(timestamp(r.updated_at_ms)),
     }
 }
@@ -143,13 +143,13 @@ pub fn execution(r: ExecutionRecord) -> pb::Execution {
     let limits = limits_proto(&ExecutionLimits::of(&r));
     let exited = r.exit_code.is_some() || r.exit_signal.is_some();
     pb::Execution {
-        execution_id: r.id,
+        execution_id: r.id.into(),
         tenant_id: r.tenant_id,
         state: state as i32,
-        generation: r.generation,
+        generation: r.generation.get(),
         workspace: r.workspace,
         session_id: r.session_id.unwrap_or_default(),
-        active_turn_id: r.active_turn_id.unwrap_or_default(),
+        active_turn_id: r.active_turn_id.map(String::from).unwrap_or_default(),
         turn_count: r.turn_count,
         pid: r.pid,
         exit_status: exited.then(|| pb::ExitStatus {
@@ -326,10 +326,10 @@ pub fn turn(r: TurnRecord) -> pb::Turn {
         TurnState::Interrupted => pb::TurnState::Interrupted,
     };
     pb::Turn {
-        turn_id: r.id,
-        execution_id: r.execution_id,
+        turn_id: r.id.into(),
+        execution_id: r.execution_id.into(),
         tenant_id: r.tenant_id,
-        generation: r.generation,
+        generation: r.generation.get(),
         turn_number: r.turn_number,
         state: state as i32,
         stop_reason: r.stop_reason.unwrap_or_default(),
@@ -377,11 +377,11 @@ pub fn interaction(r: InteractionRecord) -> pb::Interaction {
     };
     pb::Interaction {
         state: interaction_state(r.state) as i32,
-        interaction_id: r.id,
-        execution_id: r.execution_id,
+        interaction_id: r.id.into(),
+        execution_id: r.execution_id.into(),
         tenant_id: r.tenant_id,
-        turn_id: r.turn_id,
-        generation: r.generation,
+        turn_id: r.turn_id.into(),
+        generation: r.generation.get(),
         kind: kind as i32,
         etag: r.etag,
         request: struct_of(r.request),
@@ -396,10 +396,10 @@ pub fn interaction(r: InteractionRecord) -> pb::Interaction {
 
 pub fn event(r: EventRecord) -> pb::ActivityEvent {
     pb::ActivityEvent {
-        execution_id: r.execution_id,
+        execution_id: r.execution_id.into(),
         sequence: r.sequence,
         event_id: r.event_id,
-        generation: r.generation,
+        generation: r.generation.get(),
         turn_id: r.turn_id.unwrap_or_default(),
         item_id: r.item_id.unwrap_or_default(),
         event_type: r.event_type,

@@ -1,4 +1,5 @@
 //! The execution domain, without I/O: no tokio, no SQL, no gRPC, no processes, no clock.
+//! The ids of executions, turns and interactions and the generation that fences writes (`ids`).
 //! What an execution, turn and interaction may become (`state`), the error catalog each
 //! refusal names its gRPC kind in once (`error`), the interaction kinds and the validation
 //! of answers against what was persisted (`interaction`), prompts, session configuration,
@@ -8,6 +9,7 @@
 //! (`cursor-runner-executions`) executes what these decide; the store persists it.
 
 pub mod error;
+pub mod ids;
 pub mod interaction;
 pub mod lease;
 pub mod mcp;
@@ -18,3 +20,4 @@ pub mod settlement;
 pub mod state;
 
 pub use error::{EngineError, ErrorKind, Reason};
+pub use ids::{ExecutionId, Generation, InteractionId, TurnId};

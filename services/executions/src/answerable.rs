@@ -8,24 +8,25 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cursor_runner_store::{ExecutionId, InteractionId};
 use parking_lot::Mutex;
 
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Answerable(Arc<Mutex<HashMap<String, Entry>>>);
+pub(crate) struct Answerable(Arc<Mutex<HashMap<InteractionId, Entry>>>);
 
 #[derive(Debug, Clone)]
 struct Entry {
     tenant_id: String,
-    execution_id: String,
+    execution_id: ExecutionId,
 }
 
 impl Answerable {
-    pub(crate) fn insert(&self, interaction_id: &str, tenant_id: &str, execution_id: &str) {
+    pub(crate) fn insert(&self, interaction_id: &InteractionId, tenant_id: &str, execution_id: &ExecutionId) {
         let entry = Entry {
             tenant_id: tenant_id.to_owned(),
-            execution_id: execution_id.to_owned(),
+            execution_id: execution_id.clone(),
         };
-        self.0.lock().insert(interaction_id.to_owned(), entry);
+        self.0.lock().insert(interaction_id.clone(), entry);
     }
 
     pub(crate) fn remove(&self, interaction_id: &str) {
@@ -33,7 +34,7 @@ impl Answerable {
     }
 
     /// The execution whose actor here holds the tenant's interaction pending.
-    pub(crate) fn execution_of(&self, tenant_id: &str, interaction_id: &str) -> Option<String> {
+    pub(crate) fn execution_of(&self, tenant_id: &str, interaction_id: &str) -> Option<ExecutionId> {
         self.0
             .lock()
             .get(interaction_id)
@@ -49,7 +50,7 @@ mod tests {
     #[test]
     fn an_interaction_is_found_for_its_own_tenant_only_until_it_leaves() {
         let answerable = Answerable::default();
-        answerable.insert("i-1", "tenant-a", "exec-1");
+        answerable.insert(&"i-1".into(), "tenant-a", &"exec-1".into());
         assert_eq!(answerable.execution_of("tenant-a", "i-1").as_deref(), Some("exec-1"));
         assert_eq!(answerable.execution_of("tenant-b", "i-1"), None);
         answerable.clone().remove("i-1");

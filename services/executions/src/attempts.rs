@@ -73,7 +73,7 @@ mod tests {
             id: "t".into(),
             execution_id: "e".into(),
             tenant_id: "a".into(),
-            generation: 1,
+            generation: cursor_runner_store::Generation::FIRST,
             turn_number: 1,
             state: TurnState::Completed,
             stop_reason: None,

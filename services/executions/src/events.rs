@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
-use cursor_runner_store::{Batch, EventRecord, Store, StoreError, Write, now_ms};
+use cursor_runner_store::{Batch, EventRecord, ExecutionId, Generation, Store, StoreError, TurnId, Write, now_ms};
 use tokio::sync::watch;
 
 use crate::heads::{HeadBus, LocalWriter, advance_to};
@@ -14,8 +14,8 @@ use cursor_runner_domain::error::EngineError;
 
 pub struct EventWriter {
     store: Arc<dyn Store>,
-    execution_id: String,
-    generation: i64,
+    execution_id: ExecutionId,
+    generation: Generation,
     next_sequence: i64,
     /// Shared with the tails of this execution's streams ([`HeadBus`]).
     head: Arc<watch::Sender<i64>>,
@@ -29,7 +29,7 @@ pub struct EventWriter {
 }
 
 impl EventWriter {
-    pub fn new(store: Arc<dyn Store>, execution_id: String, generation: i64, head: i64) -> Self {
+    pub fn new(store: Arc<dyn Store>, execution_id: ExecutionId, generation: Generation, head: i64) -> Self {
         Self {
             store,
             execution_id,
@@ -139,7 +139,7 @@ impl EventWriter {
     pub async fn commit(
         &mut self,
         writes: Vec<Write>,
-        events: Vec<(Option<String>, ActivityPayload)>,
+        events: Vec<(Option<TurnId>, ActivityPayload)>,
     ) -> Result<bool, StoreError> {
         let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_deref(), p));
         let batch = Batch {

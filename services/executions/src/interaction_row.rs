@@ -46,9 +46,9 @@ pub(crate) fn write(from: InteractionState, record: &InteractionRecord) -> Resul
 /// full request when `with_request` (for a durable hand-off).
 pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityPayload {
     let ended = RuntimeRequestEnded {
-        interaction_id: record.id.clone(),
+        interaction_id: record.id.to_string(),
         kind: record.kind,
-        turn_id: record.turn_id.clone(),
+        turn_id: record.turn_id.to_string(),
         reason: record.reason.clone().unwrap_or_default(),
         replay_allowed: false,
         delivery: record.delivery.map(|d| d.as_str().to_owned()).unwrap_or_default(),
@@ -82,7 +82,7 @@ pub(crate) fn pending_question() -> InteractionRecord {
         id: "i-1".into(),
         execution_id: "e-1".into(),
         tenant_id: "t".into(),
-        generation: 1,
+        generation: cursor_runner_store::Generation::FIRST,
         turn_id: "turn-1".into(),
         native_request_id: "0".into(),
         kind: cursor_runner_activity::InteractionKind::Question,

@@ -199,7 +199,7 @@ mod tests {
             id: "e".into(),
             tenant_id: "t".into(),
             state: ExecutionState::Ready,
-            generation: 1,
+            generation: cursor_runner_store::Generation::FIRST,
             workspace: "/w".into(),
             session_id: None,
             active_turn_id: None,

@@ -8,7 +8,7 @@ use cursor_runner_activity::{ActivityPayload, Redactor};
 use cursor_runner_domain::error::EngineError;
 use cursor_runner_domain::settlement::Loss;
 use cursor_runner_domain::state::ExecutionState;
-use cursor_runner_store::{ExecutionRecord, InteractionRecord, TurnRecord, Write};
+use cursor_runner_store::{ExecutionRecord, InteractionRecord, TurnId, TurnRecord, Write};
 
 use crate::turn_row;
 use crate::{execution_row, interaction_row};
@@ -23,7 +23,7 @@ pub(crate) struct LiveTurn {
 pub(crate) struct Settlement {
     pub(crate) writes: Vec<Write>,
     /// In the order they are exposed: each interaction's end, then the turn's.
-    pub(crate) events: Vec<(Option<String>, ActivityPayload)>,
+    pub(crate) events: Vec<(Option<TurnId>, ActivityPayload)>,
     /// The execution's row as the batch writes it.
     pub(crate) execution: ExecutionRecord,
     /// The turn's row as the batch writes it.
@@ -107,7 +107,7 @@ mod tests {
             id: "exec-1".into(),
             tenant_id: "t".into(),
             state: ExecutionState::Ready,
-            generation: 1,
+            generation: cursor_runner_store::Generation::FIRST,
             ..Default::default()
         };
         store.insert_execution(&execution).await.unwrap();
@@ -115,7 +115,7 @@ mod tests {
             id: "turn-1".into(),
             execution_id: execution.id.clone(),
             tenant_id: "t".into(),
-            generation: 1,
+            generation: cursor_runner_store::Generation::FIRST,
             turn_number: 1,
             state: TurnState::Running,
             started_at_ms: NOW - 5_000,
@@ -174,7 +174,12 @@ mod tests {
         )
         .unwrap();
         let head = store.head_sequence("exec-1").await.unwrap();
-        let mut events = EventWriter::new(store.clone(), "exec-1".into(), 1, head);
+        let mut events = EventWriter::new(
+            store.clone(),
+            "exec-1".into(),
+            cursor_runner_store::Generation::FIRST,
+            head,
+        );
         events.commit(settled.writes, settled.events).await.unwrap()
     }
 
@@ -235,7 +240,12 @@ mod tests {
         .unwrap();
         assert!(settle_restarted(&store).await);
         // A second settler that read the rows before the first committed.
-        let mut events = EventWriter::new(store.clone(), "exec-1".into(), 1, 0);
+        let mut events = EventWriter::new(
+            store.clone(),
+            "exec-1".into(),
+            cursor_runner_store::Generation::FIRST,
+            0,
+        );
         assert!(!events.commit(stale.writes, stale.events).await.unwrap());
         assert_eq!(
             store.head_sequence("exec-1").await.unwrap(),

@@ -42,7 +42,7 @@ pub(crate) fn settled(
         _ => None,
     }));
     let settled = TurnSettled {
-        turn_id: record.id.clone(),
+        turn_id: record.id.to_string(),
         stop_reason,
         failure_reason: failure,
         message,

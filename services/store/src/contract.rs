@@ -99,7 +99,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The one execution and generation a group of events belongs to (`None`: no events);
 /// refused when they mix executions or generations.
-pub(crate) fn one_execution_and_generation(events: &[EventRecord]) -> StoreResult<Option<(&str, i64)>> {
+pub(crate) fn one_execution_and_generation(events: &[EventRecord]) -> StoreResult<Option<(&str, Generation)>> {
     let Some(first) = events.first() else {
         return Ok(None);
     };
@@ -228,7 +228,7 @@ pub trait Store: Send + Sync + 'static {
     /// execution) moves the generation from `expected` to `expected + 1`, and the
     /// execution to this replica's incarnation; every write still carrying `expected` is
     /// refused from then on. False if it had moved already.
-    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool>;
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: Generation) -> StoreResult<bool>;
     async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>>;
     /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
     async fn list_executions(
@@ -240,7 +240,7 @@ pub trait Store: Send + Sync + 'static {
     /// Moves a live execution at `generation` from incarnation `from`, whose lease has ended,
     /// to this one, leaving its generation (a successor settles what it left). False if it
     /// is not `from`'s at that generation, or `from`'s lease is live.
-    async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool>;
+    async fn claim_execution(&self, execution_id: &str, generation: Generation, from: &str) -> StoreResult<bool>;
     /// The live executions `owner_incarnation` owns (at start-up: those a predecessor left).
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>>;
     /// The incarnations other than this one (and the pre-scale-out one) whose lease has

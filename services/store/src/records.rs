@@ -6,6 +6,7 @@
 //! `sql::rows`.
 
 use cursor_runner_activity::{InteractionKind, UsageReported};
+pub use cursor_runner_domain::ids::{ExecutionId, Generation, InteractionId, TurnId};
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
@@ -20,13 +21,13 @@ pub struct IdempotencyKey {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecutionRecord {
-    pub id: String,
+    pub id: ExecutionId,
     pub tenant_id: String,
     pub state: ExecutionState,
-    pub generation: i64,
+    pub generation: Generation,
     pub workspace: String,
     pub session_id: Option<String>,
-    pub active_turn_id: Option<String>,
+    pub active_turn_id: Option<TurnId>,
     pub turn_count: i64,
     pub pid: Option<i64>,
     pub exit_code: Option<i64>,
@@ -55,10 +56,10 @@ pub struct ExecutionRecord {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnRecord {
-    pub id: String,
-    pub execution_id: String,
+    pub id: TurnId,
+    pub execution_id: ExecutionId,
     pub tenant_id: String,
-    pub generation: i64,
+    pub generation: Generation,
     pub turn_number: i64,
     pub state: TurnState,
     pub stop_reason: Option<String>,
@@ -75,11 +76,11 @@ pub struct TurnRecord {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct InteractionRecord {
-    pub id: String,
-    pub execution_id: String,
+    pub id: InteractionId,
+    pub execution_id: ExecutionId,
     pub tenant_id: String,
-    pub generation: i64,
-    pub turn_id: String,
+    pub generation: Generation,
+    pub turn_id: TurnId,
     /// The agent's JSON-RPC id, JSON-encoded (`0`, `"abc"`).
     pub native_request_id: String,
     pub kind: InteractionKind,
@@ -101,10 +102,12 @@ pub struct InteractionRecord {
 
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct EventRecord {
-    pub execution_id: String,
+    #[sqlx(try_from = "String")]
+    pub execution_id: ExecutionId,
     pub sequence: i64,
     pub event_id: String,
-    pub generation: i64,
+    #[sqlx(try_from = "i64")]
+    pub generation: Generation,
     pub turn_id: Option<String>,
     pub item_id: Option<String>,
     pub event_type: String,
@@ -122,8 +125,10 @@ pub struct SessionCheckpoint {
     pub tenant_id: String,
     pub session_id: String,
     /// The execution (and its generation, and its turns settled) the state is of.
-    pub execution_id: String,
-    pub generation: i64,
+    #[sqlx(try_from = "String")]
+    pub execution_id: ExecutionId,
+    #[sqlx(try_from = "i64")]
+    pub generation: Generation,
     pub turn_count: i64,
     /// How `body` is packed (`tar+gzip/1`).
     pub format: String,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use cursor_runner_acp::{AcpConnection, AgentRequest, RpcError};
 use cursor_runner_activity::*;
-use cursor_runner_store::{ExecutionRecord, InteractionRecord, Store, TurnRecord};
+use cursor_runner_store::{ExecutionRecord, InteractionId, InteractionRecord, Store, TurnRecord};
 use cursor_runner_supervisor::workspace_watch::WatchGuard;
 use cursor_runner_supervisor::{AgentProcess, ExitProof};
 use serde_json::Value;
@@ -198,7 +198,7 @@ pub(super) async fn respond(request: AgentRequest, result: Result<Value, RpcErro
 /// The interactions this actor holds pending, each listed in the replica's [`Answerable`]
 /// while it is here.
 pub(super) struct PendingInteractions {
-    live: HashMap<String, LiveInteraction>,
+    live: HashMap<InteractionId, LiveInteraction>,
     answerable: Answerable,
 }
 
@@ -222,7 +222,7 @@ impl PendingInteractions {
         self.live.remove(id)
     }
 
-    pub(super) fn ids(&self) -> Vec<String> {
+    pub(super) fn ids(&self) -> Vec<InteractionId> {
         self.live.keys().cloned().collect()
     }
 

@@ -2,7 +2,7 @@
 
 use cursor_runner_acp::{AgentMessage, AgentRequest, MalformedParams, RpcError};
 use cursor_runner_activity::*;
-use cursor_runner_store::{InteractionRecord, StoreError, now_ms};
+use cursor_runner_store::{Generation, InteractionId, InteractionRecord, StoreError, now_ms};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -144,7 +144,7 @@ impl Actor {
         let now = self.now();
         let record = InteractionRecord {
             etag: etag(&id, self.record.generation, &turn.id),
-            id,
+            id: id.into(),
             execution_id: self.record.id.clone(),
             tenant_id: self.record.tenant_id.clone(),
             generation: self.record.generation,
@@ -163,10 +163,10 @@ impl Actor {
             updated_at_ms: now.ms,
         };
         let created = ActivityPayload::RuntimeRequestCreated(RuntimeRequestCreated {
-            interaction_id: record.id.clone(),
+            interaction_id: record.id.to_string(),
             kind: persisted.kind(),
             etag: record.etag.clone(),
-            turn_id: turn.id.clone(),
+            turn_id: turn.id.to_string(),
             request: record.request.clone(),
             tool_call_known,
             child_id: child.map(|c| c.child_id),
@@ -345,7 +345,7 @@ impl Actor {
     /// settles; the control plane asks the human durably and continues with a new turn.
     pub(super) async fn on_handoff_due(&mut self) -> Result<Ending, EngineError> {
         let now = Instant::now();
-        let due: Vec<String> = self
+        let due: Vec<InteractionId> = self
             .pending
             .values()
             .filter(|live| live.interaction.handoff_at() <= now)
@@ -374,7 +374,7 @@ fn deliver_span(record: &InteractionRecord, answered_by: &str) -> tracing::Span 
         "interaction.deliver",
         interaction_id = %record.id,
         kind = %record.kind,
-        generation = record.generation,
+        generation = record.generation.get(),
         turn_id = %record.turn_id,
         answered_by,
     )
@@ -386,13 +386,13 @@ fn open_span(record: &InteractionRecord) -> tracing::Span {
         "interaction.open",
         interaction_id = %record.id,
         kind = %record.kind,
-        generation = record.generation,
+        generation = record.generation.get(),
         turn_id = %record.turn_id,
     )
 }
 
 /// An opaque token naming the interaction's fence (execution generation and turn).
-fn etag(interaction_id: &str, generation: i64, turn_id: &str) -> String {
+fn etag(interaction_id: &str, generation: Generation, turn_id: &str) -> String {
     let digest = Sha256::digest(format!("{interaction_id}|{generation}|{turn_id}").as_bytes());
     hex::encode(&digest[..12])
 }

@@ -110,7 +110,7 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
                     Some(ActivityPayload::SessionLoaded(SessionLoaded {
                         session_id: session_id.clone(),
                         recovery: *recovery,
-                        generation: record.generation,
+                        generation: record.generation.get(),
                         replayed_updates_suppressed: replayed,
                     })),
                 ),

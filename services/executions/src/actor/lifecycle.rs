@@ -3,7 +3,7 @@
 use cursor_runner_acp::methods;
 use cursor_runner_acp::schema;
 use cursor_runner_activity::*;
-use cursor_runner_store::{ExecutionRecord, Patience, StoreError, Write, now_ms};
+use cursor_runner_store::{ExecutionRecord, Patience, StoreError, TurnId, Write, now_ms};
 use cursor_runner_supervisor::ExitProof;
 
 use crate::execution_row;
@@ -237,7 +237,7 @@ impl Actor {
         &mut self,
         what: &'static str,
         writes: Vec<Write>,
-        events: Vec<(Option<String>, ActivityPayload)>,
+        events: Vec<(Option<TurnId>, ActivityPayload)>,
     ) -> Result<(), EngineError> {
         if !self.events.commit(writes, events).await? {
             self.events.refused_by_fence(what);
@@ -270,7 +270,7 @@ impl Actor {
     pub(super) async fn stop_fenced(&mut self) {
         tracing::warn!(
             execution_id = %self.record.id,
-            generation = self.record.generation,
+            generation = self.record.generation.get(),
             "this replica no longer owns the execution (its generation moved on or its lease ended); stopping this agent"
         );
         self.process.census_descendants();

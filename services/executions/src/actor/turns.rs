@@ -5,7 +5,7 @@ use std::time::Duration;
 use cursor_runner_acp::methods;
 use cursor_runner_acp::{AcpError, schema};
 use cursor_runner_activity::*;
-use cursor_runner_store::{TurnRecord, Write, now_ms};
+use cursor_runner_store::{TurnId, TurnRecord, Write, now_ms};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -174,7 +174,7 @@ impl Actor {
     ) -> Result<TurnRecord, EngineError> {
         let turn_number = self.record.turn_count + 1;
         let record = TurnRecord {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: uuid::Uuid::now_v7().to_string().into(),
             execution_id: self.record.id.clone(),
             tenant_id: self.record.tenant_id.clone(),
             generation: self.record.generation,
@@ -194,7 +194,7 @@ impl Actor {
         next.active_turn_id = Some(record.id.clone());
         let (execution, stored) = self.execution_write(&mut next)?;
         let started = ActivityPayload::TurnStarted(TurnStarted {
-            turn_id: record.id.clone(),
+            turn_id: record.id.to_string(),
             turn_number,
             prompt_chars: prompt.text_chars(),
         });
@@ -220,7 +220,7 @@ impl Actor {
         let span = tracing::info_span!(
             "turn",
             execution_id = %self.record.id,
-            generation = self.record.generation,
+            generation = self.record.generation.get(),
             turn_id = %record.id,
             turn_number,
         );
@@ -256,7 +256,7 @@ impl Actor {
     /// `session/cancel`, then every pending interaction of the turn is answered
     /// `cancelled` and recorded with `reason`; the turn settles when the prompt returns.
     /// The running turn's id, unless it is being cancelled already.
-    pub(super) fn running_turn_id(&self) -> Option<String> {
+    pub(super) fn running_turn_id(&self) -> Option<TurnId> {
         self.turn
             .as_ref()
             .filter(|t| t.lifecycle.phase().is_running())

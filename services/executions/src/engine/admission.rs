@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use cursor_runner_activity::ActivityPayload;
-use cursor_runner_store::{ExecutionRecord, now_ms};
+use cursor_runner_store::{ExecutionRecord, Generation, now_ms};
 use cursor_runner_supervisor::BoundCredential;
 
 use crate::credential::{CredentialBinding, redactor_for};
@@ -218,11 +218,11 @@ impl Engine {
             .await?;
         let now = now_ms();
         let record = ExecutionRecord {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: uuid::Uuid::now_v7().to_string().into(),
             tenant_id: tenant_id.to_owned(),
             state: ExecutionState::Starting,
             // The first lease; each later lease (recovery) advances it.
-            generation: 1,
+            generation: Generation::FIRST,
             workspace,
             session_id: None,
             active_turn_id: None,
@@ -251,7 +251,7 @@ impl Engine {
         let span = tracing::info_span!(
             "execution.start",
             execution_id = %record.id,
-            generation = record.generation,
+            generation = record.generation.get(),
             slot_id = tracing::field::Empty,
             warm = tracing::field::Empty,
         );
@@ -427,7 +427,7 @@ impl Engine {
                 "the execution was recovered concurrently",
             ));
         }
-        record.generation += 1;
+        record.generation = record.generation.next();
         let recorded = record.state;
         record.state = ExecutionState::Starting;
         record.pid = None;
@@ -446,7 +446,7 @@ impl Engine {
         let span = tracing::info_span!(
             "execution.start",
             execution_id = %record.id,
-            generation = record.generation,
+            generation = record.generation.get(),
             slot_id = tracing::field::Empty,
             warm = tracing::field::Empty,
         );

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cursor_runner_store::{ExecutionRecord, InteractionQuery, InteractionRecord, TurnRecord};
+use cursor_runner_store::{ExecutionId, ExecutionRecord, InteractionQuery, InteractionRecord, TurnRecord};
 
 use crate::actor::{Command, ConfigChange, Reply};
 use crate::attempts::UsageTotal;
@@ -64,7 +64,7 @@ impl Engine {
         let limit = page_limit(page_size)?;
         let after = id_token(page_token)?;
         let page = self.store.list_executions(tenant_id, after, limit).await?;
-        let next = next_token(&page, limit, |e| &e.id);
+        let next = next_token(&page, limit, |e| e.id.as_str());
         Ok((page, next))
     }
 
@@ -283,13 +283,13 @@ impl Engine {
                 limit,
             })
             .await?;
-        let next = next_token(&page, limit, |i| &i.id);
+        let next = next_token(&page, limit, |i| i.id.as_str());
         Ok((page, next))
     }
 
     /// The execution whose actor here holds the tenant's interaction pending: an answer to it
     /// needs no read to find its way ([`AnswerTarget::PendingHere`]).
-    pub fn pending_here(&self, tenant_id: &str, interaction_id: &str) -> Option<String> {
+    pub fn pending_here(&self, tenant_id: &str, interaction_id: &str) -> Option<ExecutionId> {
         self.answerable.execution_of(tenant_id, interaction_id)
     }
 
@@ -409,9 +409,9 @@ fn not_a_page_token() -> EngineError {
     EngineError::invalid(Reason::InvalidArgument, "page_token is not one this call returned")
 }
 
-fn next_token<T>(page: &[T], limit: i64, id: impl Fn(&T) -> &String) -> String {
+fn next_token<T>(page: &[T], limit: i64, id: impl Fn(&T) -> &str) -> String {
     if page.len() as i64 == limit {
-        page.last().map(|last| id(last).clone()).unwrap_or_default()
+        page.last().map(|last| id(last).to_owned()).unwrap_or_default()
     } else {
         String::new()
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_store::{EventRecord, ExecutionRecord, IdempotencyKey, InteractionRecord, Store};
+use cursor_runner_store::{EventRecord, ExecutionId, ExecutionRecord, IdempotencyKey, InteractionRecord, Store};
 
 use crate::credential::CredentialBinding;
 use cursor_runner_activity::Redactor;
@@ -79,7 +79,7 @@ pub enum AnswerTarget {
     /// to [`Engine::route`] the call.
     Read(Box<InteractionRecord>),
     /// Held pending by an actor here ([`Engine::pending_here`]): no row was read.
-    PendingHere { execution_id: String },
+    PendingHere { execution_id: ExecutionId },
 }
 
 /// One item of an event stream.
@@ -125,7 +125,7 @@ pub struct Engine {
     /// Sessions a load or recovery is opening now (`sessions::SessionClaim`).
     pub(super) opening_sessions: OpeningSessions,
     pub(super) config: Arc<EngineConfig>,
-    pub(super) executions: Arc<Mutex<HashMap<String, ExecutionHandle>>>,
+    pub(super) executions: Arc<Mutex<HashMap<ExecutionId, ExecutionHandle>>>,
     pub(super) in_flight: Mutex<HashMap<IdempotencyKey, (String, InFlight)>>,
     /// Flips to true when the service starts shutting down: open streams end.
     pub(super) closing_streams: watch::Sender<bool>,

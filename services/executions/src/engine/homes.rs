@@ -97,7 +97,7 @@ mod tests {
     fn ended(turn_count: i64) -> ExecutionRecord {
         ExecutionRecord {
             id: "e1".into(),
-            generation: 2,
+            generation: cursor_runner_store::Generation::new(2),
             turn_count,
             updated_at_ms: 1_000,
             ..Default::default()
@@ -107,7 +107,7 @@ mod tests {
     fn checkpoint(execution_id: &str, generation: i64, turn_count: i64, taken_at_ms: i64) -> SessionCheckpoint {
         SessionCheckpoint {
             execution_id: execution_id.into(),
-            generation,
+            generation: generation.into(),
             turn_count,
             taken_at_ms,
             ..Default::default()

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_store::Store;
+use cursor_runner_store::{ExecutionId, Store};
 
 use tokio::sync::{mpsc, watch};
 
@@ -157,7 +157,7 @@ impl Engine {
 /// database's announcement of another replica's commit (`heads`).
 struct Tail {
     store: Arc<dyn Store>,
-    execution_id: String,
+    execution_id: ExecutionId,
     cursor: i64,
     head: watch::Receiver<i64>,
     /// Keeps the execution's head on the bus while this stream lives.
@@ -287,7 +287,7 @@ mod tests {
             execution_id: EXECUTION.into(),
             sequence,
             event_id: format!("event-{sequence}"),
-            generation: 1,
+            generation: cursor_runner_store::Generation::FIRST,
             event_type: "item.delta".into(),
             payload: "{}".into(),
             ..Default::default()
@@ -300,7 +300,7 @@ mod tests {
             id: EXECUTION.into(),
             tenant_id: "t".into(),
             state: ExecutionState::Ready,
-            generation: 1,
+            generation: cursor_runner_store::Generation::FIRST,
             ..Default::default()
         };
         store.insert_execution(&execution).await.unwrap();
@@ -421,7 +421,13 @@ mod tests {
         let mut stream = subscribe(&store, 0, 1);
         stream.sequences_until_caught_up().await;
         // A recovery's writer, or another replica's commit announced by the database.
-        let mut writer = EventWriter::new(store.clone(), EXECUTION.into(), 1, 1).with_heads(&stream.bus);
+        let mut writer = EventWriter::new(
+            store.clone(),
+            EXECUTION.into(),
+            cursor_runner_store::Generation::FIRST,
+            1,
+        )
+        .with_heads(&stream.bus);
         writer
             .emit(
                 None,

@@ -15,7 +15,7 @@ use cursor_runner_activity::{ActivityPayload, InteractionKind, Redactor, Runtime
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest, cancelled_result};
 use cursor_runner_domain::state::{Delivery, InteractionState};
-use cursor_runner_store::{InteractionRecord, StoreError, Write};
+use cursor_runner_store::{InteractionRecord, StoreError, TurnId, Write};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -90,7 +90,7 @@ pub(crate) enum Input {
 pub(crate) enum Effect {
     Commit {
         writes: Vec<Write>,
-        events: Vec<(Option<String>, ActivityPayload)>,
+        events: Vec<(Option<TurnId>, ActivityPayload)>,
     },
     /// Answer the agent's request (the handle stays with the runtime).
     Respond(Value),
@@ -422,9 +422,9 @@ impl Interaction {
             settled.state = InteractionState::Delivered;
             settled.delivery = Some(Delivery::PipeWritten);
             let resolved = ActivityPayload::RuntimeRequestResolved(RuntimeRequestResolved {
-                interaction_id: settled.id.clone(),
+                interaction_id: settled.id.to_string(),
                 kind: settled.kind,
-                turn_id: settled.turn_id.clone(),
+                turn_id: settled.turn_id.to_string(),
                 outcome,
                 delivery: "pipe_written".into(),
                 answered_by: answered_by.as_str().into(),

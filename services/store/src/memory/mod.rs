@@ -187,12 +187,12 @@ impl Store for MemoryStore {
             |t| Ok(t.update_execution(expected_state, execution)),
         )
     }
-    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: Generation) -> StoreResult<bool> {
         self.owner_write("advance_generation", |t| {
             Ok(t.advance_generation(tenant_id, execution_id, expected))
         })
     }
-    async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
+    async fn claim_execution(&self, execution_id: &str, generation: Generation, from: &str) -> StoreResult<bool> {
         let from_live = self.replicas.lock().lease_live(from);
         self.owner_write("claim_execution", |t| {
             Ok(t.claim_execution(execution_id, generation, from, from_live))

@@ -11,11 +11,11 @@ use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 #[derive(Clone, Default)]
 pub(super) struct Tables {
-    executions: BTreeMap<String, ExecutionRecord>,
-    turns: BTreeMap<String, TurnRecord>,
-    interactions: BTreeMap<String, InteractionRecord>,
+    executions: BTreeMap<ExecutionId, ExecutionRecord>,
+    turns: BTreeMap<TurnId, TurnRecord>,
+    interactions: BTreeMap<InteractionId, InteractionRecord>,
     /// By (execution id, sequence): the primary key, in read order.
-    events: BTreeMap<(String, i64), EventRecord>,
+    events: BTreeMap<(ExecutionId, i64), EventRecord>,
     /// Every kept event's id (unique across executions).
     event_ids: HashSet<String>,
     idempotency: HashMap<IdempotencyKey, IdempotencyRow>,
@@ -162,7 +162,7 @@ impl Tables {
     }
 
     /// `OWNED(execution, generation)`, like the SQL predicate.
-    fn owned(&self, execution_id: &str, generation: i64) -> bool {
+    fn owned(&self, execution_id: &str, generation: Generation) -> bool {
         self.executions.get(execution_id).map(|e| e.generation) == Some(generation) && self.owner_is_me(execution_id)
     }
 
@@ -174,7 +174,7 @@ impl Tables {
             return Err(StoreError::Duplicate);
         }
         self.executions.insert(e.id.clone(), e.clone());
-        self.owners.insert(e.id.clone(), self.me.clone());
+        self.owners.insert(e.id.to_string(), self.me.clone());
         Ok(())
     }
 
@@ -213,13 +213,13 @@ impl Tables {
         true
     }
 
-    pub(super) fn advance_generation(&mut self, tenant_id: &str, execution_id: &str, expected: i64) -> bool {
+    pub(super) fn advance_generation(&mut self, tenant_id: &str, execution_id: &str, expected: Generation) -> bool {
         if !self.my_lease_live() {
             return false;
         }
         match self.executions.get_mut(execution_id) {
             Some(row) if row.tenant_id == tenant_id && row.generation == expected => {
-                row.generation += 1;
+                row.generation = row.generation.next();
                 self.owners.insert(execution_id.to_owned(), self.me.clone());
                 true
             }
@@ -307,7 +307,13 @@ impl Tables {
     }
 
     /// Like the SQL claim: a live execution of `from`, whose lease has ended, becomes `me`'s.
-    pub(super) fn claim_execution(&mut self, execution_id: &str, generation: i64, from: &str, from_live: bool) -> bool {
+    pub(super) fn claim_execution(
+        &mut self,
+        execution_id: &str,
+        generation: Generation,
+        from: &str,
+        from_live: bool,
+    ) -> bool {
         let claimable = self
             .executions
             .get(execution_id)
@@ -550,7 +556,7 @@ impl Tables {
     ) -> impl DoubleEndedIterator<Item = &'a EventRecord> {
         let (from, to) = range.into_inner();
         self.events
-            .range((execution_id.to_owned(), from)..=(execution_id.to_owned(), to))
+            .range((ExecutionId::from(execution_id), from)..=(ExecutionId::from(execution_id), to))
             .map(|(_, e)| e)
     }
 
@@ -575,7 +581,7 @@ impl Tables {
     }
 
     pub(super) fn prune_events(&mut self, execution_id: &str, through: i64, emitted_before_ms: i64, limit: i64) -> u64 {
-        let doomed: Vec<(String, i64)> = self
+        let doomed: Vec<(ExecutionId, i64)> = self
             .events_of(execution_id, i64::MIN..=through)
             .filter(|e| e.emitted_at_ms < emitted_before_ms)
             .take(take(limit))
@@ -594,7 +600,7 @@ impl Tables {
             .values()
             .filter(|e| e.acked_sequence > 0 && e.id.as_str() > after_id.unwrap_or(""))
             .take(take(limit))
-            .map(|e| (e.id.clone(), e.acked_sequence))
+            .map(|e| (e.id.to_string(), e.acked_sequence))
             .collect()
     }
 

@@ -14,10 +14,10 @@ macro_rules! append_events_on {
             "INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) SELECT * FROM (",
         );
         builder.push_values($events, |mut row, e: &$crate::records::EventRecord| {
-            row.push_bind(&e.execution_id)
+            row.push_bind(e.execution_id.as_str())
                 .push_bind(e.sequence)
                 .push_bind(&e.event_id)
-                .push_bind(e.generation)
+                .push_bind(e.generation.get())
                 .push_bind(&e.turn_id)
                 .push_bind(&e.item_id)
                 .push_bind(&e.event_type)

@@ -20,7 +20,7 @@ macro_rules! update_execution_on {
         sqlx::query(sqlx::AssertSqlSafe($sql.update_execution.as_str()))
             .bind(e.state.as_str())
             .bind(&e.session_id)
-            .bind(&e.active_turn_id)
+            .bind(e.active_turn_id.as_deref())
             .bind(e.turn_count)
             .bind(e.pid)
             .bind(e.exit_code)
@@ -32,8 +32,8 @@ macro_rules! update_execution_on {
             .bind($crate::sql::rows::config_text(&e.session_config))
             .bind(&e.credential_name)
             .bind(e.active_ms)
-            .bind(&e.id)
-            .bind(e.generation)
+            .bind(e.id.as_str())
+            .bind(e.generation.get())
             .bind($expected_state.as_str())
             .bind($me)
             .execute($executor)
@@ -48,13 +48,13 @@ impl SqlStore {
         let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
         let (outcome, retried) = on_pool!(@owner_write self, |pool| {
             sqlx::query(sqlx::AssertSqlSafe(sql.insert_execution.as_str()))
-        .bind(&e.id)
+        .bind(e.id.as_str())
         .bind(&e.tenant_id)
         .bind(e.state.as_str())
-        .bind(e.generation)
+        .bind(e.generation.get())
         .bind(&e.workspace)
         .bind(&e.session_id)
-        .bind(&e.active_turn_id)
+        .bind(e.active_turn_id.as_deref())
         .bind(e.turn_count)
         .bind(e.pid)
         .bind(e.exit_code)
@@ -252,14 +252,14 @@ impl SqlStore {
         &self,
         tenant_id: &str,
         execution_id: &str,
-        expected: i64,
+        expected: Generation,
     ) -> StoreResult<bool> {
         let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
         let (outcome, _) = on_pool!(@owner_write self, |pool| {
             sqlx::query(sqlx::AssertSqlSafe(sql.advance_generation.as_str()))
             .bind(tenant_id)
             .bind(execution_id)
-            .bind(expected)
+            .bind(expected.get())
             // The new lease's process is this replica's.
             .bind(self.shared.identity.me())
             .bind(me)
@@ -270,7 +270,12 @@ impl SqlStore {
         Ok(outcome? == 1)
     }
 
-    pub(super) async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
+    pub(super) async fn claim_execution(
+        &self,
+        execution_id: &str,
+        generation: Generation,
+        from: &str,
+    ) -> StoreResult<bool> {
         let sql = &self.shared.statements;
         let (outcome, retried) = on_pool!(@owner_write self, |pool| {
             let mut tx = pool.begin().await?;
@@ -279,7 +284,7 @@ impl SqlStore {
             }
             let claimed = sqlx::query(sqlx::AssertSqlSafe(sql.claim_execution.as_str()))
                 .bind(execution_id)
-                .bind(generation)
+                .bind(generation.get())
                 .bind(self.shared.identity.me())
                 .bind(from)
                 .execute(&mut *tx)
@@ -305,12 +310,12 @@ impl SqlStore {
     }
 
     /// The owner of an execution at `generation`, to tell whether a retried claim had landed.
-    async fn owner_at(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
+    async fn owner_at(&self, id: &str, generation: Generation) -> StoreResult<Option<String>> {
         let row: Option<(String,)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT owner_incarnation FROM executions WHERE id = $1 AND generation = $2"
         )
         .bind(id)
-        .bind(generation)
+        .bind(generation.get())
         .fetch_optional(pool)
         .await?);
         Ok(row.map(|(owner,)| owner))
@@ -318,12 +323,12 @@ impl SqlStore {
 
     /// An execution's state and update time at `generation`, to tell whether a retried
     /// update had landed.
-    pub(super) async fn execution_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+    pub(super) async fn execution_state(&self, id: &str, generation: Generation) -> StoreResult<Option<(String, i64)>> {
         Ok(on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, updated_at_ms FROM executions WHERE id = $1 AND generation = $2"
         )
         .bind(id)
-        .bind(generation)
+        .bind(generation.get())
         .fetch_optional(pool)
         .await?))
     }

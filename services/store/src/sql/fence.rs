@@ -6,6 +6,8 @@
 //! fenced by generation only. The clock and the lock are the only SQL text the backends do
 //! not share; the statements are built once per store.
 
+use cursor_runner_domain::ids::Generation;
+
 /// `DB_NOW_MS`, the one lease clock, per backend. Truncated to the millisecond, as the
 /// store's `now_ms` is: a cast to `BIGINT` would round, putting the database up to half a
 /// millisecond ahead of a process reading the same clock.
@@ -177,7 +179,7 @@ impl Statements {
         &self,
         builder: &mut sqlx::QueryBuilder<DB>,
         execution_id: &'t str,
-        generation: i64,
+        generation: Generation,
         me: Option<&'t str>,
     ) where
         &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
@@ -189,7 +191,7 @@ impl Statements {
             .push("EXISTS (SELECT 1 FROM executions e WHERE e.id = ")
             .push_bind(execution_id)
             .push(" AND e.generation = ")
-            .push_bind(generation)
+            .push_bind(generation.get())
             .push(" AND (")
             .push_bind(me)
             .push(" IS NULL OR (e.owner_incarnation = ")

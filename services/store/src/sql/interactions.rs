@@ -21,8 +21,8 @@ macro_rules! transition_interaction_on {
             .bind(i.delivery.map(|d| d.as_str()))
             .bind(i.replay_allowed)
             .bind(i.updated_at_ms)
-            .bind(&i.id)
-            .bind(i.generation)
+            .bind(i.id.as_str())
+            .bind(i.generation.get())
             .bind($expected_state.as_str())
             .bind($me)
             .execute($executor)
@@ -38,11 +38,11 @@ macro_rules! insert_interaction_on {
     ($executor:expr, $sql:expr, $i:expr, $me:expr) => {{
         let i: &$crate::records::InteractionRecord = $i;
         sqlx::query(sqlx::AssertSqlSafe($sql.insert_interaction.as_str()))
-            .bind(&i.id)
-            .bind(&i.execution_id)
+            .bind(i.id.as_str())
+            .bind(i.execution_id.as_str())
             .bind(&i.tenant_id)
-            .bind(i.generation)
-            .bind(&i.turn_id)
+            .bind(i.generation.get())
+            .bind(i.turn_id.as_str())
             .bind(&i.native_request_id)
             .bind(i.kind.as_str())
             .bind(i.state.as_str())
@@ -116,12 +116,16 @@ impl SqlStore {
 
     /// An interaction's state and update time at `generation`, to tell whether a retried
     /// transition had landed (the time tells this transition from an earlier one).
-    pub(super) async fn interaction_state(&self, id: &str, generation: i64) -> StoreResult<Option<(String, i64)>> {
+    pub(super) async fn interaction_state(
+        &self,
+        id: &str,
+        generation: Generation,
+    ) -> StoreResult<Option<(String, i64)>> {
         Ok(on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, updated_at_ms FROM interactions WHERE id = $1 AND generation = $2"
         )
         .bind(id)
-        .bind(generation)
+        .bind(generation.get())
         .fetch_optional(pool)
         .await?))
     }

@@ -110,7 +110,7 @@ impl Store for SqlStore {
     async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool> {
         SqlStore::update_execution(self, expected_state, execution).await
     }
-    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: i64) -> StoreResult<bool> {
+    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: Generation) -> StoreResult<bool> {
         SqlStore::advance_generation(self, tenant_id, execution_id, expected).await
     }
     async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
@@ -124,7 +124,7 @@ impl Store for SqlStore {
     ) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_executions(self, tenant_id, after_id, limit).await
     }
-    async fn claim_execution(&self, execution_id: &str, generation: i64, from: &str) -> StoreResult<bool> {
+    async fn claim_execution(&self, execution_id: &str, generation: Generation, from: &str) -> StoreResult<bool> {
         SqlStore::claim_execution(self, execution_id, generation, from).await
     }
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {

@@ -3,6 +3,7 @@
 //! cannot read is taken as absent, as every reader of it did before it was typed.
 
 use cursor_runner_activity::{InteractionKind, UsageReported};
+use cursor_runner_domain::ids::Generation;
 use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
@@ -44,13 +45,13 @@ pub(super) struct ExecutionRow {
 impl From<ExecutionRow> for ExecutionRecord {
     fn from(row: ExecutionRow) -> Self {
         Self {
-            id: row.id,
+            id: row.id.into(),
             tenant_id: row.tenant_id,
             state: row.state,
-            generation: row.generation,
+            generation: Generation::new(row.generation),
             workspace: row.workspace,
             session_id: row.session_id,
-            active_turn_id: row.active_turn_id,
+            active_turn_id: row.active_turn_id.map(Into::into),
             turn_count: row.turn_count,
             pid: row.pid,
             exit_code: row.exit_code,
@@ -95,10 +96,10 @@ pub(super) struct TurnRow {
 impl From<TurnRow> for TurnRecord {
     fn from(row: TurnRow) -> Self {
         Self {
-            id: row.id,
-            execution_id: row.execution_id,
+            id: row.id.into(),
+            execution_id: row.execution_id.into(),
             tenant_id: row.tenant_id,
-            generation: row.generation,
+            generation: Generation::new(row.generation),
             turn_number: row.turn_number,
             state: row.state,
             stop_reason: row.stop_reason,
@@ -140,11 +141,11 @@ pub(super) struct InteractionRow {
 impl From<InteractionRow> for InteractionRecord {
     fn from(row: InteractionRow) -> Self {
         Self {
-            id: row.id,
-            execution_id: row.execution_id,
+            id: row.id.into(),
+            execution_id: row.execution_id.into(),
             tenant_id: row.tenant_id,
-            generation: row.generation,
-            turn_id: row.turn_id,
+            generation: Generation::new(row.generation),
+            turn_id: row.turn_id.into(),
             native_request_id: row.native_request_id,
             kind: row.kind,
             state: row.state,

@@ -20,8 +20,8 @@ macro_rules! settle_turn_on {
             .bind(&t.failure_message)
             .bind(t.ended_at_ms)
             .bind($crate::sql::rows::usage_text(&t.usage))
-            .bind(&t.id)
-            .bind(t.generation)
+            .bind(t.id.as_str())
+            .bind(t.generation.get())
             .bind($me)
             .execute($executor)
             .await?
@@ -36,10 +36,10 @@ macro_rules! insert_turn_on {
     ($executor:expr, $sql:expr, $t:expr, $me:expr) => {{
         let t: &$crate::records::TurnRecord = $t;
         sqlx::query(sqlx::AssertSqlSafe($sql.insert_turn.as_str()))
-            .bind(&t.id)
-            .bind(&t.execution_id)
+            .bind(t.id.as_str())
+            .bind(t.execution_id.as_str())
             .bind(&t.tenant_id)
-            .bind(t.generation)
+            .bind(t.generation.get())
             .bind(t.turn_number)
             .bind(t.state.as_str())
             .bind(&t.stop_reason)
@@ -114,12 +114,12 @@ impl SqlStore {
     }
 
     /// A turn's state at `generation`, to tell whether a retried settlement had landed.
-    pub(super) async fn turn_state(&self, id: &str, generation: i64) -> StoreResult<Option<String>> {
+    pub(super) async fn turn_state(&self, id: &str, generation: Generation) -> StoreResult<Option<String>> {
         let row: Option<(String,)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT state FROM turns WHERE id = $1 AND generation = $2"
         )
         .bind(id)
-        .bind(generation)
+        .bind(generation.get())
         .fetch_optional(pool)
         .await?);
         Ok(row.map(|(state,)| state))

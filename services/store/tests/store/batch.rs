@@ -124,7 +124,12 @@ async fn a_batch_with_one_stale_write_writes_nothing(store: Arc<dyn Store>) {
 
 async fn a_batch_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
-    assert!(store.advance_generation(TENANT, &e.id, 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, &e.id, Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert!(!store.commit(&settlement(&e, &t, &i)).await.unwrap());
     assert_eq!(
         rows_as_they_are(&*store, &e, &t, &i).await,
@@ -198,7 +203,12 @@ async fn a_batch_inserting_a_taken_identity_writes_nothing(store: Arc<dyn Store>
 
 async fn a_batch_insert_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>) {
     let (e, _) = execution_with_turn(&*store, "exec-1").await;
-    assert!(store.advance_generation(TENANT, &e.id, 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, &e.id, Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert!(!store.commit(&start_turn(&e, 0)).await.unwrap());
     assert_eq!(store.get_turn(TENANT, "turn-2").await.unwrap(), None);
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);

@@ -75,7 +75,12 @@ async fn an_event_id_is_used_once(store: Arc<dyn Store>) {
 async fn an_append_from_a_superseded_generation_is_fenced(store: Arc<dyn Store>) {
     store.insert_execution(&execution("exec-1")).await.unwrap();
     store.append_events(&events("exec-1", 1, 1..=2)).await.unwrap();
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert!(matches!(
         store.append_events(&events("exec-1", 1, 3..=4)).await,
         Err(StoreError::Fenced)

@@ -124,14 +124,19 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
 async fn update_execution_refuses_a_stale_generation(store: Arc<dyn Store>) {
     let e = execution("exec-1");
     store.insert_execution(&e).await.unwrap();
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     let stale = ExecutionRecord {
         state: ExecutionState::Lost,
         ..e.clone()
     };
     assert!(!store.update_execution(ExecutionState::Ready, &stale).await.unwrap());
     let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
-    assert_eq!((now.state.as_str(), now.generation), ("ready", 2));
+    assert_eq!((now.state.as_str(), now.generation.get()), ("ready", 2));
 }
 
 async fn update_execution_refuses_a_wrong_expected_state(store: Arc<dyn Store>) {
@@ -156,17 +161,45 @@ async fn update_execution_refuses_a_wrong_expected_state(store: Arc<dyn Store>) 
 
 async fn advance_generation_is_compare_and_set(store: Arc<dyn Store>) {
     store.insert_execution(&execution("exec-1")).await.unwrap();
-    assert!(!store.advance_generation(OTHER_TENANT, "exec-1", 1).await.unwrap());
-    assert!(!store.advance_generation(TENANT, "exec-1", 2).await.unwrap());
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
     assert!(
-        !store.advance_generation(TENANT, "exec-1", 1).await.unwrap(),
+        !store
+            .advance_generation(OTHER_TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .advance_generation(TENANT, "exec-1", Generation::new(2))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap(),
         "already moved"
     );
-    assert!(store.advance_generation(TENANT, "exec-1", 2).await.unwrap());
-    assert!(!store.advance_generation(TENANT, "no-such", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(2))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .advance_generation(TENANT, "no-such", Generation::new(1))
+            .await
+            .unwrap()
+    );
     let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
-    assert_eq!(now.generation, 3);
+    assert_eq!(now.generation, Generation::new(3));
 }
 
 async fn live_executions_of_an_owner_are_its_starting_ready_or_closing_ones(store: Arc<dyn Store>) {

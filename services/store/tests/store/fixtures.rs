@@ -15,10 +15,10 @@ pub const T0: i64 = 1_700_000_000_000;
 /// An execution `id` of [`TENANT`], `ready` at generation 1.
 pub fn execution(id: &str) -> ExecutionRecord {
     ExecutionRecord {
-        id: id.to_owned(),
+        id: id.into(),
         tenant_id: TENANT.to_owned(),
         state: ExecutionState::Ready,
-        generation: 1,
+        generation: Generation::FIRST,
         workspace: "/work/space".to_owned(),
         created_at_ms: T0,
         updated_at_ms: T0,
@@ -49,7 +49,7 @@ pub fn checkpoint(execution: &ExecutionRecord, session_id: &str, turn_count: i64
 /// Turn `number` (`id`) of `execution`, `running`.
 pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
     TurnRecord {
-        id: id.to_owned(),
+        id: id.into(),
         execution_id: execution.id.clone(),
         tenant_id: execution.tenant_id.clone(),
         generation: execution.generation,
@@ -68,7 +68,7 @@ pub fn turn(execution: &ExecutionRecord, id: &str, number: i64) -> TurnRecord {
 /// A `pending` question of `turn`, answering the agent's request `native`.
 pub fn interaction(turn: &TurnRecord, id: &str, native: &str) -> InteractionRecord {
     InteractionRecord {
-        id: id.to_owned(),
+        id: id.into(),
         execution_id: turn.execution_id.clone(),
         tenant_id: turn.tenant_id.clone(),
         generation: turn.generation,
@@ -90,12 +90,12 @@ pub fn interaction(turn: &TurnRecord, id: &str, native: &str) -> InteractionReco
 }
 
 /// Event `sequence` of `execution` at `generation`, emitted at `T0 + sequence`.
-pub fn event(execution_id: &str, generation: i64, sequence: i64) -> EventRecord {
+pub fn event(execution_id: &str, generation: impl Into<Generation>, sequence: i64) -> EventRecord {
     EventRecord {
-        execution_id: execution_id.to_owned(),
+        execution_id: execution_id.into(),
         sequence,
         event_id: format!("{execution_id}-event-{sequence}"),
-        generation,
+        generation: generation.into(),
         event_type: "item.delta".to_owned(),
         schema_version: 1,
         emitted_at_ms: T0 + sequence,
@@ -105,7 +105,12 @@ pub fn event(execution_id: &str, generation: i64, sequence: i64) -> EventRecord 
 }
 
 /// Events `sequences` of `execution_id` at `generation`.
-pub fn events(execution_id: &str, generation: i64, sequences: std::ops::RangeInclusive<i64>) -> Vec<EventRecord> {
+pub fn events(
+    execution_id: &str,
+    generation: impl Into<Generation>,
+    sequences: std::ops::RangeInclusive<i64>,
+) -> Vec<EventRecord> {
+    let generation = generation.into();
     sequences.map(|s| event(execution_id, generation, s)).collect()
 }
 

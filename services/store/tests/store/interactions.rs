@@ -77,9 +77,14 @@ async fn a_native_request_is_recorded_once_per_execution_generation(store: Arc<d
         Err(StoreError::Duplicate)
     ));
     // The next lease's agent numbers its requests afresh.
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     let next_lease = InteractionRecord {
-        generation: 2,
+        generation: Generation::new(2),
         ..interaction(&t, "int-2", "7")
     };
     store.insert_interaction(&next_lease).await.unwrap();
@@ -152,7 +157,12 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
     let (_, t) = execution_with_turn(&*store, "exec-1").await;
     let pending = interaction(&t, "int-1", "1");
     store.insert_interaction(&pending).await.unwrap();
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     let expired = moved(&pending, "expired", 1);
     assert!(
         !store
@@ -161,7 +171,7 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
             .unwrap()
     );
     let claimed_by_the_new_lease = InteractionRecord {
-        generation: 2,
+        generation: Generation::new(2),
         ..expired
     };
     assert!(
@@ -176,7 +186,12 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
 
 async fn a_superseded_lease_cannot_record_an_interaction(store: Arc<dyn Store>) {
     let (_, t) = execution_with_turn(&*store, "exec-1").await;
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert!(matches!(
         store.insert_interaction(&interaction(&t, "int-1", "1")).await,
         Err(StoreError::Fenced)

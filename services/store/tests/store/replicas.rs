@@ -52,7 +52,12 @@ async fn an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_g
     };
     assert_eq!(store.execution_owner(TENANT, "mine").await.unwrap(), Some(mine.clone()));
     // A new lease (recovery on this replica) moves the execution to it.
-    assert!(store.advance_generation(TENANT, "legacy", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "legacy", Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert_eq!(store.execution_owner(TENANT, "legacy").await.unwrap(), Some(mine));
     assert_eq!(store.execution_owner(OTHER_TENANT, "mine").await.unwrap(), None);
     assert_eq!(store.execution_owner(TENANT, "unknown").await.unwrap(), None);

@@ -192,7 +192,12 @@ async fn a_checkpoint_of_a_superseded_generation_is_refused(store: Arc<dyn Store
     let e = execution("exec-1");
     store.insert_execution(&e).await.unwrap();
     assert!(store.save_session_checkpoint(&checkpoint(&e, "s", 1)).await.unwrap());
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert!(!store.save_session_checkpoint(&checkpoint(&e, "s", 2)).await.unwrap());
     assert_eq!(read_turns(&*store).await, 1);
 }

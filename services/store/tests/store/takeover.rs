@@ -95,7 +95,7 @@ async fn postgres_of_eight_survivors_racing_to_claim_an_execution_exactly_one_wi
     let mut claims = tokio::task::JoinSet::new();
     for survivor in &survivors {
         let (survivor, id, dead) = (survivor.clone(), e.id.clone(), a_me.incarnation.clone());
-        claims.spawn(async move { survivor.claim_execution(&id, 1, &dead).await.unwrap() });
+        claims.spawn(async move { survivor.claim_execution(&id, Generation::new(1), &dead).await.unwrap() });
     }
     let won = claims.join_all().await.into_iter().filter(|claimed| *claimed).count();
     assert_eq!(won, 1);
@@ -165,14 +165,22 @@ async fn postgres_a_claim_held_up_by_a_lock_gives_up_and_the_next_claim_goes_ahe
 
     let started = std::time::Instant::now();
     assert!(
-        !b.claim_execution(&held.id, 1, &a_me.incarnation).await.unwrap(),
+        !b.claim_execution(&held.id, Generation::new(1), &a_me.incarnation)
+            .await
+            .unwrap(),
         "busy: left for the next scan"
     );
     assert!(started.elapsed() < CLAIM_LOCK_WAIT * 3, "{:?}", started.elapsed());
-    assert!(b.claim_execution(&free.id, 1, &a_me.incarnation).await.unwrap());
+    assert!(
+        b.claim_execution(&free.id, Generation::new(1), &a_me.incarnation)
+            .await
+            .unwrap()
+    );
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     assert!(
-        b.claim_execution(&held.id, 1, &a_me.incarnation).await.unwrap(),
+        b.claim_execution(&held.id, Generation::new(1), &a_me.incarnation)
+            .await
+            .unwrap(),
         "claimed once the lock is gone"
     );
     drop((a, b));

@@ -65,7 +65,7 @@ fn completed(t: &TurnRecord) -> TurnRecord {
         stop_reason: Some("end_turn".into()),
         ended_at_ms: Some(T0 + 10),
         usage: Some(UsageReported {
-            turn_id: t.id.clone(),
+            turn_id: t.id.to_string(),
             request_count_source: "unavailable".into(),
             provider_cost_status: "unpriced".into(),
             provider_cost_unavailable_reason: None,
@@ -93,7 +93,7 @@ async fn settle_turn_settles_a_running_turn_once(store: Arc<dyn Store>) {
 async fn settle_turn_refuses_another_generation(store: Arc<dyn Store>) {
     let (_, t) = execution_with_turn(&*store, "exec-1").await;
     let other = TurnRecord {
-        generation: 2,
+        generation: Generation::new(2),
         ..completed(&t)
     };
     assert!(!store.settle_turn(&other).await.unwrap());
@@ -105,7 +105,12 @@ async fn settle_turn_refuses_another_generation(store: Arc<dyn Store>) {
 
 async fn a_superseded_lease_can_neither_settle_nor_start_a_turn(store: Arc<dyn Store>) {
     let (e, t) = execution_with_turn(&*store, "exec-1").await;
-    assert!(store.advance_generation(TENANT, "exec-1", 1).await.unwrap());
+    assert!(
+        store
+            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .await
+            .unwrap()
+    );
     assert!(!store.settle_turn(&completed(&t)).await.unwrap());
     assert_eq!(
         store.get_turn(TENANT, &t.id).await.unwrap().unwrap().state.as_str(),
