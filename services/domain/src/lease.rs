@@ -42,6 +42,10 @@ pub struct LeaseInfo {
     /// Cursor's surface). `None` on records from before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentReport>,
+    /// Fields a newer version wrote: kept, so this version's rewrite of the record (a
+    /// fleet mid-upgrade) does not drop them.
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The agent's `initialize` answer as it reported it — identity, capabilities, auth
@@ -233,5 +237,14 @@ mod tests {
     fn a_lease_recorded_before_the_report_existed_still_reads() {
         let old = r#"{"slotId":"s","warm":false,"sessionsServed":0}"#;
         assert_eq!(LeaseInfo::from_json(old).unwrap().agent, None);
+    }
+
+    #[test]
+    fn a_field_a_newer_version_wrote_survives_this_version_s_rewrite() {
+        let newer = json!({"slotId": "s", "warm": true, "sessionsServed": 2, "homeQuotaBytes": 7});
+        let lease = LeaseInfo::from_json(&newer.to_string()).unwrap();
+        assert_eq!(lease.slot_id, "s");
+        let rewritten: Value = serde_json::from_str(&lease.to_json()).unwrap();
+        assert_eq!(rewritten["homeQuotaBytes"], 7);
     }
 }

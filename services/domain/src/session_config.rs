@@ -162,6 +162,10 @@ pub struct SessionConfig {
     /// The runner-owned MCP servers the session was opened with (by allowlist name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<String>,
+    /// Fields a newer version wrote: kept, so this version's rewrite of the record (a
+    /// fleet mid-upgrade) does not drop them.
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, Value>,
 }
 
 impl SessionConfig {
@@ -279,6 +283,15 @@ pub fn legacy_model_id(models: &Value, request: &ConfigRequest) -> Result<Option
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_field_a_newer_version_wrote_survives_this_version_s_rewrite() {
+        let newer = json!({"model": "m", "verified": true, "reasoning": {"effort": "high"}});
+        let config = SessionConfig::from_json(&newer.to_string()).unwrap();
+        assert_eq!(config.model.as_deref(), Some("m"));
+        let rewritten: Value = serde_json::from_str(&config.to_json()).unwrap();
+        assert_eq!(rewritten["reasoning"], json!({"effort": "high"}));
+    }
 
     fn options() -> Vec<ConfigOption> {
         parse_options(&json!([

@@ -544,6 +544,7 @@ impl Engine {
             agent_profile: warm.ticket.agent.as_ref().map(|a| a.name.clone()),
             // Once the session is open (`actor::launch`).
             agent: None,
+            unknown: Default::default(),
         };
         let (commands_tx, commands_rx) = mpsc::channel(64);
         {
