@@ -337,7 +337,12 @@ async fn another_tenants_interaction_can_be_neither_read_nor_answered(backend: B
         .unwrap()
         .into_inner();
     assert!(listed.interactions.is_empty());
-    let row = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
+    let row = service
+        .store
+        .get_interaction(TENANT, &id.as_str().into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(row.state.as_str(), "pending", "nothing changed");
     service.shutdown().await;
 }

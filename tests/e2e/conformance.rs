@@ -196,7 +196,7 @@ async fn closing_an_execution_of_the_sdk_example_agent_leaves_no_process() {
     eventually("the agent is gone", || !process_alive(pid)).await;
     let exited = service
         .store
-        .read_events(&execution.execution_id, 0, 10_000)
+        .read_events(&execution.execution_id.as_str().into(), 0, 10_000)
         .await
         .unwrap()
         .into_iter()

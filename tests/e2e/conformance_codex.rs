@@ -569,7 +569,7 @@ async fn codex_ignoring_stdin_eof_is_ended_by_the_stop_ladder_and_leaves_no_proc
     let exited = codex
         .service
         .store
-        .read_events(&execution.execution_id, 0, 10_000)
+        .read_events(&execution.execution_id.as_str().into(), 0, 10_000)
         .await
         .unwrap()
         .into_iter()

@@ -64,7 +64,7 @@ async fn a_bound_credential_reaches_the_agent_under_its_name_and_nowhere_else(ba
     assert!(!record.contains(CANARY), "not in the execution record");
     let stored = service
         .store
-        .read_events(&execution.execution_id, 0, 10_000)
+        .read_events(&execution.execution_id.as_str().into(), 0, 10_000)
         .await
         .unwrap();
     assert!(!format!("{stored:?}").contains(CANARY), "not in the outbox");
@@ -152,7 +152,7 @@ async fn a_credential_the_agent_says_back_is_redacted_from_every_event_with_a_ma
     );
     let stored = service
         .store
-        .read_events(&execution.execution_id, 0, 1000)
+        .read_events(&execution.execution_id.as_str().into(), 0, 1000)
         .await
         .unwrap();
     assert!(stored.iter().all(|e| !e.payload.contains(CANARY)), "nor the outbox");

@@ -281,7 +281,12 @@ async fn deny_all_rejects_a_permission_without_a_human_and_the_tool_does_not_run
     assert_eq!(payload(tool)["status"], "failed");
     assert_eq!(payload(tool)["failureSource"], "rejected");
     let id = payload(resolved)["interactionId"].as_str().unwrap().to_owned();
-    let row = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
+    let row = service
+        .store
+        .get_interaction(TENANT, &id.as_str().into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (row.state.as_str(), row.reason.as_deref()),
         ("delivered", Some("approval_policy_deny_all"))
@@ -565,7 +570,12 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
         .await
         .unwrap();
     events.until_turn_settles().await;
-    let delivered = service.store.get_interaction(TENANT, &id).await.unwrap().unwrap();
+    let delivered = service
+        .store
+        .get_interaction(TENANT, &id.as_str().into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(delivered.state.as_str(), "delivered");
     use cursor_runner_executions::state::InteractionState;
     for state in [
@@ -591,7 +601,12 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
         }
     }
     assert_eq!(
-        service.store.get_interaction(TENANT, &id).await.unwrap().unwrap(),
+        service
+            .store
+            .get_interaction(TENANT, &id.as_str().into())
+            .await
+            .unwrap()
+            .unwrap(),
         delivered
     );
     service.shutdown().await;
@@ -611,7 +626,7 @@ async fn an_execution_row_is_written_only_by_a_writer_that_knows_its_state(backe
         .unwrap();
     let closed = service
         .store
-        .get_execution(TENANT, &execution.execution_id)
+        .get_execution(TENANT, &execution.execution_id.as_str().into())
         .await
         .unwrap()
         .unwrap();
@@ -630,7 +645,7 @@ async fn an_execution_row_is_written_only_by_a_writer_that_knows_its_state(backe
     assert_eq!(
         service
             .store
-            .get_execution(TENANT, &execution.execution_id)
+            .get_execution(TENANT, &execution.execution_id.as_str().into())
             .await
             .unwrap()
             .unwrap(),

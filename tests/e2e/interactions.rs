@@ -190,7 +190,12 @@ async fn invalid_answers_are_refused_with_a_precise_status_and_change_nothing(ba
         Code::NotFound,
         "INTERACTION_NOT_FOUND",
     );
-    let row = service.store.get_interaction(TENANT, id).await.unwrap().unwrap();
+    let row = service
+        .store
+        .get_interaction(TENANT, &id.into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(row.state.as_str(), "pending", "nothing was recorded");
     assert!(row.outcome.is_none());
     assert!(answers_sent_to_agent(&service).is_empty(), "the agent received nothing");

@@ -90,7 +90,7 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
         .last()
         .unwrap()
         .sequence;
-    assert_eq!(service.store.head_sequence(&id).await.unwrap(), head);
+    assert_eq!(service.store.head_sequence(&id.as_str().into()).await.unwrap(), head);
     let before_text = service.metrics();
     let before = samples(&before_text);
     assert_eq!(before["cursor_runner_executions_live"], 1.0, "{before_text}");
@@ -184,7 +184,7 @@ async fn a_turn_with_one_question_moves_the_metrics_by_exact_amounts(backend: Ba
         "events appended == events streamed\n{after_text}"
     );
     assert_eq!(
-        service.store.head_sequence(&id).await.unwrap() - head,
+        service.store.head_sequence(&id.as_str().into()).await.unwrap() - head,
         streamed as i64,
         "the subscriber saw every event of the turn"
     );

@@ -478,12 +478,20 @@ async fn writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agen
     // What the session sent on its own (its commands) is in before the takeover.
     let mut events = Subscriber::open(&mut client, &execution.execution_id, 0).await.unwrap();
     events.events_until("session.commands.updated").await;
-    let head = service.store.head_sequence(&execution.execution_id).await.unwrap();
+    let head = service
+        .store
+        .head_sequence(&execution.execution_id.as_str().into())
+        .await
+        .unwrap();
     // Another lease takes the execution over (as recovery or another replica would).
     assert!(
         service
             .store
-            .advance_generation(TENANT, &execution.execution_id, cursor_runner_store::Generation::FIRST)
+            .advance_generation(
+                TENANT,
+                &execution.execution_id.as_str().into(),
+                cursor_runner_store::Generation::FIRST
+            )
             .await
             .unwrap()
     );
@@ -492,7 +500,11 @@ async fn writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agen
     let pid = execution.pid.unwrap();
     eventually("the superseded agent to be stopped", || !process_alive(pid)).await;
     assert_eq!(
-        service.store.head_sequence(&execution.execution_id).await.unwrap(),
+        service
+            .store
+            .head_sequence(&execution.execution_id.as_str().into())
+            .await
+            .unwrap(),
         head,
         "nothing of the old generation reached the outbox"
     );
@@ -510,7 +522,7 @@ async fn writes_of_a_superseded_generation_are_refused_counted_and_stop_its_agen
 async fn take_over(service: &TestService, execution_id: &str) {
     let current = service
         .store
-        .get_execution(TENANT, execution_id)
+        .get_execution(TENANT, &execution_id.into())
         .await
         .unwrap()
         .unwrap()
@@ -518,7 +530,7 @@ async fn take_over(service: &TestService, execution_id: &str) {
     assert!(
         service
             .store
-            .advance_generation(TENANT, execution_id, current)
+            .advance_generation(TENANT, &execution_id.into(), current)
             .await
             .unwrap()
     );
@@ -530,11 +542,19 @@ async fn an_update_from_a_superseded_agent_mid_turn_never_reaches_the_outbox(bac
     let (execution, _turn, mut events) = begin_turn(&mut client, &service).await;
     events.events_until("item.delta").await;
     take_over(&service, &execution.execution_id).await;
-    let head = service.store.head_sequence(&execution.execution_id).await.unwrap();
+    let head = service
+        .store
+        .head_sequence(&execution.execution_id.as_str().into())
+        .await
+        .unwrap();
     let pid = execution.pid.unwrap();
     eventually("the superseded agent to be stopped", || !process_alive(pid)).await;
     assert_eq!(
-        service.store.head_sequence(&execution.execution_id).await.unwrap(),
+        service
+            .store
+            .head_sequence(&execution.execution_id.as_str().into())
+            .await
+            .unwrap(),
         head,
         "the late update was not appended"
     );

@@ -87,7 +87,7 @@ async fn a_profile_launches_its_argv_with_its_environment_and_authenticates_befo
     assert_eq!(spawned["program"], fake_agent().display().to_string());
     let stored = service
         .store
-        .read_events(&execution.execution_id, 0, 10_000)
+        .read_events(&execution.execution_id.as_str().into(), 0, 10_000)
         .await
         .unwrap();
     assert!(

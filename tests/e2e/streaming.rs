@@ -121,7 +121,11 @@ async fn subscribers_switching_from_replay_to_live_at_random_cursors_see_no_gap_
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(15)).await;
-        let head = service.store.head_sequence(&execution.execution_id).await.unwrap();
+        let head = service
+            .store
+            .head_sequence(&execution.execution_id.as_str().into())
+            .await
+            .unwrap();
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
@@ -249,7 +253,7 @@ async fn persist_before_expose_every_streamed_event_and_interaction_is_already_c
         // The event is in the outbox the moment a subscriber sees it…
         let stored = service
             .store
-            .read_events(&execution.execution_id, event.sequence - 1, 1)
+            .read_events(&execution.execution_id.as_str().into(), event.sequence - 1, 1)
             .await
             .unwrap();
         assert_eq!(stored[0].event_id, event.event_id);
@@ -258,7 +262,7 @@ async fn persist_before_expose_every_streamed_event_and_interaction_is_already_c
             let id = payload(&event)["interactionId"].as_str().unwrap().to_owned();
             let row = service
                 .store
-                .get_interaction(TENANT, &id)
+                .get_interaction(TENANT, &id.as_str().into())
                 .await
                 .unwrap()
                 .expect("interaction row");
@@ -305,7 +309,7 @@ async fn acknowledged_events_past_retention_are_pruned_and_a_cursor_below_them_i
     let id = execution.execution_id.clone();
     let mut oldest = 0;
     for _ in 0..200 {
-        oldest = store.oldest_sequence(&id).await.unwrap().unwrap();
+        oldest = store.oldest_sequence(&id.as_str().into()).await.unwrap().unwrap();
         if oldest > 1 {
             break;
         }
@@ -344,13 +348,13 @@ async fn acknowledged_events_past_retention_are_pruned_and_a_cursor_below_them_i
         .await
         .unwrap();
     for _ in 0..200 {
-        if store.oldest_sequence(&id).await.unwrap() == Some(head) {
+        if store.oldest_sequence(&id.as_str().into()).await.unwrap() == Some(head) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(
-        store.oldest_sequence(&id).await.unwrap(),
+        store.oldest_sequence(&id.as_str().into()).await.unwrap(),
         Some(head),
         "the newest event is kept"
     );

@@ -43,7 +43,7 @@ impl RunnerApi {
     /// The replica that answers a call for `execution_id`, when it is not this one.
     async fn owner_of(&self, tenant_id: &str, execution_id: &str) -> Option<(Arc<Forwarder>, Owner)> {
         let forwarder = self.forwarder.as_ref().filter(|_| !execution_id.is_empty())?;
-        elsewhere(forwarder, self.engine.route(tenant_id, execution_id).await)
+        elsewhere(forwarder, self.engine.route(tenant_id, &execution_id.into()).await)
     }
 
     /// The replica that opens the tenant's recorded `session_id` (where its history is),
@@ -224,12 +224,12 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("execution_id", &body.execution_id)?;
         let record = self
             .engine
-            .get_execution(&tenant_id, &body.execution_id)
+            .get_execution(&tenant_id, &body.execution_id.as_str().into())
             .await
             .map_err(to_status)?;
         let owner = self
             .engine
-            .execution_owner(&tenant_id, &body.execution_id)
+            .execution_owner(&tenant_id, &body.execution_id.as_str().into())
             .await
             .map_err(to_status)?;
         let mut execution = convert::execution(record);
@@ -269,7 +269,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
         let record = self
             .engine
-            .close_execution(meta, &body.execution_id)
+            .close_execution(meta, &body.execution_id.as_str().into())
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::CloseExecutionResponse {
@@ -296,7 +296,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let prompt = Prompt::new(blocks).map_err(to_status)?;
         let turn = self
             .engine
-            .start_turn(meta, &body.execution_id, prompt, body.replace_active)
+            .start_turn(meta, &body.execution_id.as_str().into(), prompt, body.replace_active)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::StartTurnResponse {
@@ -317,7 +317,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
         let turn = self
             .engine
-            .cancel_turn(meta, &body.execution_id, &body.turn_id)
+            .cancel_turn(meta, &body.execution_id.as_str().into(), &body.turn_id)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::CancelTurnResponse {
@@ -336,7 +336,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("execution_id", &body.execution_id)?;
         let items = self
             .engine
-            .stream_events(&tenant_id, &body.execution_id, body.after_sequence)
+            .stream_events(&tenant_id, &body.execution_id.as_str().into(), body.after_sequence)
             .await
             .map_err(to_status)?;
         let stream = tokio_stream::wrappers::ReceiverStream::new(items);
@@ -367,7 +367,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("execution_id", &body.execution_id)?;
         let acked = self
             .engine
-            .ack_events(&tenant_id, &body.execution_id, body.through_sequence)
+            .ack_events(&tenant_id, &body.execution_id.as_str().into(), body.through_sequence)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::AckEventsResponse { acked_sequence: acked }))
@@ -381,14 +381,14 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let body = request.into_inner();
         let execution = self
             .engine
-            .get_execution(&tenant_id, &body.execution_id)
+            .get_execution(&tenant_id, &body.execution_id.as_str().into())
             .await
             .map_err(to_status)?;
         let (page, next, total) = self
             .engine
             .list_turns(
                 &tenant_id,
-                &body.execution_id,
+                &body.execution_id.as_str().into(),
                 i64::from(body.page_size),
                 &body.page_token,
             )
@@ -417,7 +417,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             .engine
             .list_interactions(
                 &tenant_id,
-                (!body.execution_id.is_empty()).then_some(body.execution_id),
+                (!body.execution_id.is_empty()).then_some(body.execution_id.into()),
                 convert::interaction_state_name(state).map(|s| s.as_str().to_owned()),
                 i64::from(body.page_size),
                 &body.page_token,
@@ -439,7 +439,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("interaction_id", &body.interaction_id)?;
         let record = self
             .engine
-            .get_interaction(&tenant_id, &body.interaction_id)
+            .get_interaction(&tenant_id, &body.interaction_id.as_str().into())
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::GetInteractionResponse {
@@ -514,7 +514,12 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let credential = body.credential.map(credential_binding);
         let record = self
             .engine
-            .recover_execution(meta, &body.execution_id, &body.control_session_id, credential)
+            .recover_execution(
+                meta,
+                &body.execution_id.as_str().into(),
+                &body.control_session_id,
+                credential,
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::RecoverExecutionResponse {
@@ -533,7 +538,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         required("execution_id", &body.execution_id)?;
         let catalog = self
             .engine
-            .list_models(&tenant_id, &body.execution_id)
+            .list_models(&tenant_id, &body.execution_id.as_str().into())
             .await
             .map_err(to_status)?;
         Ok(Response::new(convert::model_catalog(catalog)))
@@ -554,7 +559,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         };
         let record = self
             .engine
-            .configure_session(meta, &body.execution_id, change)
+            .configure_session(meta, &body.execution_id.as_str().into(), change)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::SetModelResponse {
@@ -576,7 +581,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         };
         let record = self
             .engine
-            .configure_session(meta, &body.execution_id, change)
+            .configure_session(meta, &body.execution_id.as_str().into(), change)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::SetModeResponse {
@@ -596,7 +601,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
         let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
         let record = self
             .engine
-            .set_config_option(meta, &body.execution_id, body.config_id, body.value)
+            .set_config_option(meta, &body.execution_id.as_str().into(), body.config_id, body.value)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::SetConfigOptionResponse {
@@ -619,7 +624,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             None => {
                 let record = self
                     .engine
-                    .get_interaction(&tenant_id, &body.interaction_id)
+                    .get_interaction(&tenant_id, &body.interaction_id.as_str().into())
                     .await
                     .map_err(to_status)?;
                 answered_by_owner!(self, request, tenant_id, record.execution_id, answer_interaction);
@@ -634,7 +639,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                 meta,
                 target,
                 AnswerCommand {
-                    interaction_id: body.interaction_id,
+                    interaction_id: body.interaction_id.into(),
                     etag: body.etag,
                     answer,
                 },

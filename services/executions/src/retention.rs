@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_store::{Store, now_ms};
+use cursor_runner_store::{ExecutionId, Store, now_ms};
 
 use crate::metrics::Metrics;
 
@@ -39,7 +39,7 @@ pub struct Retention {
 pub async fn sweep(store: &dyn Store, retention: Retention, metrics: &Metrics) -> u64 {
     let cutoff = now_ms() - i64::try_from(retention.keep.as_millis()).unwrap_or(i64::MAX);
     let mut pruned = 0;
-    let mut after: Option<String> = None;
+    let mut after: Option<ExecutionId> = None;
     loop {
         let page = match store.acknowledged_executions(after.as_deref(), SWEEP_PAGE).await {
             Ok(page) => page,
@@ -63,7 +63,7 @@ pub async fn sweep(store: &dyn Store, retention: Retention, metrics: &Metrics) -
     pruned
 }
 
-async fn prune_one(store: &dyn Store, execution_id: &str, acked: i64, cutoff_ms: i64) -> u64 {
+async fn prune_one(store: &dyn Store, execution_id: &ExecutionId, acked: i64, cutoff_ms: i64) -> u64 {
     let head = match store.head_sequence(execution_id).await {
         Ok(head) => head,
         Err(_) => return 0,
@@ -80,7 +80,7 @@ async fn prune_one(store: &dyn Store, execution_id: &str, acked: i64, cutoff_ms:
                 }
             }
             Err(e) => {
-                tracing::warn!(execution_id, error = %e, "event retention: pruning failed; next sweep retries");
+                tracing::warn!(%execution_id, error = %e, "event retention: pruning failed; next sweep retries");
                 break;
             }
         }

@@ -151,8 +151,8 @@ mod tests {
     }
 
     async fn settle_restarted(store: &Arc<dyn Store>) -> bool {
-        let execution = store.get_execution("t", "exec-1").await.unwrap().unwrap();
-        let turn = store.get_turn("t", "turn-1").await.unwrap().unwrap();
+        let execution = store.get_execution("t", &"exec-1".into()).await.unwrap().unwrap();
+        let turn = store.get_turn("t", &"turn-1".into()).await.unwrap().unwrap();
         let query = cursor_runner_store::InteractionQuery {
             tenant_id: "t".into(),
             limit: 9,
@@ -173,7 +173,7 @@ mod tests {
             NOW,
         )
         .unwrap();
-        let head = store.head_sequence("exec-1").await.unwrap();
+        let head = store.head_sequence(&"exec-1".into()).await.unwrap();
         let mut events = EventWriter::new(
             store.clone(),
             "exec-1".into(),
@@ -188,20 +188,20 @@ mod tests {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         live(&*store).await;
         assert!(settle_restarted(&store).await);
-        let execution = store.get_execution("t", "exec-1").await.unwrap().unwrap();
+        let execution = store.get_execution("t", &"exec-1".into()).await.unwrap().unwrap();
         assert_eq!((execution.state.as_str(), execution.active_turn_id), ("lost", None));
         assert_eq!(
             execution.active_ms, 0,
             "a turn that died with the service is not charged"
         );
-        let turn = store.get_turn("t", "turn-1").await.unwrap().unwrap();
+        let turn = store.get_turn("t", &"turn-1".into()).await.unwrap().unwrap();
         assert_eq!(
             (turn.state.as_str(), turn.failure_reason.as_deref()),
             ("failed", Some("provider_lost"))
         );
         let mut ended = Vec::new();
         for id in ["i-1", "i-2"] {
-            let i = store.get_interaction("t", id).await.unwrap().unwrap();
+            let i = store.get_interaction("t", &id.into()).await.unwrap().unwrap();
             ended.push((i.state, i.delivery.unwrap(), i.reason.unwrap()));
         }
         assert_eq!(
@@ -212,7 +212,7 @@ mod tests {
             ]
         );
         let types: Vec<_> = store
-            .read_events("exec-1", 0, 9)
+            .read_events(&"exec-1".into(), 0, 9)
             .await
             .unwrap()
             .into_iter()
@@ -248,7 +248,7 @@ mod tests {
         );
         assert!(!events.commit(stale.writes, stale.events).await.unwrap());
         assert_eq!(
-            store.head_sequence("exec-1").await.unwrap(),
+            store.head_sequence(&"exec-1".into()).await.unwrap(),
             3,
             "each ending is said once"
         );

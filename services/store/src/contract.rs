@@ -194,7 +194,8 @@ pub trait Store: Send + Sync + 'static {
     async fn placement_targets(&self, limit: usize, wanted: Option<&WarmKey>) -> StoreResult<Vec<ReplicaAddress>>;
     /// Who owns an execution of the tenant, where it takes forwarded calls and whether it
     /// serves now (`None`: no such execution).
-    async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>>;
+    async fn execution_owner(&self, tenant_id: &str, execution_id: &ExecutionId)
+    -> StoreResult<Option<ExecutionOwner>>;
 
     async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
     /// What [`Store::claim_idempotency`] would find, without claiming: `None` while the key
@@ -228,8 +229,13 @@ pub trait Store: Send + Sync + 'static {
     /// execution) moves the generation from `expected` to `expected + 1`, and the
     /// execution to this replica's incarnation; every write still carrying `expected` is
     /// refused from then on. False if it had moved already.
-    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: Generation) -> StoreResult<bool>;
-    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>>;
+    async fn advance_generation(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+        expected: Generation,
+    ) -> StoreResult<bool>;
+    async fn get_execution(&self, tenant_id: &str, id: &ExecutionId) -> StoreResult<Option<ExecutionRecord>>;
     /// Ordered by id (UUIDv7, so by creation); `after_id` is the page cursor.
     async fn list_executions(
         &self,
@@ -240,7 +246,12 @@ pub trait Store: Send + Sync + 'static {
     /// Moves a live execution at `generation` from incarnation `from`, whose lease has ended,
     /// to this one, leaving its generation (a successor settles what it left). False if it
     /// is not `from`'s at that generation, or `from`'s lease is live.
-    async fn claim_execution(&self, execution_id: &str, generation: Generation, from: &str) -> StoreResult<bool>;
+    async fn claim_execution(
+        &self,
+        execution_id: &ExecutionId,
+        generation: Generation,
+        from: &str,
+    ) -> StoreResult<bool>;
     /// The live executions `owner_incarnation` owns (at start-up: those a predecessor left).
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>>;
     /// The incarnations other than this one (and the pre-scale-out one) whose lease has
@@ -295,12 +306,12 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_turn(&self, turn: &TurnRecord) -> StoreResult<()>;
     /// Settles a turn; only a `running` turn can be settled (compare-and-set).
     async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool>;
-    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>>;
+    async fn get_turn(&self, tenant_id: &str, id: &TurnId) -> StoreResult<Option<TurnRecord>>;
     /// An execution's turns in order, after turn number `after_number`.
     async fn list_turns(
         &self,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         after_number: i64,
         limit: i64,
     ) -> StoreResult<Vec<TurnRecord>>;
@@ -313,7 +324,7 @@ pub trait Store: Send + Sync + 'static {
         expected_state: InteractionState,
         next: &InteractionRecord,
     ) -> StoreResult<bool>;
-    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>>;
+    async fn get_interaction(&self, tenant_id: &str, id: &InteractionId) -> StoreResult<Option<InteractionRecord>>;
     async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>>;
 
     /// Appends one execution's events of one generation in one statement; sequences
@@ -325,8 +336,13 @@ pub trait Store: Send + Sync + 'static {
     /// (another state, another generation) or the events' generation is no longer the
     /// execution's; nothing was written.
     async fn commit(&self, batch: &Batch) -> StoreResult<bool>;
-    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>>;
-    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64>;
+    async fn read_events(
+        &self,
+        execution_id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRecord>>;
+    async fn head_sequence(&self, execution_id: &ExecutionId) -> StoreResult<i64>;
     /// A listener for the heads other processes' commits move ([`HeadListener`](crate::notify::HeadListener)).
     /// `Ok(None)`: every writer of this store is in this process (SQLite, memory), so its
     /// own writers move every head there is.
@@ -334,19 +350,20 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
     /// The oldest event still kept (`None`: the execution has none).
-    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>>;
+    async fn oldest_sequence(&self, execution_id: &ExecutionId) -> StoreResult<Option<i64>>;
     /// Deletes at most `limit` of the oldest events with a sequence ≤ `through` emitted
     /// before `emitted_before_ms`; the number deleted.
     async fn prune_events(
         &self,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         through: i64,
         emitted_before_ms: i64,
         limit: i64,
     ) -> StoreResult<u64>;
     /// (execution id, acked sequence) of executions the control plane acknowledged
     /// anything of, by id, after `after_id`.
-    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>>;
+    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64)
+    -> StoreResult<Vec<(ExecutionId, i64)>>;
     /// Records a cumulative acknowledgement.
-    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()>;
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &ExecutionId, through: i64) -> StoreResult<()>;
 }

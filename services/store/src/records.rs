@@ -161,9 +161,9 @@ impl std::fmt::Debug for SessionCheckpoint {
 #[derive(Debug, Clone, Default)]
 pub struct InteractionQuery {
     pub tenant_id: String,
-    pub execution_id: Option<String>,
+    pub execution_id: Option<ExecutionId>,
     pub state: Option<InteractionState>,
-    pub after_id: Option<String>,
+    pub after_id: Option<InteractionId>,
     pub limit: i64,
 }
 

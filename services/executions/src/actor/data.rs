@@ -47,7 +47,7 @@ pub(crate) enum Command {
     },
     Answer {
         tenant_id: String,
-        interaction_id: String,
+        interaction_id: InteractionId,
         etag: String,
         request_id: String,
         answer: InteractionAnswer,

@@ -185,7 +185,7 @@ impl Actor {
 
     pub(super) async fn answer(
         &mut self,
-        (tenant_id, interaction_id): (String, String),
+        (tenant_id, interaction_id): (String, InteractionId),
         etag: String,
         request_id: String,
         answer: InteractionAnswer,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use cursor_runner_activity::ActivityPayload;
-use cursor_runner_store::{ExecutionRecord, Generation, now_ms};
+use cursor_runner_store::{ExecutionId, ExecutionRecord, Generation, now_ms};
 use cursor_runner_supervisor::BoundCredential;
 
 use crate::credential::{CredentialBinding, redactor_for};
@@ -335,7 +335,7 @@ impl Engine {
     pub async fn recover_execution(
         self: &Arc<Self>,
         meta: RequestMeta,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         control_session_id: &str,
         credential: Option<CredentialBinding>,
     ) -> Result<ExecutionRecord, EngineError> {
@@ -369,7 +369,7 @@ impl Engine {
     async fn recover(
         self: &Arc<Self>,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         launch_as: LaunchAs,
     ) -> Result<ExecutionRecord, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;

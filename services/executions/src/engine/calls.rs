@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use cursor_runner_store::{ExecutionId, ExecutionRecord, InteractionQuery, InteractionRecord, TurnRecord};
+use cursor_runner_store::{
+    ExecutionId, ExecutionRecord, InteractionId, InteractionQuery, InteractionRecord, TurnRecord,
+};
 
 use crate::actor::{Command, ConfigChange, Reply};
 use crate::attempts::UsageTotal;
@@ -48,7 +50,7 @@ impl Engine {
         Ok((page, next))
     }
 
-    pub async fn get_execution(&self, tenant_id: &str, id: &str) -> Result<ExecutionRecord, EngineError> {
+    pub async fn get_execution(&self, tenant_id: &str, id: &ExecutionId) -> Result<ExecutionRecord, EngineError> {
         self.store
             .get_execution(tenant_id, id)
             .await?
@@ -73,7 +75,7 @@ impl Engine {
     pub async fn list_turns(
         &self,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         page_size: i64,
         page_token: &str,
     ) -> Result<(Vec<TurnRecord>, String, UsageTotal), EngineError> {
@@ -109,7 +111,7 @@ impl Engine {
     pub async fn start_turn(
         self: &Arc<Self>,
         meta: RequestMeta,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         prompt: Prompt,
         replace_active: bool,
     ) -> Result<TurnRecord, EngineError> {
@@ -139,7 +141,7 @@ impl Engine {
     pub async fn cancel_turn(
         self: &Arc<Self>,
         meta: RequestMeta,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         turn_id: &str,
     ) -> Result<TurnRecord, EngineError> {
         let turn_id = turn_id.to_owned();
@@ -153,7 +155,7 @@ impl Engine {
     pub async fn close_execution(
         self: &Arc<Self>,
         meta: RequestMeta,
-        execution_id: &str,
+        execution_id: &ExecutionId,
     ) -> Result<ExecutionRecord, EngineError> {
         let tenant_id = meta.tenant_id.clone();
         let engine = self.clone();
@@ -176,7 +178,7 @@ impl Engine {
         self: &Arc<Self>,
         meta: RequestMeta,
         operation: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         command: impl FnOnce(Reply<T>) -> Command + Send + 'static,
     ) -> Result<T, EngineError> {
         let tenant_id = meta.tenant_id.clone();
@@ -192,7 +194,7 @@ impl Engine {
     pub async fn configure_session(
         self: &Arc<Self>,
         meta: RequestMeta,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         request: ConfigRequest,
     ) -> Result<ExecutionRecord, EngineError> {
         request.validate()?;
@@ -208,7 +210,7 @@ impl Engine {
     pub async fn set_config_option(
         self: &Arc<Self>,
         meta: RequestMeta,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         config_id: String,
         value: String,
     ) -> Result<ExecutionRecord, EngineError> {
@@ -233,7 +235,7 @@ impl Engine {
         self: &Arc<Self>,
         meta: RequestMeta,
         operation: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         change: ConfigChange,
     ) -> Result<ExecutionRecord, EngineError> {
         self.actor_call(meta, operation, execution_id, move |reply| Command::Configure {
@@ -244,12 +246,12 @@ impl Engine {
     }
 
     /// The agent's model catalog (`ListModels`).
-    pub async fn list_models(&self, tenant_id: &str, execution_id: &str) -> Result<ModelCatalog, EngineError> {
+    pub async fn list_models(&self, tenant_id: &str, execution_id: &ExecutionId) -> Result<ModelCatalog, EngineError> {
         self.ask_actor(tenant_id, execution_id, |reply| Command::ListModels { reply })
             .await
     }
 
-    pub async fn get_interaction(&self, tenant_id: &str, id: &str) -> Result<InteractionRecord, EngineError> {
+    pub async fn get_interaction(&self, tenant_id: &str, id: &InteractionId) -> Result<InteractionRecord, EngineError> {
         self.store
             .get_interaction(tenant_id, id)
             .await?
@@ -259,7 +261,7 @@ impl Engine {
     pub async fn list_interactions(
         &self,
         tenant_id: &str,
-        execution_id: Option<String>,
+        execution_id: Option<ExecutionId>,
         state: Option<String>,
         page_size: i64,
         page_token: &str,
@@ -272,7 +274,7 @@ impl Engine {
             ),
         };
         let limit = page_limit(page_size)?;
-        let after_id = id_token(page_token)?.map(str::to_owned);
+        let after_id = id_token(page_token)?.map(InteractionId::from);
         let page = self
             .store
             .list_interactions(&InteractionQuery {

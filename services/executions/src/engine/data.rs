@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_store::{EventRecord, ExecutionId, ExecutionRecord, IdempotencyKey, InteractionRecord, Store};
+use cursor_runner_store::{
+    EventRecord, ExecutionId, ExecutionRecord, IdempotencyKey, InteractionId, InteractionRecord, Store,
+};
 
 use crate::credential::CredentialBinding;
 use cursor_runner_activity::Redactor;
@@ -68,7 +70,7 @@ pub const MAX_INTERACTION_WAIT_LIMIT: Duration = Duration::from_secs(7 * 24 * 60
 
 #[derive(Debug, Clone)]
 pub struct AnswerCommand {
-    pub interaction_id: String,
+    pub interaction_id: InteractionId,
     pub etag: String,
     pub answer: InteractionAnswer,
 }

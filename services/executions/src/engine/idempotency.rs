@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use cursor_runner_store::{
-    ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnRecord,
+    ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnId, TurnRecord,
 };
 
 use serde_json::Value;
@@ -328,7 +328,9 @@ impl Recorded for ExecutionRecord {
     }
 
     async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
-        engine.get_execution(tenant_id, stored_id(stored, "executionId")?).await
+        engine
+            .get_execution(tenant_id, &stored_id(stored, "executionId")?.into())
+            .await
     }
 }
 
@@ -338,10 +340,10 @@ impl Recorded for TurnRecord {
     }
 
     async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
-        let id = stored_id(stored, "turnId")?;
+        let id = TurnId::from(stored_id(stored, "turnId")?);
         engine
             .store
-            .get_turn(tenant_id, id)
+            .get_turn(tenant_id, &id)
             .await?
             .ok_or_else(|| EngineError::not_found(Reason::TurnNotFound, format!("turn `{id}` not found")))
     }
@@ -354,7 +356,7 @@ impl Recorded for InteractionRecord {
 
     async fn read_back(engine: &Engine, tenant_id: &str, stored: &Value) -> Result<Self, EngineError> {
         engine
-            .get_interaction(tenant_id, stored_id(stored, "interactionId")?)
+            .get_interaction(tenant_id, &stored_id(stored, "interactionId")?.into())
             .await
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cursor_runner_store::{ExecutionOwner, ExecutionRecord, Patience, Store};
+use cursor_runner_store::{ExecutionId, ExecutionOwner, ExecutionRecord, Patience, Store};
 use cursor_runner_supervisor::agent_callers::{AgentCaller, AgentCallers};
 use cursor_runner_supervisor::{Guardian, GuardianConfig};
 
@@ -124,7 +124,11 @@ impl Engine {
     }
 
     /// The replica that owns an execution of the tenant.
-    pub async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> Result<ExecutionOwner, EngineError> {
+    pub async fn execution_owner(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+    ) -> Result<ExecutionOwner, EngineError> {
         self.store
             .execution_owner(tenant_id, execution_id)
             .await?
@@ -263,7 +267,7 @@ impl Engine {
 
     /// A cheap round trip to the store, for health.
     pub async fn store_reachable(&self) -> bool {
-        self.store.get_execution("", "").await.is_ok()
+        self.store.get_execution("", &ExecutionId::default()).await.is_ok()
     }
 
     /// Why the service cannot serve new work right now for want of its store: it does
@@ -398,7 +402,7 @@ impl Engine {
     pub(super) async fn ask_actor<T>(
         &self,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
     ) -> Result<T, EngineError> {
         let handle = self
@@ -425,7 +429,7 @@ impl Engine {
     /// Why a command for the tenant's execution has no actor here to take it, from its row:
     /// never one here (`actor_ended` false: it may be served by another replica), or its
     /// actor ended while taking the command.
-    async fn why_not_here(&self, tenant_id: &str, execution_id: &str, actor_ended: bool) -> EngineError {
+    async fn why_not_here(&self, tenant_id: &str, execution_id: &ExecutionId, actor_ended: bool) -> EngineError {
         let record = match self.get_execution(tenant_id, execution_id).await {
             Ok(record) => record,
             Err(e) => return e,

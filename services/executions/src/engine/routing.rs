@@ -7,7 +7,7 @@ use cursor_runner_domain::placement::WarmKey;
 use std::sync::Weak;
 use std::time::Duration;
 
-use cursor_runner_store::{ExecutionOwner, ReplicaAddress};
+use cursor_runner_store::{ExecutionId, ExecutionOwner, ReplicaAddress};
 
 use super::data::Engine;
 
@@ -34,7 +34,7 @@ impl Engine {
     /// Where a call for the tenant's execution `execution_id` is answered. One read of the
     /// owner, and none for an execution this replica runs; a failed read answers here, whose
     /// own reads then report the store's state.
-    pub async fn route(&self, tenant_id: &str, execution_id: &str) -> Route {
+    pub async fn route(&self, tenant_id: &str, execution_id: &ExecutionId) -> Route {
         if self.executions.lock().contains_key(execution_id) {
             return Route::Here;
         }

@@ -69,7 +69,7 @@ impl Engine {
     pub async fn stream_events(
         &self,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         after_sequence: i64,
     ) -> Result<mpsc::Receiver<Result<StreamItem, EngineError>>, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
@@ -119,7 +119,12 @@ impl Engine {
     }
 
     /// Records the control plane's cumulative acknowledgement.
-    pub async fn ack_events(&self, tenant_id: &str, execution_id: &str, through: i64) -> Result<i64, EngineError> {
+    pub async fn ack_events(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+        through: i64,
+    ) -> Result<i64, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
         let head = self.store.head_sequence(&record.id).await?;
         if through > head {

@@ -113,7 +113,7 @@ impl Engine {
                 self.store
                     .list_interactions(&InteractionQuery {
                         tenant_id: execution.tenant_id.clone(),
-                        execution_id: Some(execution.id.to_string()),
+                        execution_id: Some(execution.id.clone()),
                         state: Some(state),
                         after_id: None,
                         limit: i64::MAX,

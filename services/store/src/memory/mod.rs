@@ -141,7 +141,11 @@ impl Store for MemoryStore {
             ranked.into_iter().take(limit).map(|(_, _, target)| target).collect()
         })
     }
-    async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
+    async fn execution_owner(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+    ) -> StoreResult<Option<ExecutionOwner>> {
         let incarnation = self.run("execution_owner", |t| {
             t.owner(tenant_id, execution_id).map(str::to_owned)
         })?;
@@ -187,18 +191,28 @@ impl Store for MemoryStore {
             |t| Ok(t.update_execution(expected_state, execution)),
         )
     }
-    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: Generation) -> StoreResult<bool> {
+    async fn advance_generation(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+        expected: Generation,
+    ) -> StoreResult<bool> {
         self.owner_write("advance_generation", |t| {
             Ok(t.advance_generation(tenant_id, execution_id, expected))
         })
     }
-    async fn claim_execution(&self, execution_id: &str, generation: Generation, from: &str) -> StoreResult<bool> {
+    async fn claim_execution(
+        &self,
+        execution_id: &ExecutionId,
+        generation: Generation,
+        from: &str,
+    ) -> StoreResult<bool> {
         let from_live = self.replicas.lock().lease_live(from);
         self.owner_write("claim_execution", |t| {
             Ok(t.claim_execution(execution_id, generation, from, from_live))
         })
     }
-    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
+    async fn get_execution(&self, tenant_id: &str, id: &ExecutionId) -> StoreResult<Option<ExecutionRecord>> {
         self.run("get_execution", |t| t.get_execution(tenant_id, id))
     }
     async fn list_executions(
@@ -290,13 +304,13 @@ impl Store for MemoryStore {
     async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool> {
         self.owner_write("settle_turn", |t| Ok(t.settle_turn(turn)))
     }
-    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
+    async fn get_turn(&self, tenant_id: &str, id: &TurnId) -> StoreResult<Option<TurnRecord>> {
         self.run("get_turn", |t| t.get_turn(tenant_id, id))
     }
     async fn list_turns(
         &self,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         after_number: i64,
         limit: i64,
     ) -> StoreResult<Vec<TurnRecord>> {
@@ -317,7 +331,7 @@ impl Store for MemoryStore {
             Ok(t.transition_interaction(expected_state, next))
         })
     }
-    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
+    async fn get_interaction(&self, tenant_id: &str, id: &InteractionId) -> StoreResult<Option<InteractionRecord>> {
         self.run("get_interaction", |t| t.get_interaction(tenant_id, id))
     }
     async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
@@ -330,18 +344,23 @@ impl Store for MemoryStore {
     async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
         self.owner_write("commit", |t| t.commit(batch))
     }
-    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
+    async fn read_events(
+        &self,
+        execution_id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRecord>> {
         self.run("read_events", |t| t.read_events(execution_id, after_sequence, limit))
     }
-    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {
+    async fn head_sequence(&self, execution_id: &ExecutionId) -> StoreResult<i64> {
         self.run("head_sequence", |t| t.head_sequence(execution_id))
     }
-    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>> {
+    async fn oldest_sequence(&self, execution_id: &ExecutionId) -> StoreResult<Option<i64>> {
         self.run("oldest_sequence", |t| t.oldest_sequence(execution_id))
     }
     async fn prune_events(
         &self,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         through: i64,
         emitted_before_ms: i64,
         limit: i64,
@@ -350,12 +369,16 @@ impl Store for MemoryStore {
             t.prune_events(execution_id, through, emitted_before_ms, limit)
         })
     }
-    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>> {
+    async fn acknowledged_executions(
+        &self,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<(ExecutionId, i64)>> {
         self.run("acknowledged_executions", |t| {
             t.acknowledged_executions(after_id, limit)
         })
     }
-    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()> {
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &ExecutionId, through: i64) -> StoreResult<()> {
         self.run("set_acked_sequence", |t| {
             t.set_acked_sequence(tenant_id, execution_id, through)
         })

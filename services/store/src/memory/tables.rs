@@ -595,12 +595,12 @@ impl Tables {
         doomed.len() as u64
     }
 
-    pub(super) fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> Vec<(String, i64)> {
+    pub(super) fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> Vec<(ExecutionId, i64)> {
         self.executions
             .values()
             .filter(|e| e.acked_sequence > 0 && e.id.as_str() > after_id.unwrap_or(""))
             .take(take(limit))
-            .map(|e| (e.id.to_string(), e.acked_sequence))
+            .map(|e| (e.id.clone(), e.acked_sequence))
             .collect()
     }
 

@@ -111,14 +111,15 @@ impl SqlStore {
         &self,
         after_id: Option<&str>,
         limit: i64,
-    ) -> StoreResult<Vec<(String, i64)>> {
-        Ok(on_pool!(self, |pool| sqlx::query_as(
+    ) -> StoreResult<Vec<(ExecutionId, i64)>> {
+        let rows: Vec<(String, i64)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT id, acked_sequence FROM executions WHERE acked_sequence > 0 AND id > $1 ORDER BY id LIMIT $2"
         )
         .bind(after_id.unwrap_or(""))
         .bind(limit)
         .fetch_all(pool)
-        .await?))
+        .await?);
+        Ok(rows.into_iter().map(|(id, acked)| (id.into(), acked)).collect())
     }
 
     pub(super) async fn set_acked_sequence(

@@ -77,7 +77,11 @@ impl Store for SqlStore {
     async fn placement_targets(&self, limit: usize, wanted: Option<&WarmKey>) -> StoreResult<Vec<ReplicaAddress>> {
         SqlStore::placement_targets(self, limit, wanted).await
     }
-    async fn execution_owner(&self, tenant_id: &str, execution_id: &str) -> StoreResult<Option<ExecutionOwner>> {
+    async fn execution_owner(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+    ) -> StoreResult<Option<ExecutionOwner>> {
         SqlStore::execution_owner(self, tenant_id, execution_id).await
     }
 
@@ -110,10 +114,15 @@ impl Store for SqlStore {
     async fn update_execution(&self, expected_state: ExecutionState, execution: &ExecutionRecord) -> StoreResult<bool> {
         SqlStore::update_execution(self, expected_state, execution).await
     }
-    async fn advance_generation(&self, tenant_id: &str, execution_id: &str, expected: Generation) -> StoreResult<bool> {
+    async fn advance_generation(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+        expected: Generation,
+    ) -> StoreResult<bool> {
         SqlStore::advance_generation(self, tenant_id, execution_id, expected).await
     }
-    async fn get_execution(&self, tenant_id: &str, id: &str) -> StoreResult<Option<ExecutionRecord>> {
+    async fn get_execution(&self, tenant_id: &str, id: &ExecutionId) -> StoreResult<Option<ExecutionRecord>> {
         SqlStore::get_execution(self, tenant_id, id).await
     }
     async fn list_executions(
@@ -124,7 +133,12 @@ impl Store for SqlStore {
     ) -> StoreResult<Vec<ExecutionRecord>> {
         SqlStore::list_executions(self, tenant_id, after_id, limit).await
     }
-    async fn claim_execution(&self, execution_id: &str, generation: Generation, from: &str) -> StoreResult<bool> {
+    async fn claim_execution(
+        &self,
+        execution_id: &ExecutionId,
+        generation: Generation,
+        from: &str,
+    ) -> StoreResult<bool> {
         SqlStore::claim_execution(self, execution_id, generation, from).await
     }
     async fn list_live_executions_of(&self, owner_incarnation: &str) -> StoreResult<Vec<ExecutionRecord>> {
@@ -182,13 +196,13 @@ impl Store for SqlStore {
     async fn settle_turn(&self, turn: &TurnRecord) -> StoreResult<bool> {
         SqlStore::settle_turn(self, turn).await
     }
-    async fn get_turn(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TurnRecord>> {
+    async fn get_turn(&self, tenant_id: &str, id: &TurnId) -> StoreResult<Option<TurnRecord>> {
         SqlStore::get_turn(self, tenant_id, id).await
     }
     async fn list_turns(
         &self,
         tenant_id: &str,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         after_number: i64,
         limit: i64,
     ) -> StoreResult<Vec<TurnRecord>> {
@@ -205,7 +219,7 @@ impl Store for SqlStore {
     ) -> StoreResult<bool> {
         SqlStore::transition_interaction(self, expected_state, next).await
     }
-    async fn get_interaction(&self, tenant_id: &str, id: &str) -> StoreResult<Option<InteractionRecord>> {
+    async fn get_interaction(&self, tenant_id: &str, id: &InteractionId) -> StoreResult<Option<InteractionRecord>> {
         SqlStore::get_interaction(self, tenant_id, id).await
     }
     async fn list_interactions(&self, query: &InteractionQuery) -> StoreResult<Vec<InteractionRecord>> {
@@ -218,10 +232,15 @@ impl Store for SqlStore {
     async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
         SqlStore::commit(self, batch).await
     }
-    async fn read_events(&self, execution_id: &str, after_sequence: i64, limit: i64) -> StoreResult<Vec<EventRecord>> {
+    async fn read_events(
+        &self,
+        execution_id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRecord>> {
         SqlStore::read_events(self, execution_id, after_sequence, limit).await
     }
-    async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {
+    async fn head_sequence(&self, execution_id: &ExecutionId) -> StoreResult<i64> {
         SqlStore::head_sequence(self, execution_id).await
     }
     async fn listen_for_heads(&self) -> StoreResult<Option<crate::notify::HeadListener>> {
@@ -230,22 +249,26 @@ impl Store for SqlStore {
             Pool::Sqlite(_) => Ok(None),
         }
     }
-    async fn oldest_sequence(&self, execution_id: &str) -> StoreResult<Option<i64>> {
+    async fn oldest_sequence(&self, execution_id: &ExecutionId) -> StoreResult<Option<i64>> {
         SqlStore::oldest_sequence(self, execution_id).await
     }
     async fn prune_events(
         &self,
-        execution_id: &str,
+        execution_id: &ExecutionId,
         through: i64,
         emitted_before_ms: i64,
         limit: i64,
     ) -> StoreResult<u64> {
         SqlStore::prune_events(self, execution_id, through, emitted_before_ms, limit).await
     }
-    async fn acknowledged_executions(&self, after_id: Option<&str>, limit: i64) -> StoreResult<Vec<(String, i64)>> {
+    async fn acknowledged_executions(
+        &self,
+        after_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<(ExecutionId, i64)>> {
         SqlStore::acknowledged_executions(self, after_id, limit).await
     }
-    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &str, through: i64) -> StoreResult<()> {
+    async fn set_acked_sequence(&self, tenant_id: &str, execution_id: &ExecutionId, through: i64) -> StoreResult<()> {
         SqlStore::set_acked_sequence(self, tenant_id, execution_id, through).await
     }
 }

@@ -174,7 +174,7 @@ async fn a_batch_starts_a_turn_with_its_execution_row_and_event(store: Arc<dyn S
     let (e, _) = execution_with_turn(&*store, "exec-1").await;
     assert!(store.commit(&start_turn(&e, 0)).await.unwrap());
     assert_eq!(
-        store.get_turn(TENANT, "turn-2").await.unwrap(),
+        store.get_turn(TENANT, &"turn-2".into()).await.unwrap(),
         Some(turn(&e, "turn-2", 2))
     );
     let execution = store.get_execution(TENANT, &e.id).await.unwrap().unwrap();
@@ -197,7 +197,7 @@ async fn a_batch_inserting_a_taken_identity_writes_nothing(store: Arc<dyn Store>
         events: events(&e.id, e.generation, 1..=1),
     };
     assert!(matches!(store.commit(&reused).await, Err(StoreError::Duplicate)));
-    assert_eq!(store.get_interaction(TENANT, "question-2").await.unwrap(), None);
+    assert_eq!(store.get_interaction(TENANT, &"question-2".into()).await.unwrap(), None);
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
 }
 
@@ -210,7 +210,7 @@ async fn a_batch_insert_of_a_superseded_generation_writes_nothing(store: Arc<dyn
             .unwrap()
     );
     assert!(!store.commit(&start_turn(&e, 0)).await.unwrap());
-    assert_eq!(store.get_turn(TENANT, "turn-2").await.unwrap(), None);
+    assert_eq!(store.get_turn(TENANT, &"turn-2".into()).await.unwrap(), None);
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
 }
 

@@ -35,9 +35,9 @@ async fn an_inserted_execution_reads_back_as_written_to_its_tenant_only(store: A
         ..execution("exec-1")
     };
     store.insert_execution(&e).await.unwrap();
-    assert_eq!(store.get_execution(TENANT, "exec-1").await.unwrap(), Some(e));
-    assert_eq!(store.get_execution(OTHER_TENANT, "exec-1").await.unwrap(), None);
-    assert_eq!(store.get_execution(TENANT, "exec-2").await.unwrap(), None);
+    assert_eq!(store.get_execution(TENANT, &"exec-1".into()).await.unwrap(), Some(e));
+    assert_eq!(store.get_execution(OTHER_TENANT, &"exec-1".into()).await.unwrap(), None);
+    assert_eq!(store.get_execution(TENANT, &"exec-2".into()).await.unwrap(), None);
 }
 
 async fn an_execution_id_is_used_once(store: Arc<dyn Store>) {
@@ -74,7 +74,7 @@ async fn executions_list_by_id_per_tenant_after_a_cursor(store: Arc<dyn Store>) 
 async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>) {
     let e = execution("exec-1");
     store.insert_execution(&e).await.unwrap();
-    store.set_acked_sequence(TENANT, "exec-1", 7).await.unwrap();
+    store.set_acked_sequence(TENANT, &"exec-1".into(), 7).await.unwrap();
     let next = ExecutionRecord {
         state: ExecutionState::Closed,
         session_id: Some("s-1".into()),
@@ -118,7 +118,10 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
         max_active_ms: e.max_active_ms,
         ..next
     };
-    assert_eq!(store.get_execution(TENANT, "exec-1").await.unwrap(), Some(expected));
+    assert_eq!(
+        store.get_execution(TENANT, &"exec-1".into()).await.unwrap(),
+        Some(expected)
+    );
 }
 
 async fn update_execution_refuses_a_stale_generation(store: Arc<dyn Store>) {
@@ -126,7 +129,7 @@ async fn update_execution_refuses_a_stale_generation(store: Arc<dyn Store>) {
     store.insert_execution(&e).await.unwrap();
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
@@ -135,7 +138,7 @@ async fn update_execution_refuses_a_stale_generation(store: Arc<dyn Store>) {
         ..e.clone()
     };
     assert!(!store.update_execution(ExecutionState::Ready, &stale).await.unwrap());
-    let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    let now = store.get_execution(TENANT, &"exec-1".into()).await.unwrap().unwrap();
     assert_eq!((now.state.as_str(), now.generation.get()), ("ready", 2));
 }
 
@@ -155,7 +158,7 @@ async fn update_execution_refuses_a_wrong_expected_state(store: Arc<dyn Store>) 
     assert!(store.update_execution(ExecutionState::Ready, &closing).await.unwrap());
     // The same compare-and-set again: the row has moved on.
     assert!(!store.update_execution(ExecutionState::Ready, &closing).await.unwrap());
-    let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    let now = store.get_execution(TENANT, &"exec-1".into()).await.unwrap().unwrap();
     assert_eq!(now.state.as_str(), "closing");
 }
 
@@ -163,42 +166,42 @@ async fn advance_generation_is_compare_and_set(store: Arc<dyn Store>) {
     store.insert_execution(&execution("exec-1")).await.unwrap();
     assert!(
         !store
-            .advance_generation(OTHER_TENANT, "exec-1", Generation::new(1))
+            .advance_generation(OTHER_TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
     assert!(
         !store
-            .advance_generation(TENANT, "exec-1", Generation::new(2))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(2))
             .await
             .unwrap()
     );
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
     assert!(
         !store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap(),
         "already moved"
     );
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(2))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(2))
             .await
             .unwrap()
     );
     assert!(
         !store
-            .advance_generation(TENANT, "no-such", Generation::new(1))
+            .advance_generation(TENANT, &"no-such".into(), Generation::new(1))
             .await
             .unwrap()
     );
-    let now = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    let now = store.get_execution(TENANT, &"exec-1".into()).await.unwrap().unwrap();
     assert_eq!(now.generation, Generation::new(3));
 }
 
@@ -311,7 +314,7 @@ async fn operations_are_observed_by_their_method_name(store: Arc<dyn Store>) {
     let patient = store.with_patience(Patience::For(std::time::Duration::from_secs(1)));
     patient.insert_execution(&execution("exec-1")).await.unwrap();
     assert!(store.insert_execution(&execution("exec-1")).await.is_err());
-    assert!(store.get_execution(TENANT, "exec-1").await.unwrap().is_some());
+    assert!(store.get_execution(TENANT, &"exec-1".into()).await.unwrap().is_some());
     assert_eq!(
         *seen.0.lock().unwrap(),
         [
@@ -344,6 +347,6 @@ async fn an_update_without_a_lease_or_a_configuration_keeps_the_recorded_ones(st
         ..leased.clone()
     };
     assert!(store.update_execution(ExecutionState::Ready, &bare).await.unwrap());
-    let read = store.get_execution(TENANT, "exec-1").await.unwrap().unwrap();
+    let read = store.get_execution(TENANT, &"exec-1".into()).await.unwrap().unwrap();
     assert_eq!((read.lease, read.session_config), (leased.lease, leased.session_config));
 }

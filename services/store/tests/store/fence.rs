@@ -57,7 +57,7 @@ async fn every_owner_write(store: &dyn Store, o: &Owned) -> Vec<(&'static str, b
             "advance_generation",
             landed(
                 "advance_generation",
-                store.advance_generation(TENANT, "e", Generation::new(1)).await,
+                store.advance_generation(TENANT, &"e".into(), Generation::new(1)).await,
                 cas,
             ),
         ),
@@ -133,17 +133,17 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
 
 /// Nothing of `o` moved: the writes that were refused left no trace.
 async fn nothing_moved(store: &dyn Store, o: &Owned) {
-    let execution = store.get_execution(TENANT, "e").await.unwrap().unwrap();
+    let execution = store.get_execution(TENANT, &"e".into()).await.unwrap().unwrap();
     assert_eq!(
         (execution.state, execution.generation),
         (ExecutionState::Ready, Generation::FIRST)
     );
-    assert_eq!(store.get_execution(TENANT, "e2").await.unwrap(), None);
+    assert_eq!(store.get_execution(TENANT, &"e2".into()).await.unwrap(), None);
     assert_eq!(
         store.get_turn(TENANT, &o.turn.id).await.unwrap().unwrap().state,
         TurnState::Running
     );
-    assert_eq!(store.get_turn(TENANT, "e-turn-2").await.unwrap(), None);
+    assert_eq!(store.get_turn(TENANT, &"e-turn-2".into()).await.unwrap(), None);
     assert_eq!(
         store
             .get_interaction(TENANT, &o.question.id)
@@ -153,8 +153,11 @@ async fn nothing_moved(store: &dyn Store, o: &Owned) {
             .state,
         InteractionState::Pending
     );
-    assert_eq!(store.get_interaction(TENANT, "e-question-2").await.unwrap(), None);
-    assert_eq!(store.head_sequence("e").await.unwrap(), 0);
+    assert_eq!(
+        store.get_interaction(TENANT, &"e-question-2".into()).await.unwrap(),
+        None
+    );
+    assert_eq!(store.head_sequence(&"e".into()).await.unwrap(), 0);
     assert_eq!(store.session_checkpoint(TENANT, "s").await.unwrap(), None);
 }
 
@@ -339,7 +342,7 @@ async fn postgres_a_claim_waits_for_an_owner_transaction_in_flight_and_then_read
     let claim = tokio::spawn({
         let survivor = survivor.clone();
         let dead = dead.incarnation.clone();
-        async move { survivor.claim_execution("e", Generation::new(1), &dead).await }
+        async move { survivor.claim_execution(&"e".into(), Generation::new(1), &dead).await }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(

@@ -59,10 +59,13 @@ async fn interactions_list_by_id_with_their_filters(store: Arc<dyn Store>) {
     };
     assert!(found(foreign).await.is_empty());
     assert_eq!(
-        store.get_interaction(TENANT, "int-2").await.unwrap(),
+        store.get_interaction(TENANT, &"int-2".into()).await.unwrap(),
         Some(interaction(&t1, "int-2", "1"))
     );
-    assert_eq!(store.get_interaction(OTHER_TENANT, "int-2").await.unwrap(), None);
+    assert_eq!(
+        store.get_interaction(OTHER_TENANT, &"int-2".into()).await.unwrap(),
+        None
+    );
 }
 
 async fn a_native_request_is_recorded_once_per_execution_generation(store: Arc<dyn Store>) {
@@ -79,7 +82,7 @@ async fn a_native_request_is_recorded_once_per_execution_generation(store: Arc<d
     // The next lease's agent numbers its requests afresh.
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
@@ -150,7 +153,10 @@ async fn transition_interaction_is_compare_and_set_on_state(store: Arc<dyn Store
             .await
             .unwrap()
     );
-    assert_eq!(store.get_interaction(TENANT, "int-1").await.unwrap(), Some(delivered));
+    assert_eq!(
+        store.get_interaction(TENANT, &"int-1".into()).await.unwrap(),
+        Some(delivered)
+    );
 }
 
 async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc<dyn Store>) {
@@ -159,7 +165,7 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
     store.insert_interaction(&pending).await.unwrap();
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
@@ -181,14 +187,17 @@ async fn transition_interaction_is_fenced_by_the_execution_generation(store: Arc
             .unwrap(),
         "the row is the old lease's"
     );
-    assert_eq!(store.get_interaction(TENANT, "int-1").await.unwrap(), Some(pending));
+    assert_eq!(
+        store.get_interaction(TENANT, &"int-1".into()).await.unwrap(),
+        Some(pending)
+    );
 }
 
 async fn a_superseded_lease_cannot_record_an_interaction(store: Arc<dyn Store>) {
     let (_, t) = execution_with_turn(&*store, "exec-1").await;
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
@@ -196,5 +205,5 @@ async fn a_superseded_lease_cannot_record_an_interaction(store: Arc<dyn Store>) 
         store.insert_interaction(&interaction(&t, "int-1", "1")).await,
         Err(StoreError::Fenced)
     ));
-    assert_eq!(store.get_interaction(TENANT, "int-1").await.unwrap(), None);
+    assert_eq!(store.get_interaction(TENANT, &"int-1".into()).await.unwrap(), None);
 }

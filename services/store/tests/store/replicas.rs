@@ -34,7 +34,7 @@ fn lease(length: Duration) -> LeaseTerms {
 async fn an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_generation(store: Arc<dyn Store>) {
     store.insert_execution(&execution("legacy")).await.unwrap();
     assert_eq!(
-        store.execution_owner(TENANT, "legacy").await.unwrap(),
+        store.execution_owner(TENANT, &"legacy".into()).await.unwrap(),
         Some(ExecutionOwner {
             incarnation: LEGACY_INCARNATION.into(),
             name: "pre-scale-out".into(),
@@ -50,17 +50,23 @@ async fn an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_g
         address: None,
         serving: true,
     };
-    assert_eq!(store.execution_owner(TENANT, "mine").await.unwrap(), Some(mine.clone()));
+    assert_eq!(
+        store.execution_owner(TENANT, &"mine".into()).await.unwrap(),
+        Some(mine.clone())
+    );
     // A new lease (recovery on this replica) moves the execution to it.
     assert!(
         store
-            .advance_generation(TENANT, "legacy", Generation::new(1))
+            .advance_generation(TENANT, &"legacy".into(), Generation::new(1))
             .await
             .unwrap()
     );
-    assert_eq!(store.execution_owner(TENANT, "legacy").await.unwrap(), Some(mine));
-    assert_eq!(store.execution_owner(OTHER_TENANT, "mine").await.unwrap(), None);
-    assert_eq!(store.execution_owner(TENANT, "unknown").await.unwrap(), None);
+    assert_eq!(
+        store.execution_owner(TENANT, &"legacy".into()).await.unwrap(),
+        Some(mine)
+    );
+    assert_eq!(store.execution_owner(OTHER_TENANT, &"mine".into()).await.unwrap(), None);
+    assert_eq!(store.execution_owner(TENANT, &"unknown".into()).await.unwrap(), None);
 }
 
 /// Where forwarded calls go is the owner's advertised address, read with whether its
@@ -71,13 +77,13 @@ async fn an_owner_is_read_with_its_advertised_address_and_whether_it_serves(stor
         .await
         .unwrap();
     store.insert_execution(&execution("mine")).await.unwrap();
-    let owner = store.execution_owner(TENANT, "mine").await.unwrap().unwrap();
+    let owner = store.execution_owner(TENANT, &"mine".into()).await.unwrap().unwrap();
     assert_eq!(
         (owner.address.as_deref(), owner.serving),
         (Some("10.0.0.7:50052"), true)
     );
     store.end_replica().await.unwrap();
-    let owner = store.execution_owner(TENANT, "mine").await.unwrap().unwrap();
+    let owner = store.execution_owner(TENANT, &"mine".into()).await.unwrap().unwrap();
     assert_eq!(
         (owner.name.as_str(), owner.address.as_deref(), owner.serving),
         ("replica-a", Some("10.0.0.7:50052"), false)
@@ -522,7 +528,11 @@ async fn postgres_placement_targets_serving_replicas_with_an_address_least_loade
         "a draining replica takes no new execution"
     );
     assert!(
-        me.execution_owner(TENANT, "busy-1").await.unwrap().unwrap().serving,
+        me.execution_owner(TENANT, &"busy-1".into())
+            .await
+            .unwrap()
+            .unwrap()
+            .serving,
         "a draining replica still serves what it owns"
     );
     drop((me, busy, idle, unaddressed, ended));

@@ -194,7 +194,7 @@ async fn a_checkpoint_of_a_superseded_generation_is_refused(store: Arc<dyn Store
     assert!(store.save_session_checkpoint(&checkpoint(&e, "s", 1)).await.unwrap());
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );

@@ -23,14 +23,26 @@ async fn turns_list_in_number_order_after_a_cursor_per_tenant(store: Arc<dyn Sto
         store.insert_turn(&turn(&e, id, n)).await.unwrap();
     }
     let numbers = |turns: Vec<TurnRecord>| turns.iter().map(|t| t.turn_number).collect::<Vec<_>>();
-    assert_eq!(numbers(store.list_turns(TENANT, "exec-1", 0, 2).await.unwrap()), [1, 2]);
-    assert_eq!(numbers(store.list_turns(TENANT, "exec-1", 2, 2).await.unwrap()), [3]);
-    assert!(store.list_turns(OTHER_TENANT, "exec-1", 0, 9).await.unwrap().is_empty());
     assert_eq!(
-        store.get_turn(TENANT, "turn-b").await.unwrap(),
+        numbers(store.list_turns(TENANT, &"exec-1".into(), 0, 2).await.unwrap()),
+        [1, 2]
+    );
+    assert_eq!(
+        numbers(store.list_turns(TENANT, &"exec-1".into(), 2, 2).await.unwrap()),
+        [3]
+    );
+    assert!(
+        store
+            .list_turns(OTHER_TENANT, &"exec-1".into(), 0, 9)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.get_turn(TENANT, &"turn-b".into()).await.unwrap(),
         Some(turn(&e, "turn-b", 2))
     );
-    assert_eq!(store.get_turn(OTHER_TENANT, "turn-b").await.unwrap(), None);
+    assert_eq!(store.get_turn(OTHER_TENANT, &"turn-b".into()).await.unwrap(), None);
 }
 
 async fn a_turn_number_is_used_once_per_execution(store: Arc<dyn Store>) {
@@ -107,7 +119,7 @@ async fn a_superseded_lease_can_neither_settle_nor_start_a_turn(store: Arc<dyn S
     let (e, t) = execution_with_turn(&*store, "exec-1").await;
     assert!(
         store
-            .advance_generation(TENANT, "exec-1", Generation::new(1))
+            .advance_generation(TENANT, &"exec-1".into(), Generation::new(1))
             .await
             .unwrap()
     );
@@ -120,5 +132,5 @@ async fn a_superseded_lease_can_neither_settle_nor_start_a_turn(store: Arc<dyn S
         store.insert_turn(&turn(&e, "turn-late", 2)).await,
         Err(StoreError::Fenced)
     ));
-    assert_eq!(store.get_turn(TENANT, "turn-late").await.unwrap(), None);
+    assert_eq!(store.get_turn(TENANT, &"turn-late".into()).await.unwrap(), None);
 }

@@ -17,7 +17,7 @@ async fn a_row_in_a_state_this_version_does_not_know_is_refused_when_read() {
         .execute(&mut raw)
         .await
         .unwrap();
-    match store.get_execution(TENANT, "exec-1").await {
+    match store.get_execution(TENANT, &"exec-1".into()).await {
         Err(StoreError::Database(message)) => assert!(message.contains("`state`"), "{message}"),
         other => panic!("expected a refused read, got {other:?}"),
     }
