@@ -4,15 +4,15 @@ use cursor_runner_acp::methods;
 use cursor_runner_store::ExecutionRecord;
 use serde_json::json;
 
-use cursor_runner_domain::error::{EngineError, Reason};
-use cursor_runner_domain::session_config::{self, ConfigRequest, SessionConfig};
+use cursor_runner_domain::error::EngineError;
+use cursor_runner_domain::session_config::{ConfigRequest, SessionConfig};
 use cursor_runner_pool::handshake::{self};
 use std::time::Duration;
 use tracing::Instrument;
 
 use super::data::*;
 use crate::limits::AGENT_CALL_LIMIT;
-use crate::machine::session::{self, CatalogStep, ConfigEffect, ConfigStep, Ladder, Offer, Then};
+use crate::machine::session::{self, AskModes, CatalogStep, ConfigEffect, ConfigStep, Ladder, Offer, Then};
 use crate::model_catalog::ModelCatalog;
 
 impl Actor {
@@ -56,45 +56,13 @@ impl Actor {
         }
     }
 
-    /// Under an agent profile: every approval policy presents the agent's permission
-    /// requests (to a human, or answers them itself), so the agent must run in a mode in
-    /// which it asks. The request's mode becomes the profile's first ask mode, or must be
-    /// one of them, and the agent must advertise it; else the execution is refused rather
-    /// than run unguarded. Cursor without a profile asks in each of its modes.
+    /// The mode the session must run in under an agent profile ([`session::require_ask_mode`]).
     pub(super) fn require_ask_mode(&self, request: &mut ConfigRequest) -> Result<(), EngineError> {
-        let Some(profile) = &self.agent_profile else {
-            return Ok(());
-        };
-        let advertised = session_config::advertised_modes(&self.config_options, &self.modes);
-        let refuse = |message: String| {
-            EngineError::precondition(Reason::ApprovalModeUnavailable, message)
-                .with("available_modes", advertised.join(","))
-        };
-        let Some(first) = profile.ask_modes.first() else {
-            return Err(refuse(format!(
-                "agent profile `{}` names no mode in which the agent asks before running tools (`ask_mode`), so the {} approval policy would not hold; the agent offers: {}",
-                profile.name,
-                self.policy.as_str(),
-                advertised.join(", ")
-            )));
-        };
-        let mode = request.mode.get_or_insert_with(|| first.clone()).clone();
-        if !profile.ask_modes.contains(&mode) {
-            return Err(refuse(format!(
-                "mode `{mode}` is not one in which the agent asks (agent profile `{}`: {})",
-                profile.name,
-                profile.ask_modes.join(", ")
-            ))
-            .with("mode", mode));
-        }
-        if !advertised.contains(&mode) {
-            return Err(refuse(format!(
-                "the agent does not advertise its ask mode `{mode}` (it offers: {})",
-                advertised.join(", ")
-            ))
-            .with("mode", mode));
-        }
-        Ok(())
+        let profile = self.agent_profile.as_deref().map(|p| AskModes {
+            profile: &p.name,
+            modes: &p.ask_modes,
+        });
+        session::require_ask_mode(self.offer(), profile, self.policy, request)
     }
 
     /// `session.config.updated` with the agent's current options, through the same
@@ -112,16 +80,7 @@ impl Actor {
     /// `SetModel` / `SetMode` / `SetConfigOption`: between turns only (Cursor's model
     /// is process-global and a change mid-turn has no defined effect).
     pub(super) async fn change_config(&mut self, steps: ConfigChange) -> Result<ExecutionRecord, EngineError> {
-        if let Some(turn) = &self.turn {
-            return Err(EngineError::precondition(
-                Reason::TurnActive,
-                format!(
-                    "turn `{}` is running; change the configuration between turns",
-                    turn.record.id
-                ),
-            )
-            .with("turn_id", turn.record.id.clone()));
-        }
+        session::between_turns(self.turn.as_ref().map(|t| &t.record.id))?;
         let mode = match &steps {
             ConfigChange::Request(request) => request.mode.clone(),
             ConfigChange::Option { config_id, value } => (config_id == "mode").then(|| value.clone()),

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use cursor_runner_acp::{AcpError, METHOD_NOT_FOUND, methods};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::ids::TurnId;
+use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::session_config::{self, ConfigRequest, OptionValue, SessionConfig};
 use serde_json::{Value, json};
 
@@ -111,6 +113,70 @@ enum Rung {
     },
     /// `session/set_mode`.
     Mode { mode: String, config: SessionConfig },
+}
+
+/// The modes an agent profile names as those in which its agent asks before running a tool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AskModes<'a> {
+    pub(crate) profile: &'a str,
+    pub(crate) modes: &'a [String],
+}
+
+/// Under an agent profile, every approval policy presents the agent's permission requests
+/// (to a human, or answers them itself), so the agent must run in a mode in which it asks:
+/// the request's mode becomes the profile's first ask mode, or must be one of them, and the
+/// agent must advertise it; else the execution is refused rather than run unguarded.
+/// Cursor without a profile (`None`) asks in each of its modes.
+pub(crate) fn require_ask_mode(
+    offer: Offer<'_>,
+    profile: Option<AskModes<'_>>,
+    policy: ApprovalPolicy,
+    request: &mut ConfigRequest,
+) -> Result<(), EngineError> {
+    let Some(AskModes { profile, modes }) = profile else {
+        return Ok(());
+    };
+    let advertised = session_config::advertised_modes(offer.config_options, offer.modes);
+    let refuse = |message: String| {
+        EngineError::precondition(Reason::ApprovalModeUnavailable, message)
+            .with("available_modes", advertised.join(","))
+    };
+    let Some(first) = modes.first() else {
+        return Err(refuse(format!(
+            "agent profile `{profile}` names no mode in which the agent asks before running tools (`ask_mode`), so the {} approval policy would not hold; the agent offers: {}",
+            policy.as_str(),
+            advertised.join(", ")
+        )));
+    };
+    let mode = request.mode.get_or_insert_with(|| first.clone()).clone();
+    if !modes.contains(&mode) {
+        return Err(refuse(format!(
+            "mode `{mode}` is not one in which the agent asks (agent profile `{profile}`: {})",
+            modes.join(", ")
+        ))
+        .with("mode", mode));
+    }
+    if !advertised.contains(&mode) {
+        return Err(refuse(format!(
+            "the agent does not advertise its ask mode `{mode}` (it offers: {})",
+            advertised.join(", ")
+        ))
+        .with("mode", mode));
+    }
+    Ok(())
+}
+
+/// `SetModel` / `SetMode` / `SetConfigOption` go through between turns only: Cursor's model
+/// is process-global, and a change mid-turn has no defined effect.
+pub(crate) fn between_turns(running: Option<&TurnId>) -> Result<(), EngineError> {
+    match running {
+        None => Ok(()),
+        Some(turn_id) => Err(EngineError::precondition(
+            Reason::TurnActive,
+            format!("turn `{turn_id}` is running; change the configuration between turns"),
+        )
+        .with("turn_id", turn_id.as_str())),
+    }
 }
 
 /// A configuration change with a call out to the agent: what its answer leads to.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use cursor_runner_acp::{AcpError, RpcError, methods};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::interaction::ApprovalPolicy;
 use cursor_runner_domain::session_config::{ConfigRequest, SessionConfig};
 use serde_json::{Value, json};
 
@@ -532,4 +533,78 @@ fn a_change_refused_half_way_is_undone_by_the_steps_that_moved() {
         steps(&config("gpt-x", &[("effort", "xhigh"), ("fast", "false")], "ask")),
         Some(owned(&[("mode", "agent")]))
     );
+}
+
+/// The refusal's `key` metadata.
+fn meta<'a>(refusal: &'a EngineError, key: &str) -> Option<&'a str> {
+    refusal.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// An agent profile whose agent asks in `modes`.
+fn asking_in(modes: &[String]) -> Option<AskModes<'_>> {
+    Some(AskModes {
+        profile: "codex",
+        modes,
+    })
+}
+
+#[test]
+fn without_an_agent_profile_any_mode_goes_and_none_is_chosen() {
+    let agent = Agent::with_config_options();
+    let mut request = ConfigRequest::default();
+    assert!(require_ask_mode(agent.offer(), None, ApprovalPolicy::Ask, &mut request).is_ok());
+    assert_eq!(request.mode, None);
+}
+
+#[test]
+fn under_a_profile_the_session_runs_in_its_first_ask_mode_unless_another_ask_mode_is_asked_for() {
+    let agent = Agent::with_config_options();
+    let modes = ["ask".to_owned(), "agent".to_owned()];
+    let mut unspecified = ConfigRequest::default();
+    assert!(require_ask_mode(agent.offer(), asking_in(&modes), ApprovalPolicy::Ask, &mut unspecified).is_ok());
+    assert_eq!(unspecified.mode.as_deref(), Some("ask"));
+    let mut second = ConfigRequest {
+        mode: Some("agent".into()),
+        ..ConfigRequest::default()
+    };
+    assert!(require_ask_mode(agent.offer(), asking_in(&modes), ApprovalPolicy::Ask, &mut second).is_ok());
+    assert_eq!(second.mode.as_deref(), Some("agent"));
+}
+
+#[test]
+fn under_a_profile_a_mode_that_does_not_ask_or_is_not_offered_or_none_named_is_refused() {
+    let agent = Agent::with_config_options();
+    let ask = ["ask".to_owned()];
+    let unoffered = ["plan".to_owned()];
+    let cases: [(&[String], Option<&str>, Option<&str>); 3] = [
+        // The profile names no ask mode at all.
+        (&[], None, None),
+        // The caller asks for a mode in which the agent runs tools unasked.
+        (&ask, Some("agent"), Some("agent")),
+        // The profile's ask mode is one this agent does not advertise.
+        (&unoffered, None, Some("plan")),
+    ];
+    for (modes, requested, refused_mode) in cases {
+        let mut request = ConfigRequest {
+            mode: requested.map(Into::into),
+            ..ConfigRequest::default()
+        };
+        let refusal = require_ask_mode(agent.offer(), asking_in(modes), ApprovalPolicy::Ask, &mut request).unwrap_err();
+        assert_eq!(
+            refusal.reason,
+            Reason::ApprovalModeUnavailable,
+            "{modes:?} {requested:?}"
+        );
+        assert_eq!(meta(&refusal, "available_modes"), Some("agent,ask"));
+        assert_eq!(meta(&refusal, "mode"), refused_mode);
+    }
+}
+
+#[test]
+fn a_configuration_changes_between_turns_only() {
+    assert!(between_turns(None).is_ok());
+    let running = cursor_runner_domain::ids::TurnId::from("turn-1");
+    let refusal = between_turns(Some(&running)).unwrap_err();
+    assert_eq!(refusal.reason, Reason::TurnActive);
+    assert_eq!(meta(&refusal, "turn_id"), Some("turn-1"));
 }
