@@ -18,6 +18,7 @@ on_both_backends!(
     a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settles,
     one_answer_per_agent_request_racing_answers_deliver_exactly_once,
     the_same_answer_retried_concurrently_under_one_request_id_is_delivered_once_and_returned_to_all,
+    one_request_id_racing_with_two_answers_delivers_one_and_refuses_the_other_as_a_conflict,
     an_answer_under_a_request_id_another_call_used_reaches_no_agent_and_the_question_waits_for_its_answer,
     an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on,
     a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once,
@@ -420,6 +421,44 @@ async fn one_answer_per_agent_request_racing_answers_deliver_exactly_once(backen
     }
     assert_eq!(delivered, 1);
     assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    service.shutdown().await;
+}
+
+/// Rounds of the race below: each racer's arrival relative to the winner's commit varies,
+/// and every arrival must give the same refusal.
+const CONFLICT_ROUNDS: usize = 3;
+
+async fn one_request_id_racing_with_two_answers_delivers_one_and_refuses_the_other_as_a_conflict(backend: Backend) {
+    let service = TestService::start(backend, "demo.json").await;
+    let mut client = service.client().await;
+    for round in 0..CONFLICT_ROUNDS {
+        let (_, _, question) = question_asked(&mut client, &service.workspace, &format!("conflict-{round}")).await;
+        let mut racers = Vec::new();
+        for option_id in ["option-1", "option-2", "option-1", "option-2"] {
+            let mut client = service.client().await;
+            let request = one_question_answer(&question, &format!("one-id-{round}"), option_id);
+            racers.push(tokio::spawn(async move {
+                client
+                    .answer_interaction(request)
+                    .await
+                    .map(|r| r.into_inner().interaction.unwrap())
+            }));
+        }
+        let mut delivered = Vec::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                Ok(interaction) => delivered.push(interaction.outcome),
+                Err(status) => assert_eq!(
+                    (status.code(), reason(&status).as_str()),
+                    (Code::Aborted, "ANSWER_CONFLICT"),
+                    "round {round}: {status:?}"
+                ),
+            }
+        }
+        assert_eq!(delivered.len(), 2, "round {round}: the two calls of the winning answer");
+        assert_eq!(delivered[0], delivered[1], "round {round}: one request id, one result");
+    }
+    assert_eq!(responses(&service).len(), CONFLICT_ROUNDS, "one answer per question");
     service.shutdown().await;
 }
 

@@ -632,7 +632,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
             }
         };
         let body = request.into_inner();
-        let meta = meta(tenant_id, &body.request_id, &body, |b| b.request_id.clear());
+        let meta = RequestMeta::answer(tenant_id, body.request_id, &body.interaction_id, &answer);
         let record = self
             .engine
             .answer_interaction(

@@ -140,8 +140,9 @@ pub enum IdempotencyClaim {
     InFlight,
     /// The same key and body completed before; here is its stored response.
     Completed(serde_json::Value),
-    /// The key was used with a different request body.
-    DigestMismatch,
+    /// The key was used with a different request body: `held` is the digest it holds (its
+    /// caller may tell another body on the same subject from another request).
+    DigestMismatch { held: String },
 }
 
 #[async_trait]

@@ -7,11 +7,12 @@ use cursor_runner_store::{
     ExecutionId, ExecutionRecord, InteractionId, InteractionQuery, InteractionRecord, TurnRecord,
 };
 
+use super::idempotency::answer_conflict;
 use crate::actor::{Command, ConfigChange, Reply};
 use crate::attempts::UsageTotal;
 use crate::interaction_row::not_pending;
 use crate::model_catalog::ModelCatalog;
-use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::prompt::Prompt;
 use cursor_runner_domain::session_config::ConfigRequest;
 use cursor_runner_domain::state::InteractionState;
@@ -368,11 +369,7 @@ fn answered_by_this_request_id(
         if record.answer_fingerprint.as_deref() == Some(command.answer.fingerprint().as_str()) {
             answer_outcome(record.clone())
         } else {
-            Err(EngineError::new(
-                ErrorKind::Aborted,
-                Reason::AnswerConflict,
-                "this request_id already answered the interaction differently",
-            ))
+            Err(answer_conflict())
         },
     )
 }

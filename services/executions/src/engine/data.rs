@@ -4,6 +4,7 @@
 use parking_lot::Mutex;
 
 use crate::answerable::Answerable;
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +35,23 @@ pub type ExecutionView = ExecutionRecord;
 pub struct RequestMeta {
     pub tenant_id: String,
     pub request_id: String,
-    /// Digest of the request body without its `request_id`.
+    /// Digest of the request body without its `request_id`; for a call on one subject,
+    /// `subject/body` ([`RequestMeta::answer`]).
     pub request_digest: String,
+}
+
+impl RequestMeta {
+    /// The identity of an answer: the interaction is its subject and the answer given its
+    /// body. The etag it echoes is not part of what was answered: a retry under a stale one
+    /// is the same answer, as it is once the answer is recorded.
+    pub fn answer(tenant_id: String, request_id: String, interaction_id: &str, answer: &InteractionAnswer) -> Self {
+        let subject = hex::encode(Sha256::digest(interaction_id.as_bytes()));
+        Self {
+            tenant_id,
+            request_id,
+            request_digest: format!("{subject}/{}", answer.fingerprint()),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

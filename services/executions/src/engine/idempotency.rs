@@ -58,7 +58,9 @@ impl Engine {
         let joined = {
             let mut in_flight = self.in_flight.lock();
             match in_flight.get(&key) {
-                Some((digest, _)) if *digest != meta.request_digest => return Err(reused()),
+                Some((digest, _)) if *digest != meta.request_digest => {
+                    return Err(mismatch(digest, &meta.request_digest));
+                }
                 Some((_, rx)) => Some(rx.clone()),
                 None => {
                     let (tx, rx) = watch::channel(None);
@@ -221,7 +223,7 @@ impl KeyedCall {
                     .store
                     .find_idempotency(&self.key, &self.digest)
                     .await?
-                    .map(held_outcome),
+                    .map(|held| held_outcome(held, &self.digest)),
                 // An outcome reached without a commit (none of the callers' work has one):
                 // recorded as any other.
                 _ => match self.claim().await? {
@@ -243,7 +245,7 @@ impl KeyedCall {
     async fn claim(&self) -> Result<Option<Result<Value, EngineError>>, EngineError> {
         Ok(match self.store.claim_idempotency(&self.key, &self.digest).await? {
             IdempotencyClaim::Claimed => None,
-            held => Some(held_outcome(held)),
+            held => Some(held_outcome(held, &self.digest)),
         })
     }
 
@@ -271,17 +273,39 @@ impl KeyedCall {
     }
 }
 
-/// The outcome a key held by another call (or completed) gives this one.
-fn held_outcome(held: IdempotencyClaim) -> Result<Value, EngineError> {
+/// The outcome a key held by another call (or completed) gives this one, whose digest is
+/// `mine`.
+fn held_outcome(held: IdempotencyClaim, mine: &str) -> Result<Value, EngineError> {
     match held {
         IdempotencyClaim::Completed(stored) => EngineError::from_json(&stored).map_or(Ok(stored), Err),
-        IdempotencyClaim::DigestMismatch => Err(reused()),
+        IdempotencyClaim::DigestMismatch { held } => Err(mismatch(&held, mine)),
         IdempotencyClaim::InFlight | IdempotencyClaim::Claimed => Err(EngineError::new(
             ErrorKind::Aborted,
             Reason::RequestInFlight,
             "a call with this request_id is in flight elsewhere; retry later",
         )),
     }
+}
+
+/// The refusal of a call whose request id holds the digest `held`, not its own. A digest is
+/// `body`, or `subject/body` for a call on one subject ([`RequestMeta::answer`]): another
+/// body on the same subject is that subject's conflict (an interaction answered differently),
+/// anything else a reuse of the id for another request.
+fn mismatch(held: &str, mine: &str) -> EngineError {
+    let subject = |digest: &str| digest.split_once('/').map(|(subject, _)| subject.to_owned());
+    match (subject(held), subject(mine)) {
+        (Some(held), Some(mine)) if held == mine => answer_conflict(),
+        _ => reused(),
+    }
+}
+
+/// An interaction answered under this request id with another answer.
+pub(super) fn answer_conflict() -> EngineError {
+    EngineError::new(
+        ErrorKind::Aborted,
+        Reason::AnswerConflict,
+        "this request_id already answered the interaction differently",
+    )
 }
 
 fn reused() -> EngineError {
@@ -396,6 +420,34 @@ mod tests {
             request_id: request_id.into(),
             request_digest: digest.into(),
         }
+    }
+
+    #[test]
+    fn another_body_on_the_same_subject_is_a_conflict_and_anything_else_a_reuse() {
+        let reason = |held: &str, mine: &str| mismatch(held, mine).reason;
+        assert_eq!(reason("i-1/answer-a", "i-1/answer-b"), Reason::AnswerConflict);
+        assert_eq!(reason("i-1/answer-a", "i-2/answer-a"), Reason::RequestIdReused);
+        assert_eq!(reason("create-execution-body", "i-1/answer-a"), Reason::RequestIdReused);
+        assert_eq!(reason("body-a", "body-b"), Reason::RequestIdReused);
+    }
+
+    #[test]
+    fn an_answer_s_identity_is_its_interaction_and_its_answer_not_the_etag_it_echoed() {
+        use cursor_runner_domain::interaction::InteractionAnswer;
+        let identity = |interaction: &str, answer: &InteractionAnswer| {
+            RequestMeta::answer("t".into(), "r".into(), interaction, answer).request_digest
+        };
+        let cancel = InteractionAnswer::Cancel;
+        let decline = InteractionAnswer::Decline { reason: None };
+        assert_eq!(identity("i-1", &cancel), identity("i-1", &cancel));
+        assert_eq!(
+            mismatch(&identity("i-1", &cancel), &identity("i-1", &decline)).reason,
+            Reason::AnswerConflict
+        );
+        assert_eq!(
+            mismatch(&identity("i-1", &cancel), &identity("i-2", &cancel)).reason,
+            Reason::RequestIdReused
+        );
     }
 
     /// A call whose work counts its runs and yields `value`.

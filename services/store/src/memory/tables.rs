@@ -76,15 +76,18 @@ impl Tables {
     /// What the key holds for `digest`, without claiming it; `None` while it is free.
     pub(super) fn find_idempotency(&self, key: &IdempotencyKey, digest: &str) -> Option<IdempotencyClaim> {
         // The id is the tenant's, whatever the RPC: used by another one, it is another body.
-        let elsewhere = self
-            .idempotency
-            .keys()
-            .any(|k| k.tenant_id == key.tenant_id && k.request_id == key.request_id && k.operation != key.operation);
-        if elsewhere {
-            return Some(IdempotencyClaim::DigestMismatch);
+        let elsewhere = self.idempotency.iter().find(|(k, _)| {
+            k.tenant_id == key.tenant_id && k.request_id == key.request_id && k.operation != key.operation
+        });
+        if let Some((_, row)) = elsewhere {
+            return Some(IdempotencyClaim::DigestMismatch {
+                held: row.digest.clone(),
+            });
         }
         match self.idempotency.get(key)? {
-            row if row.digest != digest => Some(IdempotencyClaim::DigestMismatch),
+            row if row.digest != digest => Some(IdempotencyClaim::DigestMismatch {
+                held: row.digest.clone(),
+            }),
             IdempotencyRow {
                 response: Some(response),
                 ..

@@ -98,8 +98,9 @@ impl SqlStore {
         .await?);
         Ok(
             row.map(|(operation, digest, state, response)| match (digest, state, response) {
-                _ if operation != key.operation => IdempotencyClaim::DigestMismatch,
-                (digest, _, _) if digest != request_digest => IdempotencyClaim::DigestMismatch,
+                (held, _, _) if operation != key.operation || held != request_digest => {
+                    IdempotencyClaim::DigestMismatch { held }
+                }
                 (_, state, Some(response)) if state == "done" => {
                     IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
                 }

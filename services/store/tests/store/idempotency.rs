@@ -63,12 +63,12 @@ async fn a_request_id_claimed_by_another_operation_is_a_digest_mismatch(store: A
     claim(&*store, "r1", "d1").await;
     assert_eq!(
         store.claim_idempotency(&start_turn, "d1").await.unwrap(),
-        IdempotencyClaim::DigestMismatch
+        IdempotencyClaim::DigestMismatch { held: "d1".into() }
     );
     store.complete_idempotency(&key("r1"), &json!({"n": 1})).await.unwrap();
     assert_eq!(
         store.claim_idempotency(&start_turn, "d1").await.unwrap(),
-        IdempotencyClaim::DigestMismatch
+        IdempotencyClaim::DigestMismatch { held: "d1".into() }
     );
     assert_eq!(
         claim(&*store, "r1", "d1").await,
@@ -83,11 +83,18 @@ async fn a_completed_key_answers_with_its_stored_outcome(store: Arc<dyn Store>) 
     assert_eq!(claim(&*store, "r1", "d1").await, IdempotencyClaim::Completed(outcome));
 }
 
+/// The mismatch names the digest the key holds, so the caller can tell what it collided with.
 async fn a_key_reused_with_another_request_is_a_digest_mismatch(store: Arc<dyn Store>) {
     claim(&*store, "r1", "d1").await;
-    assert_eq!(claim(&*store, "r1", "d2").await, IdempotencyClaim::DigestMismatch);
+    assert_eq!(
+        claim(&*store, "r1", "d2").await,
+        IdempotencyClaim::DigestMismatch { held: "d1".into() }
+    );
     store.complete_idempotency(&key("r1"), &json!(1)).await.unwrap();
-    assert_eq!(claim(&*store, "r1", "d2").await, IdempotencyClaim::DigestMismatch);
+    assert_eq!(
+        claim(&*store, "r1", "d2").await,
+        IdempotencyClaim::DigestMismatch { held: "d1".into() }
+    );
 }
 
 async fn release_frees_an_in_flight_key_but_never_a_completed_one(store: Arc<dyn Store>) {
@@ -185,7 +192,10 @@ async fn finding_a_key_says_what_a_claim_would_find_and_claims_nothing(store: Ar
         "still free"
     );
     assert_eq!(find("r1", "d1").await, Some(IdempotencyClaim::InFlight));
-    assert_eq!(find("r1", "other").await, Some(IdempotencyClaim::DigestMismatch));
+    assert_eq!(
+        find("r1", "other").await,
+        Some(IdempotencyClaim::DigestMismatch { held: "d1".into() })
+    );
     store
         .complete_idempotency(&key("r1"), &json!({"executionId": "e"}))
         .await
@@ -200,6 +210,6 @@ async fn finding_a_key_says_what_a_claim_would_find_and_claims_nothing(store: Ar
     };
     assert_eq!(
         store.find_idempotency(&other_rpc, "d1").await.unwrap(),
-        Some(IdempotencyClaim::DigestMismatch)
+        Some(IdempotencyClaim::DigestMismatch { held: "d1".into() })
     );
 }
