@@ -289,7 +289,7 @@ async fn deny_all_rejects_a_permission_without_a_human_and_the_tool_does_not_run
         .unwrap()
         .unwrap();
     assert_eq!(
-        (row.state.as_str(), row.reason.as_deref()),
+        (row.state.as_str(), row.reason.map(|r| r.as_str())),
         ("delivered", Some("approval_policy_deny_all"))
     );
     assert!(row.answer_request_id.is_none(), "no human answered");
@@ -625,7 +625,7 @@ async fn a_terminal_interaction_refuses_every_further_write(backend: Backend) {
     ] {
         let mut rewrite = delivered.clone();
         rewrite.state = state;
-        rewrite.reason = Some("late".into());
+        rewrite.reason = Some(cursor_runner_store::InteractionReason::TurnSettled);
         let from = InteractionState::Delivered;
         assert!(
             cursor_runner_executions::interaction_row::transition(service.store.as_ref(), from, &rewrite)

@@ -386,7 +386,7 @@ pub fn interaction(r: InteractionRecord) -> pb::Interaction {
         etag: r.etag,
         request: struct_of(r.request),
         outcome: r.outcome.and_then(struct_of),
-        reason: r.reason.unwrap_or_default(),
+        reason: r.reason.map(|r| r.as_str().to_owned()).unwrap_or_default(),
         delivery: r.delivery.map(|d| d.as_str().to_owned()).unwrap_or_default(),
         replay_allowed: r.replay_allowed,
         create_time: Some(timestamp(r.created_at_ms)),

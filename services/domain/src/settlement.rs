@@ -7,6 +7,7 @@
 use cursor_runner_activity::TurnFailureReason;
 
 use crate::error::Reason;
+use crate::interaction::InteractionReason;
 use crate::state::{Delivery, ExecutionState, InteractionState, TurnState};
 
 /// Why the agent is gone.
@@ -37,7 +38,7 @@ pub enum Loss {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InteractionEnd {
     pub state: InteractionState,
-    pub reason: &'static str,
+    pub reason: InteractionReason,
     pub delivery: Delivery,
 }
 
@@ -118,8 +119,6 @@ pub struct ExecutionEnd {
 
 const SERVICE_RESTARTED: &str = "service_restarted";
 const RESTARTED_MESSAGE: &str = "the service restarted; the agent process is gone";
-/// Paperclip's spelling for an interaction whose agent process is gone.
-const PROVIDER_PROCESS_LOST: &str = "provider_process_lost";
 const OWNER_LOST_MESSAGE: &str = "the replica that ran this execution stopped renewing its ownership lease; another replica took it over and its agent process is gone";
 
 impl Loss {
@@ -133,8 +132,10 @@ impl Loss {
             _ => return None,
         };
         let reason = match self {
-            Self::AgentGone { .. } | Self::CancelTimedOut { .. } | Self::OwnerLost => PROVIDER_PROCESS_LOST,
-            Self::ServiceRestarted => SERVICE_RESTARTED,
+            Self::AgentGone { .. } | Self::CancelTimedOut { .. } | Self::OwnerLost => {
+                InteractionReason::ProviderProcessLost
+            }
+            Self::ServiceRestarted => InteractionReason::ServiceRestarted,
         };
         Some(InteractionEnd {
             state: InteractionState::Expired,
@@ -233,13 +234,13 @@ mod tests {
         let table = [
             (
                 Pending,
-                expired("provider_process_lost", Delivery::NotSent),
-                expired("service_restarted", Delivery::NotSent),
+                expired(InteractionReason::ProviderProcessLost, Delivery::NotSent),
+                expired(InteractionReason::ServiceRestarted, Delivery::NotSent),
             ),
             (
                 Answered,
-                expired("provider_process_lost", Delivery::Unknown),
-                expired("service_restarted", Delivery::Unknown),
+                expired(InteractionReason::ProviderProcessLost, Delivery::Unknown),
+                expired(InteractionReason::ServiceRestarted, Delivery::Unknown),
             ),
             (Delivered, None, None),
             (Cancelled, None, None),

@@ -49,7 +49,7 @@ pub(crate) fn ended(record: &InteractionRecord, with_request: bool) -> ActivityP
         interaction_id: record.id.to_string(),
         kind: record.kind,
         turn_id: record.turn_id.to_string(),
-        reason: record.reason.clone().unwrap_or_default(),
+        reason: record.reason.map(|r| r.as_str().to_owned()).unwrap_or_default(),
         replay_allowed: false,
         delivery: record.delivery.map(|d| d.as_str().to_owned()).unwrap_or_default(),
         request: with_request.then(|| record.request.clone()),

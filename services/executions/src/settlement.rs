@@ -50,7 +50,7 @@ pub(crate) fn settle(
             continue;
         };
         interaction.state = end.state;
-        interaction.reason = Some(end.reason.into());
+        interaction.reason = Some(end.reason);
         interaction.delivery = Some(end.delivery);
         interaction.replay_allowed = false;
         interaction.updated_at_ms = now_ms;
@@ -96,7 +96,7 @@ mod tests {
     use super::*;
     use crate::events::EventWriter;
     use cursor_runner_domain::state::{Delivery, InteractionState, TurnState};
-    use cursor_runner_store::{MemoryStore, Store};
+    use cursor_runner_store::{InteractionReason, MemoryStore, Store};
     use std::sync::Arc;
 
     const NOW: i64 = 1_700_000_000_000;
@@ -207,8 +207,16 @@ mod tests {
         assert_eq!(
             ended,
             [
-                (InteractionState::Expired, Delivery::NotSent, "service_restarted".into()),
-                (InteractionState::Expired, Delivery::Unknown, "service_restarted".into()),
+                (
+                    InteractionState::Expired,
+                    Delivery::NotSent,
+                    InteractionReason::ServiceRestarted
+                ),
+                (
+                    InteractionState::Expired,
+                    Delivery::Unknown,
+                    InteractionReason::ServiceRestarted
+                ),
             ]
         );
         let types: Vec<_> = store

@@ -8,6 +8,7 @@
 use cursor_runner_activity::{InteractionKind, UsageReported};
 pub use cursor_runner_domain::ids::{ExecutionId, Generation, InteractionId, TurnId};
 use cursor_runner_domain::interaction::ApprovalPolicy;
+pub use cursor_runner_domain::interaction::InteractionReason;
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
 use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
@@ -92,7 +93,8 @@ pub struct InteractionRecord {
     pub outcome: Option<serde_json::Value>,
     pub answer_request_id: Option<String>,
     pub answer_fingerprint: Option<String>,
-    pub reason: Option<String>,
+    /// Why it ended without a human's answer, or the policy that answered it.
+    pub reason: Option<InteractionReason>,
     /// How far the answer got; set when the interaction ends.
     pub delivery: Option<Delivery>,
     pub replay_allowed: bool,

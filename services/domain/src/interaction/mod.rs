@@ -7,6 +7,7 @@ mod bounds;
 pub mod permission;
 pub mod plan;
 pub mod question;
+mod reason;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,6 +21,7 @@ pub use cursor_runner_activity::InteractionKind;
 pub use permission::{ApprovalPolicy, PermissionRequest};
 pub use plan::PlanRequest;
 pub use question::QuestionRequest;
+pub use reason::InteractionReason;
 
 /// The persisted request of one interaction; `kind` tags the JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

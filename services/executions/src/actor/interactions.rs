@@ -352,7 +352,7 @@ impl Actor {
             .map(|live| live.interaction.record().id.clone())
             .collect();
         for id in due {
-            self.settle_one(&id, "durable_handoff").await?;
+            self.settle_one(&id, EndReason::DurableHandoff).await?;
         }
         if let Some(turn_id) = self.running_turn_id() {
             self.cancel_turn_with(&turn_id, CancelCause::Handoff).await?;

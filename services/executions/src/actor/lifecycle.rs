@@ -19,7 +19,7 @@ use cursor_runner_store::failpoint::failpoint;
 use super::data::*;
 use super::launch::fail_execution;
 use crate::machine::drain::{DrainEffect, DrainInput};
-use crate::machine::interaction::Observation;
+use crate::machine::interaction::{EndReason, Observation};
 use crate::machine::turn::CancelCause;
 
 impl Actor {
@@ -170,7 +170,7 @@ impl Actor {
             let notify = schema::CancelNotification::new(self.session_id.clone());
             let _ = self.connection.notify(methods::SESSION_CANCEL, notify).await;
         }
-        self.settle_pending("turn_cancelled").await?;
+        self.settle_pending(EndReason::TurnCancelled).await?;
         // A process that ends its session cleanly may serve the profile again.
         self.reuse = self.turn.is_none()
             && self

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use cursor_runner_activity::TurnFailureReason;
 use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::interaction::InteractionReason;
 use cursor_runner_domain::prompt::{Prompt, PromptBlock, PromptCapabilities};
 use cursor_runner_store::ExecutionRecord;
 use tokio::time::Instant;
@@ -212,7 +213,10 @@ fn the_replacement_s_cancel_interrupts_a_running_turn_and_relabels_one_being_can
     let mut running = Turn::running(Some(7), None, t0);
     assert_eq!(
         running.cancel(REPLACED, t0, GRACE),
-        [TurnEffect::SendCancel, TurnEffect::EndPending("replaced_by_new_turn")]
+        [
+            TurnEffect::SendCancel,
+            TurnEffect::EndPending(InteractionReason::parse("replaced_by_new_turn").unwrap())
+        ]
     );
     let mut cancelling = Turn::running(Some(7), None, t0);
     cancelling.cancel(CancelCause::Caller, t0, GRACE);

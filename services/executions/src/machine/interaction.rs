@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use cursor_runner_activity::{ActivityPayload, InteractionKind, Redactor, RuntimeRequestResolved};
 use cursor_runner_domain::error::{EngineError, Reason};
-use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionAnswer, PersistedRequest, cancelled_result};
+use cursor_runner_domain::interaction::{
+    ApprovalPolicy, InteractionAnswer, InteractionReason, PersistedRequest, cancelled_result,
+};
 use cursor_runner_domain::state::{Delivery, InteractionState};
 use cursor_runner_store::{InteractionRecord, StoreError, TurnId, Write};
 use serde_json::Value;
@@ -25,7 +27,7 @@ use crate::interaction_row::{self, not_pending};
 
 /// Why an interaction ends while still pending: its turn settled or was cancelled, or it
 /// waited past the execution's limit and is handed off durably.
-pub(crate) type EndReason = &'static str;
+pub(crate) type EndReason = InteractionReason;
 
 /// Who answered: a human through `AnswerInteraction`, or the execution's approval policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,7 +349,7 @@ impl Interaction {
         answered.outcome = Some(stored);
         (answered.answer_request_id, answered.answer_fingerprint) = answer.unzip();
         answered.reason = match answered_by {
-            AnsweredBy::Policy(policy) => Some(format!("approval_policy_{}", policy.as_str())),
+            AnsweredBy::Policy(policy) => Some(InteractionReason::ApprovalPolicy(policy)),
             AnsweredBy::Human => None,
         };
         answered.updated_at_ms = now.ms;
@@ -433,7 +435,7 @@ impl Interaction {
         } else {
             settled.state = InteractionState::Expired;
             settled.delivery = Some(Delivery::Unknown);
-            settled.reason = Some("provider_process_lost".into());
+            settled.reason = Some(InteractionReason::ProviderProcessLost);
             (interaction_row::ended(&settled, true), Err(not_pending(&settled)))
         };
         // The call's outcome is stored with the row that makes it true.
@@ -464,7 +466,7 @@ impl Interaction {
         let mut ended = self.record.clone();
         ended.state = self.persisted.state_when_turn_ends();
         ended.outcome = Some(cancelled_result());
-        ended.reason = Some(reason.into());
+        ended.reason = Some(reason);
         ended.delivery = Some(if written {
             Delivery::PipeWritten
         } else {

@@ -7,8 +7,8 @@ use cursor_runner_activity::{ActivityPayload, InteractionKind, Redactor, Runtime
 use cursor_runner_domain::error::Reason;
 use cursor_runner_domain::interaction::permission::PermissionOption;
 use cursor_runner_domain::interaction::{
-    ApprovalPolicy, InteractionAnswer, PermissionRequest, PersistedRequest, QuestionRequest, Selection,
-    cancelled_result,
+    ApprovalPolicy, InteractionAnswer, InteractionReason, PermissionRequest, PersistedRequest, QuestionRequest,
+    Selection, cancelled_result,
 };
 use cursor_runner_domain::state::{Delivery, InteractionState};
 use cursor_runner_store::{IdempotencyKey, InteractionRecord, Write};
@@ -199,7 +199,10 @@ fn under_deny_all_a_permission_is_recorded_answered_by_the_policy_before_the_age
     assert!(events.is_empty());
     match &writes[0] {
         Write::Interaction { record, .. } => {
-            assert_eq!(record.reason.as_deref(), Some("approval_policy_deny_all"));
+            assert_eq!(
+                record.reason.map(InteractionReason::as_str),
+                Some("approval_policy_deny_all")
+            );
             assert_eq!(record.answer_request_id, None);
         }
         _ => unreachable!(),
@@ -360,7 +363,10 @@ fn when_its_turn_ends_an_interaction_is_answered_cancelled_then_recorded_by_its_
     for (persisted, written, state, delivery) in table {
         let (mut interaction, _) = open_with(persisted, ApprovalPolicy::Ask, t0);
         interaction.handle(Input::Committed(Committed::Landed), now(t0, 1_000));
-        let effects = interaction.handle(Input::End("turn_cancelled"), now(t0, 1_500));
+        let effects = interaction.handle(
+            Input::End(InteractionReason::parse("turn_cancelled").unwrap()),
+            now(t0, 1_500),
+        );
         assert!(matches!(&effects[..], [Effect::Respond(v)] if *v == cancelled_result()));
         let effects = interaction.handle(Input::Written(written), now(t0, 1_501));
         let (writes, events) = commit(&effects[0]);
@@ -369,7 +375,7 @@ fn when_its_turn_ends_an_interaction_is_answered_cancelled_then_recorded_by_its_
             unreachable!()
         };
         assert_eq!(record.delivery.map(Delivery::as_str), Some(delivery));
-        assert_eq!(record.reason.as_deref(), Some("turn_cancelled"));
+        assert_eq!(record.reason.map(InteractionReason::as_str), Some("turn_cancelled"));
         assert!(!record.replay_allowed);
         assert_eq!(events.len(), 1);
         let effects = interaction.handle(Input::Committed(Committed::Landed), now(t0, 1_502));
@@ -396,7 +402,10 @@ fn an_answer_to_an_interaction_that_is_not_pending_is_refused_by_its_state() {
     assert_eq!(refused_reason(&effects[0]), Reason::InteractionNotPending);
     assert!(
         interaction
-            .handle(Input::End("turn_settled"), now(t0, 2_005))
+            .handle(
+                Input::End(InteractionReason::parse("turn_settled").unwrap()),
+                now(t0, 2_005)
+            )
             .is_empty()
     );
 }
@@ -422,7 +431,10 @@ fn every_trace() -> Vec<Vec<Effect>> {
     .collect();
     while let Some((interaction, trace)) = frontier.pop() {
         let inputs = if interaction.is_pending() {
-            vec![good_answer(), Input::End("turn_settled")]
+            vec![
+                good_answer(),
+                Input::End(InteractionReason::parse("turn_settled").unwrap()),
+            ]
         } else {
             feedback()
         };

@@ -82,10 +82,10 @@ impl CancelCause {
     /// The reason the turn's pending interactions end with.
     pub(crate) fn interaction_reason(self) -> EndReason {
         match self {
-            Self::Caller => "turn_cancelled",
-            Self::Interrupted(reason) => reason.as_str(),
-            Self::Handoff => "durable_handoff",
-            Self::WorkspacePolicy => "workspace_policy",
+            Self::Caller => EndReason::TurnCancelled,
+            Self::Interrupted(reason) => EndReason::Interrupted(reason),
+            Self::Handoff => EndReason::DurableHandoff,
+            Self::WorkspacePolicy => EndReason::WorkspacePolicy,
         }
     }
 
@@ -125,9 +125,9 @@ pub(crate) enum TurnEffect {
 /// The reason an interaction still pending when its turn settles ends with.
 pub(crate) fn pending_reason_at_settle(state: TurnState) -> EndReason {
     if state == TurnState::Cancelled {
-        "turn_cancelled"
+        EndReason::TurnCancelled
     } else {
-        "turn_settled"
+        EndReason::TurnSettled
     }
 }
 
@@ -211,7 +211,7 @@ impl Turn {
         };
         vec![
             TurnEffect::StopAgent,
-            TurnEffect::EndPending("turn_settled"),
+            TurnEffect::EndPending(EndReason::TurnSettled),
             TurnEffect::SettleLoss(Loss::CancelTimedOut { cause, message }),
         ]
     }

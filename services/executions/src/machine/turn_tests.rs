@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use cursor_runner_activity::TurnFailureReason;
+use cursor_runner_domain::interaction::InteractionReason;
 use cursor_runner_domain::settlement::{Loss, PromptOutcome, TurnEnd};
 use cursor_runner_domain::state::TurnState;
 use tokio::time::Instant;
@@ -68,7 +69,10 @@ fn cancelling_a_running_turn_sends_the_cancel_ends_its_interactions_and_starts_t
         let effects = turn.cancel(cause, t0, GRACE);
         assert_eq!(
             effects,
-            [TurnEffect::SendCancel, TurnEffect::EndPending(reason)],
+            [
+                TurnEffect::SendCancel,
+                TurnEffect::EndPending(InteractionReason::parse(reason).unwrap())
+            ],
             "{cause:?}"
         );
         let phase = turn.phase();
@@ -126,7 +130,10 @@ fn the_bound_cancels_a_running_turn_only_once_it_is_due() {
     let effects = turn.bound_reached(due, GRACE);
     assert_eq!(
         effects,
-        [TurnEffect::SendCancel, TurnEffect::EndPending("deadline_exceeded")]
+        [
+            TurnEffect::SendCancel,
+            TurnEffect::EndPending(InteractionReason::parse("deadline_exceeded").unwrap())
+        ]
     );
     assert_eq!(turn.phase().interrupted_by(), Some(TurnFailureReason::DeadlineExceeded));
     assert!(
@@ -178,7 +185,7 @@ fn when_the_grace_runs_out_the_agent_is_stopped_and_everything_settles_lost_sayi
     match &effects[..] {
         [
             TurnEffect::StopAgent,
-            TurnEffect::EndPending("turn_settled"),
+            TurnEffect::EndPending(InteractionReason::TurnSettled),
             TurnEffect::SettleLoss(Loss::CancelTimedOut { cause, message }),
         ] => {
             assert_eq!(*cause, Some(TurnFailureReason::DeadlineExceeded));
@@ -207,6 +214,6 @@ fn interactions_pending_at_settlement_end_as_cancelled_only_with_a_cancelled_tur
         } else {
             "turn_settled"
         };
-        assert_eq!(pending_reason_at_settle(state), expected, "{state}");
+        assert_eq!(pending_reason_at_settle(state).as_str(), expected, "{state}");
     }
 }

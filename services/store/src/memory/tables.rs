@@ -497,7 +497,7 @@ impl Tables {
         row.outcome = i.outcome.clone();
         row.answer_request_id = i.answer_request_id.clone();
         row.answer_fingerprint = i.answer_fingerprint.clone();
-        row.reason = i.reason.clone();
+        row.reason = i.reason;
         row.delivery = i.delivery;
         row.replay_allowed = i.replay_allowed;
         row.updated_at_ms = i.updated_at_ms;

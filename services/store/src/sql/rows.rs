@@ -4,7 +4,7 @@
 
 use cursor_runner_activity::{InteractionKind, UsageReported};
 use cursor_runner_domain::ids::Generation;
-use cursor_runner_domain::interaction::ApprovalPolicy;
+use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionReason};
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::session_config::SessionConfig;
 use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
@@ -154,7 +154,8 @@ impl From<InteractionRow> for InteractionRecord {
             outcome: row.outcome.as_deref().and_then(|text| serde_json::from_str(text).ok()),
             answer_request_id: row.answer_request_id,
             answer_fingerprint: row.answer_fingerprint,
-            reason: row.reason,
+            // A reason this version does not know is not one it can act on.
+            reason: row.reason.as_deref().and_then(InteractionReason::parse),
             // A delivery this version does not know says no more than that no one knows.
             delivery: row
                 .delivery

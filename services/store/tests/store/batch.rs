@@ -36,7 +36,7 @@ fn settlement(e: &ExecutionRecord, t: &TurnRecord, i: &InteractionRecord) -> Bat
                 expected_state: InteractionState::Pending,
                 record: InteractionRecord {
                     state: InteractionState::Expired,
-                    reason: Some("provider_process_lost".into()),
+                    reason: Some(InteractionReason::ProviderProcessLost),
                     updated_at_ms: T0 + 1,
                     ..i.clone()
                 },
