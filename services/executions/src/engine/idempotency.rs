@@ -55,16 +55,18 @@ impl Engine {
         // The call that runs the work hands its caller the fresh result; a retry that
         // joins it, or comes after it, gets the stored one.
         let (fresh_tx, fresh_rx) = oneshot::channel::<T>();
-        let joined = {
+        // The call that starts the work keeps its own receiver: a retry that joined it may
+        // see the result first and take the entry away.
+        let (ran_here, mut rx) = {
             let mut in_flight = self.in_flight.lock();
             match in_flight.get(&key) {
                 Some((digest, _)) if *digest != meta.request_digest => {
                     return Err(mismatch(digest, &meta.request_digest));
                 }
-                Some((_, rx)) => Some(rx.clone()),
+                Some((_, rx)) => (false, rx.clone()),
                 None => {
                     let (tx, rx) = watch::channel(None);
-                    in_flight.insert(key.clone(), (meta.request_digest.clone(), rx));
+                    in_flight.insert(key.clone(), (meta.request_digest.clone(), rx.clone()));
                     drop(in_flight);
                     let call = KeyedCall {
                         store: self.store.clone(),
@@ -77,19 +79,9 @@ impl Engine {
                     tokio::spawn(tracing::Instrument::in_current_span(async move {
                         tx.send_replace(Some(call.run(claim, run, fresh_tx).await));
                     }));
-                    None
+                    (true, rx)
                 }
             }
-        };
-        let ran_here = joined.is_none();
-        let mut rx = match joined {
-            Some(rx) => rx,
-            None => self
-                .in_flight
-                .lock()
-                .get(&key)
-                .map(|(_, rx)| rx.clone())
-                .ok_or_else(|| EngineError::internal("lost an in-flight call"))?,
         };
         let result = loop {
             if let Some(result) = rx.borrow_and_update().clone() {
@@ -102,7 +94,13 @@ impl Engine {
                     .unwrap_or_else(|| Err(EngineError::internal("an in-flight call vanished")));
             }
         };
-        self.in_flight.lock().remove(&key);
+        {
+            // This call's entry only: a later call under the key may hold its own by now.
+            let mut in_flight = self.in_flight.lock();
+            if in_flight.get(&key).is_some_and(|(_, held)| held.same_channel(&rx)) {
+                in_flight.remove(&key);
+            }
+        }
         let stored = result.map_err(|e| self.fenced_if_lease_ended(e))?;
         if !ran_here {
             return Ok(Outcome::Stored(stored));
@@ -386,6 +384,7 @@ impl Recorded for InteractionRecord {
 }
 
 /// What an idempotent call gives its caller.
+#[derive(Debug)]
 pub(super) enum Outcome<T> {
     /// This call ran the work: its result as the work returned it.
     Ran(T),
@@ -484,6 +483,33 @@ mod tests {
         let retried = call(&engine, meta("r-1", "d"), &runs, 8).await.unwrap();
         assert!(matches!(retried, Outcome::Stored(ref v) if *v == json!({"value": 7})));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
+        engine.shutdown().await;
+    }
+
+    /// Rounds of the race below; each is one key.
+    const RACE_ROUNDS: usize = 300;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retries_racing_a_call_that_ends_at_once_get_its_result_never_an_internal_error() {
+        let (engine, _dir) = engine().await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        for round in 0..RACE_ROUNDS {
+            let racers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (engine, runs) = (engine.clone(), runs.clone());
+                    let request_id = format!("r-{round}");
+                    tokio::spawn(async move { call(&engine, meta(&request_id, "d"), &runs, 7).await })
+                })
+                .collect();
+            for racer in racers {
+                match racer.await.unwrap() {
+                    Ok(Outcome::Ran(7)) => {}
+                    Ok(Outcome::Stored(stored)) => assert_eq!(stored, json!({"value": 7})),
+                    other => panic!("round {round}: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), RACE_ROUNDS, "the work ran once per key");
         engine.shutdown().await;
     }
 
