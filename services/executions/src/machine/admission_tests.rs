@@ -341,7 +341,7 @@ fn a_replacement_the_workspace_refuses_leaves_the_turn_in_progress_alone_and_que
 }
 
 #[test]
-fn a_second_replacement_is_refused_and_the_first_one_stays_queued() {
+fn a_second_replacement_is_refused_naming_the_running_turn_and_the_first_one_stays_queued() {
     let mut admission = Admission::default();
     start(&mut admission, &Execution::with_turn(), true);
     let effects = start(&mut admission, &Execution::with_turn(), true);
@@ -349,6 +349,7 @@ fn a_second_replacement_is_refused_and_the_first_one_stays_queued() {
         [StartEffect::Refuse(Starter::Caller, refusal)] => {
             assert_eq!(refusal.reason, Reason::TurnActive);
             assert!(refusal.message.contains("already waiting to replace"), "{refusal}");
+            assert!(refusal.metadata.contains(&("turn_id".into(), TURN.into())), "{refusal:?}");
         }
         other => panic!("{other:?}"),
     }

@@ -335,10 +335,14 @@ impl Admission {
         let refused = if let Err(refused) = refused_outright(&prompt, facts) {
             refused
         } else if self.queued.is_some() {
-            EngineError::precondition(
+            let refused = EngineError::precondition(
                 Reason::TurnActive,
                 "another turn is already waiting to replace the running one",
-            )
+            );
+            match facts.active_turn {
+                Some(turn_id) => refused.with("turn_id", turn_id),
+                None => refused,
+            }
         } else {
             self.checking = Some(Checking::Replacement(prompt));
             return vec![StartEffect::CheckWorkspace];
