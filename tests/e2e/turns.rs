@@ -11,7 +11,73 @@ on_both_backends!(
     a_turn_that_cannot_settle_after_a_cancel_is_interrupted_and_its_agent_killed,
     a_tool_still_running_when_its_turn_is_cancelled_settles_cancelled,
     a_tool_still_running_when_its_turn_is_replaced_settles_interrupted,
+    a_cancel_naming_a_turn_the_execution_does_not_have_is_turn_not_found_and_cancels_nothing,
+    a_turn_cut_short_by_closing_its_execution_is_interrupted_with_the_reason_execution_closed,
 );
+
+async fn a_turn_cut_short_by_closing_its_execution_is_interrupted_with_the_reason_execution_closed(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let (execution, mut events) = turn_started(&mut client, &service.workspace, "closed").await;
+    client
+        .close_execution(proto::CloseExecutionRequest {
+            request_id: "close-closed".into(),
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .expect("CloseExecution");
+    let settled = events.until_turn_settles().await;
+    let ended = settled.last().unwrap();
+    assert_eq!(ended.event_type, "turn.interrupted");
+    assert_eq!(payload(ended)["failureReason"], "execution_closed");
+    let turns = list_turns(&mut client, &execution.execution_id).await.turns;
+    assert_eq!(turns[0].failure_reason, "execution_closed");
+    service.shutdown().await;
+}
+
+/// `CancelTurn` of `turn_id` on `execution_id`, under its own request id.
+async fn cancel_named(client: &mut Client, execution_id: &str, turn_id: &str) -> Result<proto::Turn, tonic::Status> {
+    client
+        .cancel_turn(proto::CancelTurnRequest {
+            request_id: format!("cancel-{turn_id}"),
+            execution_id: execution_id.into(),
+            turn_id: turn_id.into(),
+        })
+        .await
+        .map(|r| r.into_inner().turn.expect("turn"))
+}
+
+async fn a_cancel_naming_a_turn_the_execution_does_not_have_is_turn_not_found_and_cancels_nothing(backend: Backend) {
+    let service = TestService::start(backend, "long_turn.json").await;
+    let mut client = service.client().await;
+    let (running, _events) = turn_started(&mut client, &service.workspace, "running").await;
+    let running_turn = get_execution(&mut client, &running.execution_id).await.active_turn_id;
+    let (other, _other_events) = turn_started(&mut client, &service.workspace, "other").await;
+    let others_turn = get_execution(&mut client, &other.execution_id).await.active_turn_id;
+    for (turn_id, what) in [
+        ("01a24c40-0000-7000-8000-000000000000", "an id no turn has"),
+        (others_turn.as_str(), "another execution's running turn"),
+    ] {
+        let refused = cancel_named(&mut client, &running.execution_id, turn_id)
+            .await
+            .expect_err(what);
+        assert_eq!(
+            (refused.code(), reason(&refused).as_str()),
+            (Code::NotFound, "TURN_NOT_FOUND"),
+            "{what}: {refused:?}"
+        );
+    }
+    for (execution, turn) in [(&running, &running_turn), (&other, &others_turn)] {
+        assert_eq!(
+            &get_execution(&mut client, &execution.execution_id).await.active_turn_id,
+            turn
+        );
+        cancel_named(&mut client, &execution.execution_id, turn)
+            .await
+            .expect("the running turn is cancelled by its own id");
+    }
+    service.shutdown().await;
+}
 
 /// `StartTurn` "turn-2" with `replace_active`: the running turn is interrupted for it.
 async fn replace_turn(client: &mut Client, execution_id: &str) -> proto::Turn {

@@ -124,6 +124,7 @@ fn payload_enums() -> Vec<(&'static str, Vec<String>)> {
             BudgetExhausted,
             AgentIdle,
             StoreUnavailable,
+            ExecutionClosed,
         ),
     ]
 }

@@ -260,7 +260,7 @@ async fn refusals_through_replicas_that_do_not_own_the_execution_are_the_owners_
         reasons,
         [
             "TURN_ACTIVE",
-            "NO_ACTIVE_TURN",
+            "TURN_NOT_FOUND",
             "STALE_ETAG",
             "ANSWER_INVALID",
             "TURN_ACTIVE",

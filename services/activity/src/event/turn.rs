@@ -34,6 +34,8 @@ pub enum TurnFailureReason {
     /// The store stayed unreachable past the outage limit: the agent was stopped, and the
     /// turn was settled once the store was back.
     StoreUnavailable,
+    /// `CloseExecution` ended the execution while the turn ran.
+    ExecutionClosed,
 }
 
 impl TurnFailureReason {
@@ -51,6 +53,7 @@ impl TurnFailureReason {
             Self::BudgetExhausted => "budget_exhausted",
             Self::AgentIdle => "agent_idle",
             Self::StoreUnavailable => "store_unavailable",
+            Self::ExecutionClosed => "execution_closed",
         }
     }
 }

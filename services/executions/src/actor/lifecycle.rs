@@ -196,7 +196,7 @@ impl Actor {
             self.settle_turn(TurnEnd {
                 state: TurnState::Interrupted,
                 stop_reason: None,
-                failure: None,
+                failure: Some(TurnFailureReason::ExecutionClosed),
                 message: Some("the execution was closed".into()),
             })
             .await?;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cursor_runner_store::{
-    ExecutionId, ExecutionRecord, InteractionId, InteractionQuery, InteractionRecord, TurnRecord,
+    ExecutionId, ExecutionRecord, InteractionId, InteractionQuery, InteractionRecord, TurnId, TurnRecord,
 };
 
 use super::idempotency::answer_conflict;
@@ -145,12 +145,40 @@ impl Engine {
         execution_id: &ExecutionId,
         turn_id: &str,
     ) -> Result<TurnRecord, EngineError> {
-        let turn_id = turn_id.to_owned();
-        self.actor_call(meta, "CancelTurn", execution_id, move |reply| Command::CancelTurn {
-            turn_id,
-            reply,
-        })
-        .await
+        let tenant_id = meta.tenant_id.clone();
+        let named = turn_id.to_owned();
+        let cancelled = self
+            .actor_call(meta, "CancelTurn", execution_id, move |reply| Command::CancelTurn {
+                turn_id: named,
+                reply,
+            })
+            .await;
+        match cancelled {
+            Err(refusal) if refusal.reason == Reason::NoActiveTurn => {
+                Err(self.not_running(&tenant_id, execution_id, turn_id, refusal).await)
+            }
+            other => other,
+        }
+    }
+
+    /// Why a turn named to be cancelled is not running: the execution has no turn of that id
+    /// (`TURN_NOT_FOUND`), or it is not the running one (`refusal`).
+    async fn not_running(
+        &self,
+        tenant_id: &str,
+        execution_id: &ExecutionId,
+        turn_id: &str,
+        refusal: EngineError,
+    ) -> EngineError {
+        match self.store.get_turn(tenant_id, &TurnId::from(turn_id)).await {
+            Ok(Some(turn)) if turn.execution_id == *execution_id => refusal,
+            Ok(_) => EngineError::not_found(
+                Reason::TurnNotFound,
+                format!("execution `{execution_id}` has no turn `{turn_id}`"),
+            ),
+            // The store's state is for the next call to report; this one says what it knows.
+            Err(_) => refusal,
+        }
     }
 
     pub async fn close_execution(

@@ -349,7 +349,10 @@ fn a_second_replacement_is_refused_naming_the_running_turn_and_the_first_one_sta
         [StartEffect::Refuse(Starter::Caller, refusal)] => {
             assert_eq!(refusal.reason, Reason::TurnActive);
             assert!(refusal.message.contains("already waiting to replace"), "{refusal}");
-            assert!(refusal.metadata.contains(&("turn_id".into(), TURN.into())), "{refusal:?}");
+            assert!(
+                refusal.metadata.contains(&("turn_id".into(), TURN.into())),
+                "{refusal:?}"
+            );
         }
         other => panic!("{other:?}"),
     }
