@@ -4,7 +4,7 @@
 
 use cursor_runner_activity::TurnFailureReason;
 
-use super::ApprovalPolicy;
+use super::permission::ApprovalPolicy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InteractionReason {
