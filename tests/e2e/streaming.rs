@@ -216,6 +216,7 @@ async fn a_cursor_beyond_the_head_is_out_of_range(backend: Backend) {
     service.shutdown().await;
 }
 
+/// A negative sequence is bad input, as it is for `StreamEvents`, not a regression.
 async fn acks_are_cumulative_and_refuse_regressions_and_the_future(backend: Backend) {
     let service = TestService::start(backend, "two_turns.json").await;
     let mut client = service.client().await;
@@ -234,6 +235,7 @@ async fn acks_are_cumulative_and_refuse_regressions_and_the_future(backend: Back
                 .map(|r| r.into_inner().acked_sequence)
         }
     };
+    assert_refused(ack(-1).await, Code::InvalidArgument, "INVALID_ARGUMENT");
     assert_eq!(ack(2).await.unwrap(), 2);
     assert_eq!(ack(2).await.unwrap(), 2, "repeating an ack is harmless");
     assert_refused(ack(1).await, Code::FailedPrecondition, "ACK_REGRESSION");

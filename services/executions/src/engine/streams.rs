@@ -126,6 +126,12 @@ impl Engine {
         through: i64,
     ) -> Result<i64, EngineError> {
         let record = self.get_execution(tenant_id, execution_id).await?;
+        if through < 0 {
+            return Err(EngineError::invalid(
+                Reason::InvalidArgument,
+                "through_sequence must not be negative",
+            ));
+        }
         let head = self.store.head_sequence(&record.id).await?;
         if through > head {
             return Err(EngineError::invalid(
