@@ -140,7 +140,7 @@ pub fn recorded_session(r: ExecutionRecord) -> pb::RecordedSession {
 
 pub fn execution(r: ExecutionRecord) -> pb::Execution {
     let state = execution_state(r.state);
-    let limits = limits_proto(&ExecutionLimits::of(&r));
+    let limits = limits_proto(&r.limits);
     let exited = r.exit_code.is_some() || r.exit_signal.is_some();
     pb::Execution {
         execution_id: r.id.into(),
@@ -400,7 +400,7 @@ pub fn event(r: EventRecord) -> pb::ActivityEvent {
         sequence: r.sequence,
         event_id: r.event_id,
         generation: r.generation.get(),
-        turn_id: r.turn_id.unwrap_or_default(),
+        turn_id: r.turn_id.map(String::from).unwrap_or_default(),
         item_id: r.item_id.unwrap_or_default(),
         event_type: r.event_type,
         priority: r.priority as i32,

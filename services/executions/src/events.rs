@@ -115,7 +115,7 @@ impl EventWriter {
     }
 
     /// Appends events in one statement; nothing is visible before the commit.
-    pub async fn emit(&mut self, turn_id: Option<&str>, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
+    pub async fn emit(&mut self, turn_id: Option<&TurnId>, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
         if payloads.is_empty() {
             return Ok(());
         }
@@ -141,7 +141,7 @@ impl EventWriter {
         writes: Vec<Write>,
         events: Vec<(Option<TurnId>, ActivityPayload)>,
     ) -> Result<bool, StoreError> {
-        let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_deref(), p));
+        let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_ref(), p));
         let batch = Batch {
             writes,
             events: self.records(events_with_turns),
@@ -154,7 +154,10 @@ impl EventWriter {
     }
 
     /// The outbox rows of `payloads`, numbered from the next sequence, each redacted.
-    fn records<'a>(&self, payloads: impl Iterator<Item = (Option<&'a str>, &'a ActivityPayload)>) -> Vec<EventRecord> {
+    fn records<'a>(
+        &self,
+        payloads: impl Iterator<Item = (Option<&'a TurnId>, &'a ActivityPayload)>,
+    ) -> Vec<EventRecord> {
         let emitted_at_ms = now_ms();
         payloads
             .enumerate()
@@ -172,7 +175,7 @@ impl EventWriter {
                     sequence: self.next_sequence + i as i64,
                     event_id: uuid::Uuid::now_v7().to_string(),
                     generation: self.generation,
-                    turn_id: turn_id.map(str::to_owned),
+                    turn_id: turn_id.cloned(),
                     item_id: payload.item_id().map(str::to_owned),
                     event_type,
                     priority: i64::from(payload.priority()),

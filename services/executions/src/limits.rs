@@ -6,16 +6,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cursor_runner_activity::TurnFailureReason;
-use cursor_runner_store::ExecutionRecord;
 use serde::Deserialize;
 
-use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
+pub use cursor_runner_domain::limits::{ExecutionLimits, MAX_LIMIT_DURATION, MAX_TURNS_LIMIT};
 
-/// The longest deadline or active-time budget accepted (30 days).
-pub const MAX_LIMIT_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
-/// The most turns an execution may be limited to.
-pub const MAX_TURNS_LIMIT: u32 = 1_000_000;
 /// The turn deadline of an execution that names none (and whose tenant sets none): a hung
 /// agent cannot hold a turn `running` for ever.
 pub const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(2 * 3600);
@@ -32,98 +26,6 @@ pub const AGENT_CALL_LIMIT: Duration = Duration::from_secs(15);
 /// database restart or fail-over takes seconds; an agent blocked on its output pipe for
 /// this long is still cheaper than a lost execution.
 pub const DEFAULT_STORE_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
-
-/// An execution's limits; `None` is unbounded.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ExecutionLimits {
-    pub turn_deadline: Option<Duration>,
-    pub max_turns: Option<u32>,
-    pub max_active: Option<Duration>,
-}
-
-impl ExecutionLimits {
-    /// Refuses zero and out-of-range values: a limit of zero would refuse every turn.
-    pub fn validate(&self) -> Result<(), EngineError> {
-        let invalid = |m: String| EngineError::invalid(Reason::InvalidArgument, m);
-        for (name, value) in [
-            ("turn_deadline", self.turn_deadline),
-            ("max_active_time", self.max_active),
-        ] {
-            if let Some(d) = value
-                && (d.is_zero() || d > MAX_LIMIT_DURATION)
-            {
-                return Err(invalid(format!(
-                    "{name} must be above zero and at most {MAX_LIMIT_DURATION:?}"
-                )));
-            }
-        }
-        if let Some(n) = self.max_turns
-            && (n == 0 || n > MAX_TURNS_LIMIT)
-        {
-            return Err(invalid(format!("max_turns must be 1..={MAX_TURNS_LIMIT}")));
-        }
-        Ok(())
-    }
-
-    /// Each limit the tighter of the request's and the policy's: a tenant's policy is a
-    /// ceiling the caller can lower, never raise.
-    pub fn capped_by(self, policy: ExecutionLimits) -> Self {
-        fn tighter<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
-            match (a, b) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        }
-        Self {
-            turn_deadline: tighter(self.turn_deadline, policy.turn_deadline),
-            max_turns: tighter(self.max_turns, policy.max_turns),
-            max_active: tighter(self.max_active, policy.max_active),
-        }
-    }
-
-    pub fn of(record: &ExecutionRecord) -> Self {
-        let duration = |ms: Option<i64>| ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
-        Self {
-            turn_deadline: duration(record.turn_deadline_ms),
-            max_turns: record.max_turns.map(|n| n.clamp(0, i64::from(u32::MAX)) as u32),
-            max_active: duration(record.max_active_ms),
-        }
-    }
-
-    pub fn store_in(&self, record: &mut ExecutionRecord) {
-        let ms = |d: Option<Duration>| d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        record.turn_deadline_ms = ms(self.turn_deadline);
-        record.max_turns = self.max_turns.map(i64::from);
-        record.max_active_ms = ms(self.max_active);
-    }
-
-    /// Whether the execution may start another turn, and if so how long it may run
-    /// before a bound cancels it (with the reason that bound gives).
-    pub fn next_turn(&self, record: &ExecutionRecord) -> Result<Option<(Duration, TurnFailureReason)>, EngineError> {
-        let exhausted = |m: String| EngineError::new(ErrorKind::ResourceExhausted, Reason::BudgetExhausted, m);
-        if let Some(max) = self.max_turns
-            && record.turn_count >= i64::from(max)
-        {
-            return Err(exhausted(format!("the execution's {max} turns are used up")));
-        }
-        let remaining = match self.max_active {
-            None => None,
-            Some(max) => {
-                let used = Duration::from_millis(record.active_ms.max(0) as u64);
-                match max.checked_sub(used).filter(|left| !left.is_zero()) {
-                    Some(left) => Some(left),
-                    None => return Err(exhausted(format!("the execution's {max:?} of active time are used up"))),
-                }
-            }
-        };
-        Ok(match (self.turn_deadline, remaining) {
-            (Some(deadline), Some(left)) if left < deadline => Some((left, TurnFailureReason::BudgetExhausted)),
-            (Some(deadline), _) => Some((deadline, TurnFailureReason::DeadlineExceeded)),
-            (None, Some(left)) => Some((left, TurnFailureReason::BudgetExhausted)),
-            (None, None) => None,
-        })
-    }
-}
 
 /// A tenant's limits as an operator writes them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -192,148 +94,8 @@ impl TenantLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cursor_runner_domain::state::ExecutionState;
-
-    fn record(turn_count: i64, active_ms: i64) -> ExecutionRecord {
-        ExecutionRecord {
-            id: "e".into(),
-            tenant_id: "t".into(),
-            state: ExecutionState::Ready,
-            generation: cursor_runner_store::Generation::FIRST,
-            workspace: "/w".into(),
-            session_id: None,
-            active_turn_id: None,
-            turn_count,
-            pid: None,
-            exit_code: None,
-            exit_signal: None,
-            failure_reason: None,
-            failure_message: None,
-            acked_sequence: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            approval_policy: Default::default(),
-            interaction_wait_limit_ms: 0,
-            lease: None,
-            session_config: None,
-            credential_name: None,
-            turn_deadline_ms: None,
-            max_turns: None,
-            max_active_ms: None,
-            active_ms,
-        }
-    }
 
     const S: fn(u64) -> Duration = Duration::from_secs;
-
-    /// The bound the next turn gets, or `Err(())`: refused as exhausted.
-    type Expected = Result<Option<(Duration, TurnFailureReason)>, ()>;
-
-    #[test]
-    fn the_next_turn_gets_the_tighter_bound_with_its_reason() {
-        use TurnFailureReason::{BudgetExhausted, DeadlineExceeded};
-        let limits = |deadline, turns, active| ExecutionLimits {
-            turn_deadline: deadline,
-            max_turns: turns,
-            max_active: active,
-        };
-        let cases: &[(ExecutionLimits, i64, i64, Expected)] = &[
-            (limits(None, None, None), 5, 10_000, Ok(None)),
-            (
-                limits(Some(S(60)), None, None),
-                0,
-                0,
-                Ok(Some((S(60), DeadlineExceeded))),
-            ),
-            (
-                limits(None, None, Some(S(100))),
-                0,
-                40_000,
-                Ok(Some((S(60), BudgetExhausted))),
-            ),
-            (
-                limits(Some(S(30)), None, Some(S(100))),
-                0,
-                40_000,
-                Ok(Some((S(30), DeadlineExceeded))),
-            ),
-            (
-                limits(Some(S(90)), None, Some(S(100))),
-                0,
-                40_000,
-                Ok(Some((S(60), BudgetExhausted))),
-            ),
-            (limits(None, Some(3), None), 2, 0, Ok(None)),
-            (limits(None, Some(3), None), 3, 0, Err(())),
-            (limits(None, None, Some(S(100))), 0, 100_000, Err(())),
-            (limits(None, None, Some(S(100))), 0, 250_000, Err(())),
-        ];
-        for (limits, turns, active, expected) in cases {
-            let got = limits.next_turn(&record(*turns, *active));
-            match (got, expected) {
-                (Ok(got), Ok(expected)) => assert_eq!(&got, expected, "{limits:?} {turns} {active}"),
-                (Err(e), Err(())) => assert_eq!(e.reason, Reason::BudgetExhausted),
-                (got, expected) => panic!("{limits:?}: got {got:?}, expected {expected:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_policy_is_a_ceiling_the_caller_can_lower_but_not_raise() {
-        let policy = ExecutionLimits {
-            turn_deadline: Some(S(600)),
-            max_turns: None,
-            max_active: Some(S(3600)),
-        };
-        let asked = ExecutionLimits {
-            turn_deadline: Some(S(6000)),
-            max_turns: Some(5),
-            max_active: Some(S(60)),
-        };
-        assert_eq!(
-            asked.capped_by(policy),
-            ExecutionLimits {
-                turn_deadline: Some(S(600)),
-                max_turns: Some(5),
-                max_active: Some(S(60)),
-            }
-        );
-        assert_eq!(ExecutionLimits::default().capped_by(policy), policy);
-    }
-
-    #[test]
-    fn limits_at_their_bounds_pass_and_beyond_them_are_refused() {
-        let ok = ExecutionLimits {
-            turn_deadline: Some(MAX_LIMIT_DURATION),
-            max_turns: Some(MAX_TURNS_LIMIT),
-            max_active: Some(Duration::from_millis(1)),
-        };
-        assert!(ok.validate().is_ok());
-        for bad in [
-            ExecutionLimits {
-                turn_deadline: Some(MAX_LIMIT_DURATION + Duration::from_millis(1)),
-                ..ok
-            },
-            ExecutionLimits {
-                turn_deadline: Some(Duration::ZERO),
-                ..ok
-            },
-            ExecutionLimits {
-                max_turns: Some(0),
-                ..ok
-            },
-            ExecutionLimits {
-                max_turns: Some(MAX_TURNS_LIMIT + 1),
-                ..ok
-            },
-            ExecutionLimits {
-                max_active: Some(Duration::ZERO),
-                ..ok
-            },
-        ] {
-            assert_eq!(bad.validate().unwrap_err().reason, Reason::InvalidArgument, "{bad:?}");
-        }
-    }
 
     #[test]
     fn tenant_limits_fall_back_to_the_default_and_refuse_nonsense() {

@@ -10,6 +10,7 @@ pub use cursor_runner_domain::ids::{ExecutionId, Generation, InteractionId, Turn
 use cursor_runner_domain::interaction::ApprovalPolicy;
 pub use cursor_runner_domain::interaction::InteractionReason;
 use cursor_runner_domain::lease::LeaseInfo;
+pub use cursor_runner_domain::limits::ExecutionLimits;
 use cursor_runner_domain::session_config::SessionConfig;
 use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
 
@@ -47,10 +48,8 @@ pub struct ExecutionRecord {
     pub session_config: Option<SessionConfig>,
     /// The bound credential's name (`CURSOR_API_KEY`, `CURSOR_AUTH_TOKEN`); never its value.
     pub credential_name: Option<String>,
-    /// Bounds before spend; `None`: unbounded.
-    pub turn_deadline_ms: Option<i64>,
-    pub max_turns: Option<i64>,
-    pub max_active_ms: Option<i64>,
+    /// Bounds before spend.
+    pub limits: ExecutionLimits,
     /// Wall-clock time its settled turns ran, summed.
     pub active_ms: i64,
 }
@@ -102,15 +101,13 @@ pub struct InteractionRecord {
     pub updated_at_ms: i64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EventRecord {
-    #[sqlx(try_from = "String")]
     pub execution_id: ExecutionId,
     pub sequence: i64,
     pub event_id: String,
-    #[sqlx(try_from = "i64")]
     pub generation: Generation,
-    pub turn_id: Option<String>,
+    pub turn_id: Option<TurnId>,
     pub item_id: Option<String>,
     pub event_type: String,
     pub priority: i64,

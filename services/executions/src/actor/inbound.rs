@@ -84,7 +84,7 @@ impl Actor {
             Some(turn) => (Some(turn.record.id.clone()), turn.normalizer.on_agent_message(message)),
             None => (None, self.session_normalizer.on_agent_message(message)),
         };
-        self.events.emit(turn_id.as_deref(), payloads).await
+        self.events.emit(turn_id.as_ref(), payloads).await
     }
 
     /// `cursor/generate_image`: every path is checked on disk (inside the workspace by
@@ -109,13 +109,13 @@ impl Actor {
         let description = image.description.as_deref().unwrap_or_default();
         let payloads = generated_image(tool_call_id, description, reference, viewed, refused);
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
-        self.events.emit(turn_id.as_deref(), payloads).await
+        self.events.emit(turn_id.as_ref(), payloads).await
     }
 
     pub(super) async fn on_session_update(&mut self, params: &Value) -> Result<(), EngineError> {
         let payloads = self.normalize_update(params);
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
-        self.events.emit(turn_id.as_deref(), payloads).await
+        self.events.emit(turn_id.as_ref(), payloads).await
     }
 
     /// A run of `session/update`s already waiting in the inbound queue is normalized
@@ -141,7 +141,7 @@ impl Actor {
             }
         }
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
-        self.events.emit(turn_id.as_deref(), coalesce_deltas(payloads)).await?;
+        self.events.emit(turn_id.as_ref(), coalesce_deltas(payloads)).await?;
         match next {
             None => Ok(Ending::Continue),
             Some(Inbound::Closed { .. }) => self.on_process_lost().await,

@@ -227,7 +227,7 @@ impl Actor {
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         let notice = ProviderNotice::warning(category, NoticeScope::Turn, summary);
         self.events
-            .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
+            .emit(turn_id.as_ref(), vec![ActivityPayload::ProviderNotice(notice)])
             .await
     }
 

@@ -241,7 +241,7 @@ impl Actor {
         notice.user_actionable = true;
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         self.events
-            .emit(turn_id.as_deref(), vec![ActivityPayload::ProviderNotice(notice)])
+            .emit(turn_id.as_ref(), vec![ActivityPayload::ProviderNotice(notice)])
             .await?;
         if stop && let Some(turn_id) = self.running_turn_id() {
             self.cancel_turn_with(&turn_id, CancelCause::WorkspacePolicy).await?;

@@ -74,7 +74,7 @@ impl Actor {
         let update = json!({"sessionUpdate": "config_option_update", "configOptions": self.config_options});
         let payloads = self.session_normalizer.on_update(&update);
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
-        self.events.emit(turn_id.as_deref(), payloads).await
+        self.events.emit(turn_id.as_ref(), payloads).await
     }
 
     /// `SetModel` / `SetMode` / `SetConfigOption`: between turns only (Cursor's model

@@ -240,13 +240,9 @@ impl Engine {
             lease: None,
             session_config: None,
             credential_name,
-            turn_deadline_ms: None,
-            max_turns: None,
-            max_active_ms: None,
+            limits,
             active_ms: 0,
         };
-        let mut record = record;
-        limits.store_in(&mut record);
         self.execution_store().insert_execution(&record).await?;
         let span = tracing::info_span!(
             "execution.start",

@@ -273,8 +273,8 @@ fn a_start_gets_the_execution_s_tightest_bound_once_the_workspace_passes() {
     ];
     for (turn_deadline, max_active, active_ms, bound) in cases {
         let mut execution = Execution::idle();
-        execution.record.turn_deadline_ms = turn_deadline.map(|d| d.as_millis() as i64);
-        execution.record.max_active_ms = max_active.map(|d| d.as_millis() as i64);
+        execution.record.limits.turn_deadline = turn_deadline;
+        execution.record.limits.max_active = max_active;
         execution.record.active_ms = active_ms;
         let effects = start(&mut Admission::default(), &execution, false);
         assert_eq!(
@@ -295,10 +295,10 @@ fn a_start_gets_the_execution_s_tightest_bound_once_the_workspace_passes() {
 #[test]
 fn a_start_past_its_bounds_is_refused_after_the_workspace_check() {
     let mut used_turns = Execution::idle();
-    used_turns.record.max_turns = Some(3);
+    used_turns.record.limits.max_turns = Some(3);
     used_turns.record.turn_count = 3;
     let mut used_time = Execution::idle();
-    used_time.record.max_active_ms = Some(1_000);
+    used_time.record.limits.max_active = Some(Duration::from_secs(1));
     used_time.record.active_ms = 1_000;
     for execution in [used_turns, used_time] {
         let effects = start(&mut Admission::default(), &execution, false);
@@ -368,7 +368,7 @@ fn the_queued_replacement_starts_once_the_interrupted_turn_settles() {
     };
     decide(&mut admission, &Execution::with_turn(), input, Ok(()));
     let mut settled = Execution::idle();
-    settled.record.turn_deadline_ms = Some(60_000);
+    settled.record.limits.turn_deadline = Some(Duration::from_secs(60));
     let effects = decide(&mut admission, &settled, StartInput::TurnSettled, Ok(()));
     assert_eq!(
         effects,
@@ -397,7 +397,7 @@ fn a_queued_replacement_is_admitted_afresh_when_the_turn_settles() {
         (|_| {}, Err(workspace_refusal()), Reason::WorkspacePolicy),
         (
             |e| {
-                e.record.max_turns = Some(1);
+                e.record.limits.max_turns = Some(1);
                 e.record.turn_count = 1;
             },
             Ok(()),
@@ -424,7 +424,7 @@ fn a_queued_replacement_is_admitted_afresh_when_the_turn_settles() {
 fn a_replacement_the_bounds_already_refuse_is_refused_before_the_running_turn_is_touched() {
     let mut admission = Admission::default();
     let mut used_up = Execution::with_turn();
-    used_up.record.max_turns = Some(1);
+    used_up.record.limits.max_turns = Some(1);
     used_up.record.turn_count = 1;
     let input = StartInput::StartTurn {
         prompt: prompt("instead"),

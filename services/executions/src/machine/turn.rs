@@ -18,7 +18,6 @@ use cursor_runner_store::ExecutionRecord;
 use tokio::time::Instant;
 
 use super::interaction::EndReason;
-use crate::limits::ExecutionLimits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TurnPhase {
@@ -303,7 +302,7 @@ impl Admission {
                 (Some(Checking::Replacement(prompt)), Ok(())) => {
                     // The bounds only tighten while the replaced turn runs: one that already
                     // refuses the next turn refuses it before the running one is touched.
-                    if let Err(exhausted) = ExecutionLimits::of(facts.record).next_turn(facts.record) {
+                    if let Err(exhausted) = next_turn(facts.record) {
                         return vec![StartEffect::Refuse(Starter::Caller, exhausted)];
                     }
                     self.queued = Some(prompt);
@@ -312,12 +311,10 @@ impl Admission {
                         StartEffect::Cancel(CancelCause::Interrupted(TurnFailureReason::ReplacedByNewTurn)),
                     ]
                 }
-                (Some(Checking::Start(starter, prompt)), Ok(())) => {
-                    match ExecutionLimits::of(facts.record).next_turn(facts.record) {
-                        Ok(bound) => vec![StartEffect::Start { starter, prompt, bound }],
-                        Err(exhausted) => vec![StartEffect::Refuse(starter, exhausted)],
-                    }
-                }
+                (Some(Checking::Start(starter, prompt)), Ok(())) => match next_turn(facts.record) {
+                    Ok(bound) => vec![StartEffect::Start { starter, prompt, bound }],
+                    Err(exhausted) => vec![StartEffect::Refuse(starter, exhausted)],
+                },
             },
             StartInput::TurnSettled => match self.queued.take() {
                 Some(prompt) => self.admit(Starter::Queued, prompt, facts),
@@ -379,4 +376,10 @@ fn refused_outright(prompt: &Prompt, facts: StartFacts<'_>) -> Result<(), Engine
         ));
     }
     Ok(())
+}
+
+/// Whether the execution's limits let it start another turn, and that turn's bound.
+fn next_turn(record: &ExecutionRecord) -> Result<Option<(Duration, TurnFailureReason)>, EngineError> {
+    let active_used = Duration::from_millis(u64::try_from(record.active_ms).unwrap_or(0));
+    record.limits.next_turn(record.turn_count, active_used)
 }

@@ -18,7 +18,7 @@ macro_rules! append_events_on {
                 .push_bind(e.sequence)
                 .push_bind(&e.event_id)
                 .push_bind(e.generation.get())
-                .push_bind(&e.turn_id)
+                .push_bind(e.turn_id.as_deref())
                 .push_bind(&e.item_id)
                 .push_bind(&e.event_type)
                 .push_bind(e.priority)
@@ -56,14 +56,15 @@ impl SqlStore {
         after_sequence: i64,
         limit: i64,
     ) -> StoreResult<Vec<EventRecord>> {
-        Ok(on_pool!(self, |pool| {
+        let rows: Vec<super::rows::EventRow> = on_pool!(self, |pool| {
             sqlx::query_as("SELECT * FROM events WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3")
                 .bind(execution_id)
                 .bind(after_sequence)
                 .bind(limit)
                 .fetch_all(pool)
                 .await?
-        }))
+        });
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     pub(super) async fn head_sequence(&self, execution_id: &str) -> StoreResult<i64> {

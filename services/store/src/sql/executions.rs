@@ -69,9 +69,9 @@ impl SqlStore {
         .bind(super::rows::lease_text(&e.lease))
         .bind(super::rows::config_text(&e.session_config))
         .bind(&e.credential_name)
-        .bind(e.turn_deadline_ms)
-        .bind(e.max_turns)
-        .bind(e.max_active_ms)
+        .bind(super::rows::ms_of(e.limits.turn_deadline))
+        .bind(e.limits.max_turns.map(i64::from))
+        .bind(super::rows::ms_of(e.limits.max_active))
         .bind(e.active_ms)
         // The replica that inserts an execution owns it.
         .bind(self.shared.identity.me())

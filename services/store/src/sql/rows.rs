@@ -1,15 +1,18 @@
-//! The `executions`, `turns` and `interactions` rows as sqlx reads them, JSON columns as text. They stay in
+//! The `executions`, `turns`, `interactions` and `events` rows as sqlx reads them, JSON columns as text. They stay in
 //! the store: above it, the records carry the domain's types. A JSON column this version
 //! cannot read is taken as absent, as every reader of it did before it was typed.
+
+use std::time::Duration;
 
 use cursor_runner_activity::{InteractionKind, UsageReported};
 use cursor_runner_domain::ids::Generation;
 use cursor_runner_domain::interaction::{ApprovalPolicy, InteractionReason};
 use cursor_runner_domain::lease::LeaseInfo;
+use cursor_runner_domain::limits::ExecutionLimits;
 use cursor_runner_domain::session_config::SessionConfig;
 use cursor_runner_domain::state::{Delivery, ExecutionState, InteractionState, TurnState};
 
-use crate::records::{ExecutionRecord, InteractionRecord, TurnRecord};
+use crate::records::{EventRecord, ExecutionRecord, InteractionRecord, TurnRecord};
 
 #[derive(sqlx::FromRow)]
 pub(super) struct ExecutionRow {
@@ -66,12 +69,23 @@ impl From<ExecutionRow> for ExecutionRecord {
             lease: row.lease.as_deref().and_then(LeaseInfo::from_json),
             session_config: row.session_config.as_deref().and_then(SessionConfig::from_json),
             credential_name: row.credential_name,
-            turn_deadline_ms: row.turn_deadline_ms,
-            max_turns: row.max_turns,
-            max_active_ms: row.max_active_ms,
+            limits: ExecutionLimits {
+                turn_deadline: row.turn_deadline_ms.map(duration_of_ms),
+                max_turns: row.max_turns.map(|n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
+                max_active: row.max_active_ms.map(duration_of_ms),
+            },
             active_ms: row.active_ms,
         }
     }
+}
+
+fn duration_of_ms(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// A limit's column: whole milliseconds, saturating (a limit is validated to 30 days).
+pub(super) fn ms_of(limit: Option<Duration>) -> Option<i64> {
+    limit.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[derive(sqlx::FromRow)]
@@ -187,4 +201,37 @@ pub(super) fn usage_text(usage: &Option<UsageReported>) -> Option<String> {
 /// A JSON column's text, as written.
 pub(super) fn config_text(config: &Option<SessionConfig>) -> Option<String> {
     config.as_ref().map(SessionConfig::to_json)
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct EventRow {
+    execution_id: String,
+    sequence: i64,
+    event_id: String,
+    generation: i64,
+    turn_id: Option<String>,
+    item_id: Option<String>,
+    event_type: String,
+    priority: i64,
+    schema_version: i64,
+    emitted_at_ms: i64,
+    payload: String,
+}
+
+impl From<EventRow> for EventRecord {
+    fn from(row: EventRow) -> Self {
+        Self {
+            execution_id: row.execution_id.into(),
+            sequence: row.sequence,
+            event_id: row.event_id,
+            generation: Generation::new(row.generation),
+            turn_id: row.turn_id.map(Into::into),
+            item_id: row.item_id,
+            event_type: row.event_type,
+            priority: row.priority,
+            schema_version: row.schema_version,
+            emitted_at_ms: row.emitted_at_ms,
+            payload: row.payload,
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Executions: rows, the compare-and-set update, the generation fence, listings, sessions.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cursor_runner_store::*;
 
@@ -30,8 +31,11 @@ async fn an_inserted_execution_reads_back_as_written_to_its_tenant_only(store: A
             slot_id: "3".into(),
             ..Default::default()
         }),
-        turn_deadline_ms: Some(60_000),
-        max_turns: Some(5),
+        limits: ExecutionLimits {
+            turn_deadline: Some(Duration::from_secs(60)),
+            max_turns: Some(5),
+            max_active: None,
+        },
         ..execution("exec-1")
     };
     store.insert_execution(&e).await.unwrap();
@@ -100,9 +104,11 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
         created_at_ms: T0 + 99,
         approval_policy: cursor_runner_domain::interaction::ApprovalPolicy::DenyAll,
         interaction_wait_limit_ms: 1,
-        turn_deadline_ms: Some(1),
-        max_turns: Some(1),
-        max_active_ms: Some(1),
+        limits: ExecutionLimits {
+            turn_deadline: Some(Duration::from_millis(1)),
+            max_turns: Some(1),
+            max_active: Some(Duration::from_millis(1)),
+        },
         ..e.clone()
     };
     assert!(store.update_execution(ExecutionState::Ready, &next).await.unwrap());
@@ -113,9 +119,7 @@ async fn update_execution_writes_the_mutable_columns_only(store: Arc<dyn Store>)
         created_at_ms: e.created_at_ms,
         approval_policy: e.approval_policy,
         interaction_wait_limit_ms: e.interaction_wait_limit_ms,
-        turn_deadline_ms: e.turn_deadline_ms,
-        max_turns: e.max_turns,
-        max_active_ms: e.max_active_ms,
+        limits: e.limits,
         ..next
     };
     assert_eq!(
