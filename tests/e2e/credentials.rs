@@ -13,6 +13,7 @@ on_both_backends!(
     a_credential_the_agent_prints_on_stderr_at_start_is_redacted_from_the_refusal_and_every_row,
     a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row,
     a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answer_still_reaches_the_agent,
+    a_credential_the_agent_gives_as_its_stop_reason_or_in_its_model_catalog_reaches_no_reply_and_no_row,
 );
 
 const MARKER: &str = "[redacted:CURSOR_API_KEY]";
@@ -294,6 +295,59 @@ async fn a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answ
     );
     let dump = service.database().dump();
     assert!(dump.contains(&execution.execution_id), "the dump holds the rows");
+    assert!(!dump.contains(CANARY), "not in any row");
+    service.shutdown().await;
+}
+
+/// Not every word of the agent's becomes an event: a turn's `stopReason` is also its row's,
+/// and the model catalog is a reply of its own. Both pass the redactor.
+async fn a_credential_the_agent_gives_as_its_stop_reason_or_in_its_model_catalog_reaches_no_reply_and_no_row(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "credential_said_back_outside_events.json").await;
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let settled = events.until_turn_settles().await;
+    assert!(
+        settled.iter().all(|e| !payload(e).to_string().contains(CANARY)),
+        "not in the stream"
+    );
+    let turns = client
+        .list_turns(proto::ListTurnsRequest {
+            execution_id: execution.execution_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .turns;
+    let listed = turns
+        .iter()
+        .find(|t| t.turn_id == turn.turn_id)
+        .expect("the turn is listed");
+    assert_eq!(listed.stop_reason, "[redacted:CURSOR_API_KEY]", "said, not hidden");
+    let catalog = client
+        .list_models(proto::ListModelsRequest {
+            execution_id: execution.execution_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let leaky = catalog
+        .models
+        .iter()
+        .find(|m| m.name.starts_with("Leaky"))
+        .expect("the agent's extra model is listed");
+    assert_eq!(leaky.name, "Leaky [redacted:CURSOR_API_KEY]");
+    assert!(
+        !format!("{catalog:?}").contains(CANARY),
+        "nowhere in the catalog: {leaky:?}"
+    );
+    let dump = service.database().dump();
+    assert!(
+        dump.contains(execution.execution_id.as_str()),
+        "the dump holds the rows"
+    );
     assert!(!dump.contains(CANARY), "not in any row");
     service.shutdown().await;
 }

@@ -40,6 +40,23 @@ pub enum OptionValue {
 }
 
 impl ConfigOption {
+    /// The option as a caller may see it: the agent's words with every bound secret redacted.
+    pub fn redacted(self, redactor: &cursor_runner_activity::Redactor) -> Self {
+        let redact = |text: String| redactor.redact_text(&text).0;
+        Self {
+            id: redact(self.id),
+            name: redact(self.name),
+            category: self.category.map(redact),
+            value: match self.value {
+                OptionValue::Select { current, values } => OptionValue::Select {
+                    current: redact(current),
+                    values: values.into_iter().map(redact).collect(),
+                },
+                boolean @ OptionValue::Boolean { .. } => boolean,
+            },
+        }
+    }
+
     pub fn current_text(&self) -> String {
         match &self.value {
             OptionValue::Select { current, .. } => current.clone(),

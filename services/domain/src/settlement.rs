@@ -4,7 +4,7 @@
 //! outage, a protocol error, a cancel that timed out) and by start-up recovery to what a
 //! previous incarnation left live. Both commit the whole settlement as one batch.
 
-use cursor_runner_activity::TurnFailureReason;
+use cursor_runner_activity::{Redactor, TurnFailureReason};
 
 use crate::error::Reason;
 use crate::interaction::InteractionReason;
@@ -50,6 +50,19 @@ pub struct TurnEnd {
     pub stop_reason: Option<String>,
     pub failure: Option<TurnFailureReason>,
     pub message: Option<String>,
+}
+
+impl TurnEnd {
+    /// The end as a row or an event may carry it: the agent's words in it (its stop
+    /// reason, a message quoting its error or its stderr) with every bound secret redacted.
+    pub fn redacted(self, redactor: &Redactor) -> Self {
+        let redact = |text: String| redactor.redact_text(&text).0;
+        Self {
+            stop_reason: self.stop_reason.map(redact),
+            message: self.message.map(redact),
+            ..self
+        }
+    }
 }
 
 /// What the agent answered to a turn's `session/prompt`.

@@ -1,6 +1,7 @@
 //! The models an agent offers, from `cursor/list_available_models` or from what `session/new` reported.
 
 use cursor_runner_acp::methods;
+use cursor_runner_activity::Redactor;
 use serde_json::Value;
 
 use cursor_runner_domain::session_config;
@@ -23,6 +24,25 @@ pub struct ModelEntry {
 }
 
 impl ModelCatalog {
+    /// The catalog as a caller may see it: every word of the agent's in it (ids, names,
+    /// parameters) with every bound secret redacted.
+    pub(crate) fn redacted(self, redactor: &Redactor) -> Self {
+        if redactor.is_empty() {
+            return self;
+        }
+        let redact = |text: String| redactor.redact_text(&text).0;
+        let models = self
+            .models
+            .into_iter()
+            .map(|model| ModelEntry {
+                model_id: redact(model.model_id),
+                name: redact(model.name),
+                parameters: model.parameters.into_iter().map(|p| p.redacted(redactor)).collect(),
+            })
+            .collect();
+        Self { models, ..self }
+    }
+
     pub(crate) fn from_list(result: &Value) -> Self {
         let models = result["models"]
             .as_array()

@@ -71,8 +71,7 @@ pub(crate) fn settle(
     row.updated_at_ms = now_ms;
     let mut settled_turn = None;
     if let Some(LiveTurn { record, closing }) = turn {
-        let mut end = loss.turn_end();
-        end.message = end.message.map(|m| redactor.redact_text(&m).0);
+        let end = loss.turn_end().redacted(redactor);
         let (record, terminal) = turn_row::settled(record, end, &closing, now_ms);
         if loss.charges_turn_time() {
             row.active_ms += turn_row::ran_ms(&record);

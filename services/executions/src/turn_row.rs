@@ -18,8 +18,8 @@ pub(crate) fn normalizer_ending(state: TurnState) -> TurnEnding {
     }
 }
 
-/// `record` settled as `end` says at `ended_at_ms`, and its terminal event (`end`'s message
-/// already redacted). The usage is what the normalizer's `closing` payloads report.
+/// `record` settled as `end` says at `ended_at_ms`, and its terminal event (`end` already
+/// [redacted](TurnEnd::redacted)). The usage is what the normalizer's `closing` payloads report.
 pub(crate) fn settled(
     mut record: TurnRecord,
     end: TurnEnd,

@@ -146,8 +146,9 @@ impl Actor {
     /// the actor: an agent that never answers holds this call for `AGENT_CALL_LIMIT`, never
     /// the turn's deadlines or the commands behind it.
     pub(super) fn list_models(&self, reply: Reply<ModelCatalog>) {
+        let redactor = self.events.redactor().clone();
         if let CatalogStep::Known(catalog) = session::list_models(self.offer(), self.agent_profile.is_some()) {
-            let _ = reply.send(Ok(catalog));
+            let _ = reply.send(Ok(catalog.redacted(&redactor)));
             return;
         }
         let connection = self.connection.clone();
@@ -162,7 +163,12 @@ impl Actor {
                 legacy_models: &legacy_models,
                 modes: &modes,
             };
-            let _ = reply.send(session::catalog(offer, answer, AGENT_CALL_LIMIT));
+            let catalog = session::catalog(offer, answer, AGENT_CALL_LIMIT);
+            let _ = reply.send(
+                catalog
+                    .map(|c| c.redacted(&redactor))
+                    .map_err(|e| e.redacted(&redactor)),
+            );
         };
         tokio::spawn(asked.instrument(tracing::Span::current()));
     }

@@ -310,7 +310,7 @@ impl Actor {
         Ok(Ending::Continue)
     }
 
-    pub(super) async fn settle_turn(&mut self, mut end: TurnEnd) -> Result<(), EngineError> {
+    pub(super) async fn settle_turn(&mut self, end: TurnEnd) -> Result<(), EngineError> {
         let state = end.state;
         self.settle_pending(pending_reason_at_settle(state)).await?;
         let Some(mut turn) = self.turn.take() else {
@@ -318,8 +318,8 @@ impl Actor {
         };
         let turn_id = turn.record.id.clone();
         let mut payloads = turn.normalizer.finish(turn_row::normalizer_ending(state));
-        // The agent's words may be in it (a prompt error, a stderr tail).
-        end.message = end.message.map(|m| self.events.redactor().redact_text(&m).0);
+        // The agent's words may be in it (its stop reason, a prompt error, a stderr tail).
+        let end = end.redacted(self.events.redactor());
         let (record, terminal) = turn_row::settled(turn.record, end, &payloads, now_ms());
         let ran = turn_row::ran_ms(&record);
         let mut next = self.record.clone();
