@@ -97,11 +97,7 @@ impl TestDatabase {
     /// Makes the database unreachable (`true`: new connections refused, open ones
     /// terminated) or reachable again (Postgres only).
     pub async fn set_unreachable(&self, unreachable: bool) {
-        let admin_url = self
-            .admin_url
-            .as_ref()
-            .expect("only a PostgreSQL database can be cut off");
-        let mut admin = connect_admin(admin_url).await;
+        let mut admin = self.admin().await;
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "ALTER DATABASE {} ALLOW_CONNECTIONS {}",
             self.name, !unreachable
@@ -110,12 +106,41 @@ impl TestDatabase {
         .await
         .expect("ALTER DATABASE");
         if unreachable {
-            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-                .bind(&self.name)
-                .execute(&mut admin)
-                .await
-                .expect("terminating the service's connections");
+            self.terminate_connections(&mut admin).await;
         }
+    }
+
+    /// Makes the database read-only (`true`), as a fail-over that lands its clients on a
+    /// standby does, or writable again; either way open connections are terminated, so
+    /// new ones see the change (Postgres only).
+    pub async fn set_read_only(&self, read_only: bool) {
+        let mut admin = self.admin().await;
+        let change = if read_only {
+            "SET default_transaction_read_only = on"
+        } else {
+            "RESET default_transaction_read_only"
+        };
+        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {} {change}", self.name)))
+            .execute(&mut admin)
+            .await
+            .expect("ALTER DATABASE");
+        self.terminate_connections(&mut admin).await;
+    }
+
+    async fn admin(&self) -> sqlx::PgConnection {
+        let admin_url = self
+            .admin_url
+            .as_ref()
+            .expect("only a PostgreSQL database can be cut off");
+        connect_admin(admin_url).await
+    }
+
+    async fn terminate_connections(&self, admin: &mut sqlx::PgConnection) {
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&self.name)
+            .execute(admin)
+            .await
+            .expect("terminating the service's connections");
     }
 
     /// Everything the database holds, as text: `pg_dump --data-only` for PostgreSQL, the

@@ -3,6 +3,8 @@
 //! executions ride out restarts (their writes wait, their agents' output waits in the pipe,
 //! nothing is dropped); past the outage limit an execution fails and its turn still settles
 //! once the database is back; readiness follows the database and calls fail fast and typed.
+//! A database that stays up but refuses the service (new connections, or writes) is ridden
+//! out the same way.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -383,6 +385,82 @@ async fn past_the_outage_limit_the_execution_fails_and_its_turn_settles_once_the
     assert_eq!(record.failure_reason, "STORE_UNAVAILABLE");
     assert!(!process_alive(execution.pid.unwrap()), "the agent was stopped");
     service.kill();
+}
+
+/// How a test cuts the service off a database that stays up.
+enum Refusal {
+    /// New connections refused, open ones terminated (`ALLOW_CONNECTIONS false`:
+    /// maintenance, a database being moved).
+    NewConnections,
+    /// Every write refused (a fail-over that lands the service on a standby).
+    Writes,
+}
+
+/// A database that refuses the service for a few seconds without going down is an outage
+/// like a stopped server: the turn rides it out and completes, every event stored once
+/// and in order (the subscriber checks), and the execution stays ready.
+async fn a_turn_rides_out(refusal: Refusal) {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let steps: Vec<Value> = (0..100)
+        .flat_map(|i| {
+            [
+                json!({"update": {"sessionUpdate": "tool_call", "toolCallId": format!("tc-{i}"),
+                    "title": "step", "kind": "execute", "status": "completed"}}),
+                json!({"sleep_ms": 40}),
+            ]
+        })
+        .collect();
+    let scenario = dirs.root.path().join("steady.json");
+    std::fs::write(
+        &scenario,
+        json!({"session_id": "sess-refused", "turns": [steps]}).to_string(),
+    )
+    .unwrap();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: binary(),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().unwrap(),
+        record: &dirs.record,
+        env: Vec::new(),
+        args: Vec::new(),
+    });
+    let mut client = service.client().await;
+    let (execution, turn, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
+    events.until(|e| e.event_type == "tool.execution.completed").await;
+
+    let (cut_off, refusal) = (&database, &refusal);
+    let refuse = |on: bool| async move {
+        match refusal {
+            Refusal::NewConnections => cut_off.set_unreachable(on).await,
+            Refusal::Writes => cut_off.set_read_only(on).await,
+        }
+    };
+    refuse(true).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    refuse(false).await;
+
+    let settled = events.until(|e| is_settlement(&e.event_type)).await;
+    assert_eq!(
+        (settled.event_type.as_str(), settled.turn_id.as_str()),
+        ("turn.completed", turn.turn_id.as_str())
+    );
+    let record = execution_riding_out(&client, &execution.execution_id).await;
+    assert_eq!(record.state, proto::ExecutionState::Ready as i32, "{record:?}");
+    service.kill();
+    database.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_rides_out_a_database_that_refuses_new_connections_for_a_while() {
+    a_turn_rides_out(Refusal::NewConnections).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_rides_out_a_database_that_turned_read_only_for_a_while() {
+    a_turn_rides_out(Refusal::Writes).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

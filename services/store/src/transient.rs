@@ -8,13 +8,19 @@ use sqlx::sqlite::SqliteError;
 const TRANSIENT_PG_CLASSES: [&str; 1] = [
     "08", // connection exception
 ];
-const TRANSIENT_PG_CODES: [&str; 6] = [
+const TRANSIENT_PG_CODES: [&str; 8] = [
     "57P01", // admin_shutdown: the server is stopping (a restart, `pg_ctl stop -m fast`)
     "57P02", // crash_shutdown
     "57P03", // cannot_connect_now: the server is starting up or shutting down
     "53300", // too_many_connections
     "40001", // serialization_failure
     "40P01", // deadlock_detected
+    // A database that is up but refuses us for now: "not currently accepting connections"
+    // (`ALLOW_CONNECTIONS false`, maintenance) is the only 55000 a connection attempt meets,
+    // and a read-only transaction is what a fail-over that lands the pool on a standby
+    // gives until it reconnects to the new primary.
+    "55000", // object_not_in_prerequisite_state
+    "25006", // read_only_sql_transaction
 ];
 /// SQLite's primary result codes for a database another connection holds.
 const SQLITE_BUSY: i64 = 5;
