@@ -19,12 +19,17 @@ pub const MAX_IMAGE_BYTES: usize = 3 * 1024 * 1024;
 /// Characters of a resource link's URI, name, title, description or MIME type.
 pub const MAX_LINK_FIELD_CHARS: usize = 2048;
 
-/// The image types a prompt may carry, each with the bytes its content starts with.
-const IMAGE_SIGNATURES: [(&str, &[u8]); 4] = [
-    ("image/png", b"\x89PNG\r\n\x1a\n"),
-    ("image/jpeg", b"\xff\xd8\xff"),
-    ("image/gif", b"GIF8"),
-    ("image/webp", b"RIFF"),
+/// Whether an image's bytes are of one type.
+type IsOfType = fn(&[u8]) -> bool;
+
+/// The image types a prompt may carry, each with the test its bytes must pass: the whole
+/// signature, where a shorter prefix is shared by other formats (RIFF also holds WAV and
+/// AVI; a GIF names its version).
+const IMAGE_SIGNATURES: [(&str, IsOfType); 4] = [
+    ("image/png", |data| data.starts_with(b"\x89PNG\r\n\x1a\n")),
+    ("image/jpeg", |data| data.starts_with(b"\xff\xd8\xff")),
+    ("image/gif", |data| data.starts_with(b"GIF87a") || data.starts_with(b"GIF89a")),
+    ("image/webp", |data| data.starts_with(b"RIFF") && data.get(8..12) == Some(b"WEBP")),
 ];
 
 /// One block of a prompt as the caller sends it.
@@ -126,13 +131,13 @@ impl Prompt {
                     if data.len() > MAX_IMAGE_BYTES {
                         return Err(invalid(format!("an image is over {MAX_IMAGE_BYTES} bytes")));
                     }
-                    let Some((_, signature)) = IMAGE_SIGNATURES.iter().find(|(mime, _)| mime == mime_type) else {
+                    let Some((_, is_of_type)) = IMAGE_SIGNATURES.iter().find(|(mime, _)| mime == mime_type) else {
                         return Err(invalid(format!(
                             "image type `{mime_type}` is not one of {}",
                             IMAGE_SIGNATURES.map(|(m, _)| m).join(", ")
                         )));
                     };
-                    if !data.starts_with(signature) {
+                    if !is_of_type(data) {
                         return Err(invalid(format!("the image's bytes are not {mime_type}")));
                     }
                     if let Some(uri) = uri {
@@ -261,6 +266,27 @@ mod tests {
             reason(Prompt::new(vec![image(PNG, "image/svg+xml")])),
             Reason::PromptInvalid
         );
+    }
+
+    /// A container's magic alone does not make the type: RIFF holds WAV and AVI as well as
+    /// WebP, and a GIF names its version.
+    #[test]
+    fn an_image_is_recognised_by_its_whole_signature_not_a_prefix_other_formats_share() {
+        let cases: &[(&[u8], &str, bool)] = &[
+            (b"RIFF\x24\0\0\0WEBPVP8 ", "image/webp", true),
+            (b"RIFF\x24\0\0\0WAVEfmt ", "image/webp", false),
+            (b"RIFF\x24\0\0\0AVI LIST", "image/webp", false),
+            (b"RIFF", "image/webp", false),
+            (b"GIF87a\x01\0", "image/gif", true),
+            (b"GIF89a\x01\0", "image/gif", true),
+            (b"GIF8zzzz", "image/gif", false),
+            (b"\xff\xd8\xff\xe0", "image/jpeg", true),
+            (b"\xff\xd8", "image/jpeg", false),
+        ];
+        for (data, mime, accepted) in cases {
+            let got = Prompt::new(vec![image(data, mime)]);
+            assert_eq!(got.is_ok(), *accepted, "{mime} {data:?}: {got:?}");
+        }
     }
 
     #[test]
