@@ -104,6 +104,12 @@ async fn each_bad_credential_binding_is_refused_before_launch_with_its_reason(ba
         ),
         (|b| b.secret.clear(), Code::InvalidArgument, "CREDENTIAL_MISSING"),
         (
+            |b| b.secret = "sk-canary\0-4242".into(),
+            Code::InvalidArgument,
+            "CREDENTIAL_MALFORMED",
+        ),
+        (|b| b.secret = "Zq7xK2p".into(), Code::InvalidArgument, "CREDENTIAL_MALFORMED"),
+        (
             |b| b.expire_time = Some(::prost_types::Timestamp { seconds: 1, nanos: 0 }),
             Code::FailedPrecondition,
             "CREDENTIAL_STALE",

@@ -170,7 +170,7 @@ async fn leases_never_cross_tenants_or_credentials(backend: Backend) {
             tenant_id: TENANT.into(),
             credential: Some(BoundCredential {
                 name: CredentialName::CursorApiKey,
-                secret: Secret::new("key-x"),
+                secret: Secret::new("key-x-0123456789"),
             }),
             min_idle: 1,
         }],
@@ -184,10 +184,10 @@ async fn leases_never_cross_tenants_or_credentials(backend: Backend) {
     assert!(!status.profiles[0].credential_fingerprint.is_empty());
     let mut client = service.client().await;
     // Another credential, no credential, another tenant: each gets a process of its own.
-    let other_key = create(&mut client, credential_request(&service, "create-y", Some("key-y"))).await;
+    let other_key = create(&mut client, credential_request(&service, "create-y", Some("key-y-0123456789"))).await;
     let no_key = create(&mut client, credential_request(&service, "create-none", None)).await;
     let mut tenant_b = service.client_for(Some("tenant-b")).await;
-    let other_tenant = create(&mut tenant_b, credential_request(&service, "create-b", Some("key-x"))).await;
+    let other_tenant = create(&mut tenant_b, credential_request(&service, "create-b", Some("key-x-0123456789"))).await;
     for execution in [&other_key, &no_key, &other_tenant] {
         assert!(!lease(execution).warm, "{execution:?}");
         assert_ne!(lease(execution).slot_id, warm_slot.slot_id);
@@ -198,7 +198,7 @@ async fn leases_never_cross_tenants_or_credentials(backend: Backend) {
         "the warm slot is still waiting for its own profile"
     );
     // Only the matching tenant and credential get it, and its agent holds that credential.
-    let matching = create(&mut client, credential_request(&service, "create-x", Some("key-x"))).await;
+    let matching = create(&mut client, credential_request(&service, "create-x", Some("key-x-0123456789"))).await;
     assert!(lease(&matching).warm);
     assert_eq!(lease(&matching).slot_id, warm_slot.slot_id);
     let mut events = Subscriber::open(&mut client, &matching.execution_id, 0).await.unwrap();
@@ -206,7 +206,7 @@ async fn leases_never_cross_tenants_or_credentials(backend: Backend) {
     events.until_turn_settles().await;
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(service.workspace.join("env.json")).unwrap()).unwrap();
-    assert_eq!(report["env"]["CURSOR_API_KEY"], "key-x");
+    assert_eq!(report["env"]["CURSOR_API_KEY"], "key-x-0123456789");
     assert_eq!(
         report["env"]["HOME"].as_str().map(std::path::PathBuf::from),
         Some(service.state_dir().join("homes").join(&warm_slot.slot_id)),

@@ -79,6 +79,7 @@ reasons! {
     CredentialWrongSession => "CREDENTIAL_WRONG_SESSION": "The credential is not bound to the execution's `control_session_id`.",
     CredentialUnbound => "CREDENTIAL_UNBOUND": "The binding names a variable an agent may not receive (CURSOR_API_KEY or CURSOR_AUTH_TOKEN, or one of the agent profile's `credential_variables`).",
     CredentialMissing => "CREDENTIAL_MISSING": "The binding names a credential but carries no secret.",
+    CredentialMalformed => "CREDENTIAL_MALFORMED": "The binding's secret cannot be handed to an agent and kept out of everything derived from its output: it holds a NUL byte (no environment variable can), or it is shorter than the redactor searches for (8 characters). The message says which, never the secret.",
     CredentialStale => "CREDENTIAL_STALE": "The credential binding has expired.",
     WorkspacePolicy => "WORKSPACE_POLICY": "The workspace (up to its Git root) or the host holds configuration that would load code into the agent (MCP servers, hooks, plugins); the metadata names the path.",
     ExecutionNotFound => "EXECUTION_NOT_FOUND": "No execution with this id exists for the caller's tenant.",

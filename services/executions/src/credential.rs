@@ -2,7 +2,7 @@
 //! to the control-plane session the execution serves, reaches the agent. Everything
 //! is checked before anything is launched.
 
-use cursor_runner_activity::Redactor;
+use cursor_runner_activity::{MIN_REDACTED_SECRET_CHARS, Redactor};
 pub use cursor_runner_supervisor::Secret;
 use cursor_runner_supervisor::{BoundCredential, CredentialName};
 
@@ -80,6 +80,24 @@ impl CredentialBinding {
                 format!("the binding names {} but carries no secret", name.as_str()),
             ));
         }
+        // A secret the agent cannot be given, or one the redactor would not search for,
+        // is refused rather than handed over unprotected.
+        let secret = self.secret.expose();
+        if secret.contains('\0') {
+            return Err(EngineError::invalid(
+                Reason::CredentialMalformed,
+                format!("the secret bound as {} holds a NUL byte", name.as_str()),
+            ));
+        }
+        if secret.chars().count() < MIN_REDACTED_SECRET_CHARS {
+            return Err(EngineError::invalid(
+                Reason::CredentialMalformed,
+                format!(
+                    "the secret bound as {} is under {MIN_REDACTED_SECRET_CHARS} characters: too short to be kept out of the agent's output",
+                    name.as_str()
+                ),
+            ));
+        }
         if self.expires_at_ms.is_some_and(|expiry| expiry <= now_ms) {
             return Err(EngineError::precondition(
                 Reason::CredentialStale,
@@ -113,7 +131,7 @@ mod tests {
             provider: "cursor".into(),
             session_id: "run-1".into(),
             credential_name: "CURSOR_API_KEY".into(),
-            secret: Secret::new("key-1"),
+            secret: Secret::new("key-0123456789"),
             expires_at_ms: Some(2_000),
         }
     }
@@ -148,6 +166,21 @@ mod tests {
                 "missing secret",
                 |b| b.secret = Secret::new(""),
                 Some(Reason::CredentialMissing),
+            ),
+            (
+                "a NUL in the secret",
+                |b| b.secret = Secret::new("key-0123\u{0}456789"),
+                Some(Reason::CredentialMalformed),
+            ),
+            (
+                "a secret one character under the redactor's bound",
+                |b| b.secret = Secret::new("k".repeat(MIN_REDACTED_SECRET_CHARS - 1)),
+                Some(Reason::CredentialMalformed),
+            ),
+            (
+                "a secret at the redactor's bound",
+                |b| b.secret = Secret::new("k".repeat(MIN_REDACTED_SECRET_CHARS)),
+                None,
             ),
             (
                 "expired",
