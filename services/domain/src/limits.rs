@@ -9,6 +9,9 @@ use cursor_runner_activity::TurnFailureReason;
 
 use crate::error::{EngineError, ErrorKind, Reason};
 
+/// The shortest deadline or active-time budget accepted: limits are kept in whole
+/// milliseconds, and a shorter one would be kept as zero, refusing every turn.
+pub const MIN_LIMIT_DURATION: Duration = Duration::from_millis(1);
 /// The longest deadline or active-time budget accepted (30 days).
 pub const MAX_LIMIT_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The most turns an execution may be limited to.
@@ -22,7 +25,8 @@ pub struct ExecutionLimits {
 }
 
 impl ExecutionLimits {
-    /// Refuses zero and out-of-range values: a limit of zero would refuse every turn.
+    /// Refuses zero, sub-millisecond and out-of-range values: a limit of zero would refuse
+    /// every turn.
     pub fn validate(&self) -> Result<(), EngineError> {
         let invalid = |m: String| EngineError::invalid(Reason::InvalidArgument, m);
         for (name, value) in [
@@ -30,10 +34,10 @@ impl ExecutionLimits {
             ("max_active_time", self.max_active),
         ] {
             if let Some(d) = value
-                && (d.is_zero() || d > MAX_LIMIT_DURATION)
+                && !(MIN_LIMIT_DURATION..=MAX_LIMIT_DURATION).contains(&d)
             {
                 return Err(invalid(format!(
-                    "{name} must be above zero and at most {MAX_LIMIT_DURATION:?}"
+                    "{name} must be at least {MIN_LIMIT_DURATION:?} and at most {MAX_LIMIT_DURATION:?}"
                 )));
             }
         }
@@ -199,6 +203,14 @@ mod tests {
             },
             ExecutionLimits {
                 max_active: Some(Duration::ZERO),
+                ..ok
+            },
+            ExecutionLimits {
+                max_active: Some(MIN_LIMIT_DURATION - Duration::from_nanos(1)),
+                ..ok
+            },
+            ExecutionLimits {
+                turn_deadline: Some(Duration::from_micros(500)),
                 ..ok
             },
         ] {
