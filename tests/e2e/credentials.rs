@@ -108,7 +108,11 @@ async fn each_bad_credential_binding_is_refused_before_launch_with_its_reason(ba
             Code::InvalidArgument,
             "CREDENTIAL_MALFORMED",
         ),
-        (|b| b.secret = "Zq7xK2p".into(), Code::InvalidArgument, "CREDENTIAL_MALFORMED"),
+        (
+            |b| b.secret = "Zq7xK2p".into(),
+            Code::InvalidArgument,
+            "CREDENTIAL_MALFORMED",
+        ),
         (
             |b| b.expire_time = Some(::prost_types::Timestamp { seconds: 1, nanos: 0 }),
             Code::FailedPrecondition,

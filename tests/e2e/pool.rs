@@ -184,10 +184,18 @@ async fn leases_never_cross_tenants_or_credentials(backend: Backend) {
     assert!(!status.profiles[0].credential_fingerprint.is_empty());
     let mut client = service.client().await;
     // Another credential, no credential, another tenant: each gets a process of its own.
-    let other_key = create(&mut client, credential_request(&service, "create-y", Some("key-y-0123456789"))).await;
+    let other_key = create(
+        &mut client,
+        credential_request(&service, "create-y", Some("key-y-0123456789")),
+    )
+    .await;
     let no_key = create(&mut client, credential_request(&service, "create-none", None)).await;
     let mut tenant_b = service.client_for(Some("tenant-b")).await;
-    let other_tenant = create(&mut tenant_b, credential_request(&service, "create-b", Some("key-x-0123456789"))).await;
+    let other_tenant = create(
+        &mut tenant_b,
+        credential_request(&service, "create-b", Some("key-x-0123456789")),
+    )
+    .await;
     for execution in [&other_key, &no_key, &other_tenant] {
         assert!(!lease(execution).warm, "{execution:?}");
         assert_ne!(lease(execution).slot_id, warm_slot.slot_id);
@@ -198,7 +206,11 @@ async fn leases_never_cross_tenants_or_credentials(backend: Backend) {
         "the warm slot is still waiting for its own profile"
     );
     // Only the matching tenant and credential get it, and its agent holds that credential.
-    let matching = create(&mut client, credential_request(&service, "create-x", Some("key-x-0123456789"))).await;
+    let matching = create(
+        &mut client,
+        credential_request(&service, "create-x", Some("key-x-0123456789")),
+    )
+    .await;
     assert!(lease(&matching).warm);
     assert_eq!(lease(&matching).slot_id, warm_slot.slot_id);
     let mut events = Subscriber::open(&mut client, &matching.execution_id, 0).await.unwrap();

@@ -195,6 +195,23 @@ impl EngineError {
         Self::new(ErrorKind::InvalidArgument, reason, message)
     }
 
+    /// `FIELD_TOO_LONG` for a text `field` of more than `max_chars` characters.
+    pub fn too_many_chars(field: &str, max_chars: usize) -> Self {
+        Self::invalid(Reason::FieldTooLong, format!("{field} is over {max_chars} characters"))
+            .with("field", field)
+            .with("max_chars", max_chars.to_string())
+    }
+
+    /// `FIELD_TOO_LONG` for a list or map `field` of more than `max_entries` entries.
+    pub fn too_many_entries(field: &str, max_entries: usize) -> Self {
+        Self::invalid(
+            Reason::FieldTooLong,
+            format!("{field} has more than {max_entries} entries"),
+        )
+        .with("field", field)
+        .with("max_entries", max_entries.to_string())
+    }
+
     pub fn precondition(reason: Reason, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::FailedPrecondition, reason, message)
     }

@@ -135,9 +135,9 @@ impl McpAllowlist {
     /// The definitions `names` pick, in the caller's order.
     pub fn select(&self, names: &[String]) -> Result<Vec<McpServer>, EngineError> {
         if names.len() > MAX_MCP_SERVERS_PER_EXECUTION {
-            return Err(EngineError::invalid(
-                Reason::InvalidArgument,
-                format!("at most {MAX_MCP_SERVERS_PER_EXECUTION} MCP servers"),
+            return Err(EngineError::too_many_entries(
+                "mcp_servers",
+                MAX_MCP_SERVERS_PER_EXECUTION,
             ));
         }
         let mut seen = HashSet::new();
@@ -193,8 +193,15 @@ mod tests {
         let refused = list.select(&["rm-rf".into()]).unwrap_err();
         assert_eq!(refused.reason, Reason::McpServerNotAllowed);
         assert!(list.select(&["docs".into(), "docs".into()]).is_err());
-        let at_bound: Vec<String> = vec!["docs".into(); MAX_MCP_SERVERS_PER_EXECUTION + 1];
-        assert_eq!(list.select(&at_bound).unwrap_err().reason, Reason::InvalidArgument);
+        let over_bound: Vec<String> = vec!["docs".into(); MAX_MCP_SERVERS_PER_EXECUTION + 1];
+        let refused = list.select(&over_bound).unwrap_err();
+        assert_eq!(refused.reason, Reason::FieldTooLong, "{refused:?}");
+        assert!(refused.metadata.contains(&("field".into(), "mcp_servers".into())));
+        assert!(
+            refused
+                .metadata
+                .contains(&("max_entries".into(), MAX_MCP_SERVERS_PER_EXECUTION.to_string()))
+        );
     }
 
     #[test]

@@ -28,8 +28,12 @@ type IsOfType = fn(&[u8]) -> bool;
 const IMAGE_SIGNATURES: [(&str, IsOfType); 4] = [
     ("image/png", |data| data.starts_with(b"\x89PNG\r\n\x1a\n")),
     ("image/jpeg", |data| data.starts_with(b"\xff\xd8\xff")),
-    ("image/gif", |data| data.starts_with(b"GIF87a") || data.starts_with(b"GIF89a")),
-    ("image/webp", |data| data.starts_with(b"RIFF") && data.get(8..12) == Some(b"WEBP")),
+    ("image/gif", |data| {
+        data.starts_with(b"GIF87a") || data.starts_with(b"GIF89a")
+    }),
+    ("image/webp", |data| {
+        data.starts_with(b"RIFF") && data.get(8..12) == Some(b"WEBP")
+    }),
 ];
 
 /// One block of a prompt as the caller sends it.

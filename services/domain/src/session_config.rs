@@ -101,6 +101,21 @@ pub fn parse_options(options: &Value) -> Vec<ConfigOption> {
         .collect()
 }
 
+/// A model, mode, configuration option or parameter id or value a caller names: not
+/// blank, at most [`MAX_CONFIG_TEXT_CHARS`] characters.
+pub fn config_text(field: &str, text: &str) -> Result<(), EngineError> {
+    if text.trim().is_empty() {
+        return Err(EngineError::invalid(
+            Reason::InvalidArgument,
+            format!("{field} must not be blank"),
+        ));
+    }
+    if text.chars().count() > MAX_CONFIG_TEXT_CHARS {
+        return Err(EngineError::too_many_chars(field, MAX_CONFIG_TEXT_CHARS));
+    }
+    Ok(())
+}
+
 /// What a caller asks for. Empty fields leave the agent's current value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigRequest {
@@ -113,36 +128,25 @@ impl ConfigRequest {
     /// Checks the request's shape before anything is sent.
     pub fn validate(&self) -> Result<(), EngineError> {
         let invalid = |message: String| EngineError::invalid(Reason::InvalidArgument, message);
-        if let Some(model) = &self.model
-            && (model.trim().is_empty() || model.chars().count() > MAX_CONFIG_TEXT_CHARS)
-        {
-            return Err(invalid(format!(
-                "model must have 1 to {MAX_CONFIG_TEXT_CHARS} characters"
-            )));
+        if let Some(model) = &self.model {
+            config_text("model", model)?;
         }
         if !self.parameters.is_empty() && self.model.is_none() {
             return Err(invalid("model_parameters need a model".into()));
         }
         if self.parameters.len() > MAX_MODEL_PARAMETERS {
-            return Err(invalid(format!("at most {MAX_MODEL_PARAMETERS} model_parameters")));
+            return Err(EngineError::too_many_entries("model_parameters", MAX_MODEL_PARAMETERS));
         }
         for (id, value) in &self.parameters {
             if id == "model" || id == "mode" {
                 return Err(invalid(format!("`{id}` is not a model parameter")));
             }
-            if id.is_empty() || [id, value].iter().any(|t| t.chars().count() > MAX_CONFIG_TEXT_CHARS) {
-                return Err(invalid(format!(
-                    "model parameter ids and values must have 1 to {MAX_CONFIG_TEXT_CHARS} characters"
-                )));
-            }
+            config_text("model_parameters", id)?;
+            config_text("model_parameters", value)?;
         }
         // Any mode the agent advertises (checked against its own list when applied).
-        if let Some(mode) = &self.mode
-            && (mode.trim().is_empty() || mode.chars().count() > MAX_CONFIG_TEXT_CHARS)
-        {
-            return Err(invalid(format!(
-                "mode must have 1 to {MAX_CONFIG_TEXT_CHARS} characters"
-            )));
+        if let Some(mode) = &self.mode {
+            config_text("mode", mode)?;
         }
         Ok(())
     }
@@ -404,8 +408,14 @@ mod tests {
             ..ConfigRequest::default()
         };
         assert!(model(&at_bound).validate().is_ok());
-        assert!(model(&long).validate().is_err());
-        assert!(model(" ").validate().is_err());
+        let too_long = model(&long).validate().unwrap_err();
+        assert_eq!(too_long.reason, Reason::FieldTooLong);
+        assert!(
+            too_long
+                .metadata
+                .contains(&("max_chars".into(), MAX_CONFIG_TEXT_CHARS.to_string()))
+        );
+        assert_eq!(model(" ").validate().unwrap_err().reason, Reason::InvalidArgument);
         let params_without_model = ConfigRequest {
             parameters: BTreeMap::from([("effort".into(), "low".into())]),
             ..ConfigRequest::default()
@@ -422,7 +432,14 @@ mod tests {
                 .collect(),
             ..model("gpt-x")
         };
-        assert!(too_many.validate().is_err());
+        let too_many = too_many.validate().unwrap_err();
+        assert_eq!(too_many.reason, Reason::FieldTooLong);
+        assert!(too_many.metadata.contains(&("field".into(), "model_parameters".into())));
+        assert!(
+            too_many
+                .metadata
+                .contains(&("max_entries".into(), MAX_MODEL_PARAMETERS.to_string()))
+        );
         let mode = |m: &str| ConfigRequest {
             mode: Some(m.into()),
             ..ConfigRequest::default()

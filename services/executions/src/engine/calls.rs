@@ -243,14 +243,8 @@ impl Engine {
         config_id: String,
         value: String,
     ) -> Result<ExecutionRecord, EngineError> {
-        let valid =
-            |t: &str| !t.is_empty() && t.chars().count() <= cursor_runner_domain::session_config::MAX_CONFIG_TEXT_CHARS;
-        if !valid(&config_id) || !valid(&value) {
-            return Err(EngineError::invalid(
-                Reason::InvalidArgument,
-                "config_id and value must have 1 to 200 characters",
-            ));
-        }
+        cursor_runner_domain::session_config::config_text("config_id", &config_id)?;
+        cursor_runner_domain::session_config::config_text("value", &value)?;
         self.change_config(
             meta,
             "SetConfigOption",
