@@ -114,6 +114,16 @@ async fn each_bad_credential_binding_is_refused_before_launch_with_its_reason(ba
             "CREDENTIAL_MALFORMED",
         ),
         (
+            |b| {
+                b.expire_time = Some(::prost_types::Timestamp {
+                    seconds: 4_000_000_000,
+                    nanos: -7,
+                })
+            },
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+        ),
+        (
             |b| b.expire_time = Some(::prost_types::Timestamp { seconds: 1, nanos: 0 }),
             Code::FailedPrecondition,
             "CREDENTIAL_STALE",

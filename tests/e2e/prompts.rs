@@ -147,6 +147,19 @@ async fn an_image_that_is_not_what_it_claims_is_refused(backend: Backend) {
             "PROMPT_INVALID",
         );
     }
+    // A block with no content at all is as malformed.
+    let empty_block = proto::PromptBlock { content: None };
+    assert_refused(
+        prompt(
+            &mut client,
+            &execution.execution_id,
+            "turn-empty",
+            vec![text("look"), empty_block],
+        )
+        .await,
+        Code::InvalidArgument,
+        "PROMPT_INVALID",
+    );
     assert!(prompts_sent(&service).is_empty());
     service.shutdown().await;
 }

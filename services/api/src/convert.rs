@@ -279,7 +279,7 @@ pub fn prompt_block(block: pb::PromptBlock) -> Result<PromptBlock, tonic::Status
         }
         None => {
             return Err(to_status(EngineError::invalid(
-                Reason::InvalidArgument,
+                Reason::PromptInvalid,
                 "a prompt block has no content",
             )));
         }

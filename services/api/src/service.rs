@@ -122,16 +122,26 @@ fn meta<M: Message + Clone>(tenant_id: String, request_id: &str, body: &M, clear
 }
 
 /// A credential as the control plane binds it (the secret stays in memory only).
-fn credential_binding(c: pb::CredentialBinding) -> CredentialBinding {
-    CredentialBinding {
+fn credential_binding(c: pb::CredentialBinding) -> Result<CredentialBinding, Status> {
+    let expires_at_ms = match c.expire_time {
+        // A Timestamp's nanos are 0..1e9 (google.protobuf.Timestamp); anything else is
+        // not a time.
+        Some(t) if !(0..1_000_000_000).contains(&t.nanos) => {
+            return Err(to_status(EngineError::invalid(
+                Reason::InvalidArgument,
+                format!("credential.expire_time has nanos {}, outside 0..1e9", t.nanos),
+            )));
+        }
+        Some(t) => Some(t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000)),
+        None => None,
+    };
+    Ok(CredentialBinding {
         provider: c.provider,
         session_id: c.session_id,
         credential_name: c.credential_name,
         secret: Secret::new(c.secret),
-        expires_at_ms: c
-            .expire_time
-            .map(|t| t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000)),
-    }
+        expires_at_ms,
+    })
 }
 
 fn non_empty(value: String) -> Option<String> {
@@ -182,7 +192,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                 credential.secret.clear();
             }
         });
-        let credential = body.credential.map(credential_binding);
+        let credential = body.credential.map(credential_binding).transpose()?;
         let record = self
             .engine
             .create_execution(
@@ -511,7 +521,7 @@ impl pb::runner_service_server::RunnerService for RunnerApi {
                 credential.secret.clear();
             }
         });
-        let credential = body.credential.map(credential_binding);
+        let credential = body.credential.map(credential_binding).transpose()?;
         let record = self
             .engine
             .recover_execution(
