@@ -463,6 +463,76 @@ async fn a_turn_rides_out_a_database_that_turned_read_only_for_a_while() {
     a_turn_rides_out(Refusal::Writes).await
 }
 
+/// An answer sent while the database refuses new connections waits for it or is refused
+/// `UNAVAILABLE`, and the agent reads nothing for its question meanwhile (no error, no
+/// answer); once the database is back, the retry under the same request id is delivered,
+/// and the agent reads the answer exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_sent_while_the_database_refuses_connections_is_delivered_once_when_it_is_back() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: binary(),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: "demo.json",
+        record: &dirs.record,
+        env: Vec::new(),
+        args: Vec::new(),
+    });
+    let mut client = service.client().await;
+    let (_, _, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+    // What the agent read back for its requests: answers and errors alike.
+    let replies = || -> Vec<Value> {
+        std::fs::read_to_string(&dirs.record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|m| m.get("method").is_none() && m.get("id").is_some())
+            .collect()
+    };
+    let before = replies().len();
+
+    database.set_unreachable(true).await;
+    let answer = || {
+        let mut request = tonic::Request::new(one_question_answer(&created, "answer-1", "option-1"));
+        request.set_timeout(Duration::from_secs(20));
+        request
+    };
+    let during = tokio::spawn({
+        let mut client = client.clone();
+        let request = answer();
+        async move { client.answer_interaction(request).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(replies().len(), before, "the agent read nothing while the answer could not be stored");
+    database.set_unreachable(false).await;
+
+    match during.await.unwrap() {
+        Ok(answered) => assert_eq!(
+            answered.into_inner().interaction.unwrap().state,
+            proto::InteractionState::Delivered as i32
+        ),
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+    }
+    let retried = retrying("AnswerInteraction", || {
+        let mut client = client.clone();
+        let request = answer();
+        async move { client.answer_interaction(request).await }
+    })
+    .await;
+    assert_eq!(
+        retried.into_inner().interaction.unwrap().state,
+        proto::InteractionState::Delivered as i32
+    );
+    let read = replies();
+    assert_eq!(read.len(), before + 1, "one reply for the question: {read:?}");
+    assert!(read.last().unwrap().get("error").is_none(), "an answer, not an error: {read:?}");
+    service.kill();
+    database.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_retryable_status() {
     let pg = PrivatePostgres::start();
