@@ -506,7 +506,11 @@ async fn an_answer_sent_while_the_database_refuses_connections_is_delivered_once
         async move { client.answer_interaction(request).await }
     });
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(replies().len(), before, "the agent read nothing while the answer could not be stored");
+    assert_eq!(
+        replies().len(),
+        before,
+        "the agent read nothing while the answer could not be stored"
+    );
     database.set_unreachable(false).await;
 
     match during.await.unwrap() {
@@ -528,7 +532,10 @@ async fn an_answer_sent_while_the_database_refuses_connections_is_delivered_once
     );
     let read = replies();
     assert_eq!(read.len(), before + 1, "one reply for the question: {read:?}");
-    assert!(read.last().unwrap().get("error").is_none(), "an answer, not an error: {read:?}");
+    assert!(
+        read.last().unwrap().get("error").is_none(),
+        "an answer, not an error: {read:?}"
+    );
     service.kill();
     database.drop_database().await;
 }
