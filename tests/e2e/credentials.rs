@@ -14,6 +14,8 @@ on_both_backends!(
     a_credential_the_agent_prints_on_stderr_mid_turn_is_redacted_from_the_failure_and_every_row,
     a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answer_still_reaches_the_agent,
     a_credential_the_agent_gives_as_its_stop_reason_or_in_its_model_catalog_reaches_no_reply_and_no_row,
+    a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_no_reply_no_event_and_no_row,
+    an_agent_whose_session_id_is_the_credential_is_refused_and_the_id_is_stored_nowhere,
 );
 
 const MARKER: &str = "[redacted:CURSOR_API_KEY]";
@@ -369,5 +371,79 @@ async fn a_credential_the_agent_gives_as_its_stop_reason_or_in_its_model_catalog
         "the dump holds the rows"
     );
     assert!(!dump.contains(CANARY), "not in any row");
+    service.shutdown().await;
+}
+
+/// What the runner derives from the agent's words before storing it — its starting mode,
+/// the auth methods of its `initialize` answer, a usage report's currency, a tool call's id
+/// (an event's item id), a title cut to its bound in the middle of the secret, an update
+/// kind stripped to a tag — is redacted as the words come in, so no part of the secret
+/// survives the cutting or the stripping.
+async fn a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_no_reply_no_event_and_no_row(
+    backend: Backend,
+) {
+    let service = TestService::start(backend, "credential_in_derived_text.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let settled = events.until_turn_settles().await;
+    let id = execution.execution_id.clone();
+    let head = &CANARY[..16];
+    let mut seen = format!("{settled:?}");
+    for e in &settled {
+        seen.push_str(&payload(e).to_string());
+    }
+    seen.push_str(&format!(
+        "{:?}{:?}{:?}{:?}",
+        client
+            .get_execution(proto::GetExecutionRequest {
+                execution_id: id.clone()
+            })
+            .await,
+        client.list_executions(proto::ListExecutionsRequest::default()).await,
+        client
+            .list_turns(proto::ListTurnsRequest {
+                execution_id: id.clone(),
+                ..Default::default()
+            })
+            .await,
+        client.list_sessions(proto::ListSessionsRequest::default()).await,
+    ));
+    seen.push_str(&service.database().dump());
+    assert!(
+        !seen.contains(head),
+        "no reply, event or row holds the secret or its head"
+    );
+    assert!(
+        settled.iter().any(|e| e.item_id.contains("[redacted:CURSOR_API_KEY]")),
+        "an item id says what was redacted"
+    );
+    service.shutdown().await;
+}
+
+/// A session id is kept as the agent spelled it (a load names it), so one that holds the
+/// secret cannot be redacted: the session is refused, typed, and stored nowhere.
+async fn an_agent_whose_session_id_is_the_credential_is_refused_and_the_id_is_stored_nowhere(backend: Backend) {
+    let service = TestService::start(backend, "credential_as_session_id.json").await;
+    let mut client = service.client().await;
+    let refused = client
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: "create-1".into(),
+            workspace: service.workspace.display().to_string(),
+            ..with_binding(binding())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code(), reason(&refused).as_str()),
+        (Code::Unavailable, "PROTOCOL_ERROR")
+    );
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.executions.len(), 1, "the refused launch is recorded");
+    let seen = format!("{refused:?}{listed:?}{}", service.database().dump());
+    assert!(!seen.contains(CANARY), "the id is stored nowhere");
     service.shutdown().await;
 }

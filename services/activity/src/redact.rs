@@ -104,6 +104,50 @@ impl Redactor {
     }
 }
 
+impl Redactor {
+    /// A record made of the agent's words (what its `initialize` reported, the
+    /// configuration it echoed) with every secret replaced, through its JSON form. A
+    /// value whose redacted form no longer reads as `T` is dropped for `T::default()`:
+    /// never kept unredacted.
+    pub fn redacted<T: serde::Serialize + serde::de::DeserializeOwned + Default>(&self, value: T) -> T {
+        if self.is_empty() {
+            return value;
+        }
+        let Ok(mut json) = serde_json::to_value(&value) else {
+            return T::default();
+        };
+        if self.redact_json(&mut json) == 0 {
+            return value;
+        }
+        serde_json::from_value(json).unwrap_or_default()
+    }
+
+    /// How many of this redactor's markers `value`'s strings (keys included) carry: what
+    /// was redacted, wherever on the way it was.
+    pub fn markers_in(&self, value: &Value) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        match value {
+            Value::String(text) => self.markers_in_text(text),
+            Value::Array(items) => items.iter().map(|item| self.markers_in(item)).sum(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(key, inner)| self.markers_in_text(key) + self.markers_in(inner))
+                .sum(),
+            _ => 0,
+        }
+    }
+
+    /// How many of this redactor's markers `text` carries.
+    pub fn markers_in_text(&self, text: &str) -> usize {
+        let mut markers: Vec<&str> = self.secrets.iter().map(|(_, marker)| marker.as_str()).collect();
+        markers.sort_unstable();
+        markers.dedup();
+        markers.iter().map(|marker| text.matches(marker).count()).sum()
+    }
+}
+
 /// `value` as it appears inside a JSON string literal.
 fn json_escaped(value: &str) -> Option<String> {
     let quoted = serde_json::to_string(value).ok()?;

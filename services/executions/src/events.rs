@@ -163,8 +163,10 @@ impl EventWriter {
             .enumerate()
             .map(|(i, (turn_id, payload))| {
                 let (event_type, mut body) = payload.into_parts();
-                // Said, not hidden: the marker names what was redacted, the count how often.
-                let redactions = self.redactor.redact_json(&mut body);
+                // Said, not hidden: the marker names what was redacted, the count how often
+                // (here or where the agent's update came in, before it was normalized).
+                self.redactor.redact_json(&mut body);
+                let redactions = self.redactor.markers_in(&body);
                 if redactions > 0
                     && let Some(object) = body.as_object_mut()
                 {

@@ -18,11 +18,13 @@ impl Actor {
     pub(super) async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
         match message {
             Inbound::Request(request) => self.on_agent_request(request).await?,
-            Inbound::Notification { method, params } => match AgentMessage::classify(&method, &params) {
-                AgentMessage::SessionUpdate(update) => self.on_session_update(update.params).await?,
-                message if message.is_fire_and_forget() => self.on_extension(&message).await?,
-                _ => {}
-            },
+            Inbound::Notification { method, params } => {
+                match AgentMessage::classify(&method, &self.redacted_at_ingress(params)) {
+                    AgentMessage::SessionUpdate(update) => self.on_session_update(update.params).await?,
+                    message if message.is_fire_and_forget() => self.on_extension(&message).await?,
+                    _ => {}
+                }
+            }
             Inbound::Invalid { reason } => {
                 self.notice(
                     "protocol_invalid_frame",
@@ -126,11 +128,12 @@ impl Actor {
         first: Value,
         inbound: &mut InboundStream,
     ) -> Result<Ending, EngineError> {
-        let mut payloads = self.normalize_update(&first);
+        let mut payloads = self.normalize_update(&self.redacted_at_ingress(first));
         let mut next = None;
         for _ in 1..MAX_UPDATES_PER_APPEND {
             match inbound.try_recv() {
                 Ok(Inbound::Notification { method, params }) if method == methods::SESSION_UPDATE => {
+                    let params = self.redacted_at_ingress(params);
                     payloads.extend(self.normalize_update(&params));
                 }
                 Ok(other) => {
@@ -149,15 +152,26 @@ impl Actor {
         }
     }
 
+    /// A notification's params with every secret redacted as they come in, before anything
+    /// is derived from them: what the normalizer cuts to a bound, strips to a tag, or
+    /// copies into an item id or a turn's usage can then carry no part of a secret, which
+    /// the outbox's own redaction of whole values would miss.
+    fn redacted_at_ingress(&self, mut params: Value) -> Value {
+        self.events.redactor().redact_json(&mut params);
+        params
+    }
+
     /// The events of one `session/update`, for the running turn or the session. The
     /// normalizer decides whose it is: the root session, a child it knows (spawned from
     /// its parent in this turn), or nobody's (suppressed with a notice).
+    /// `params` come [redacted](Self::redacted_at_ingress).
     pub(super) fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
         if let (Some(metrics), Some((kind, fields))) = (self.events.metrics(), unconsumed_fields(&params["update"])) {
             for field in fields {
-                // A label is public and kept for ever: a name quoting a secret is not spelled.
-                let (_, secrets) = self.events.redactor().redact_text(field);
-                metrics.unconsumed_field(kind, if secrets > 0 { REDACTED_FIELD } else { field });
+                // A label is public and kept for ever: a name that quoted a secret (redacted
+                // as it came in) is not spelled, not even as its marker.
+                let quoted_a_secret = self.events.redactor().markers_in_text(field) > 0;
+                metrics.unconsumed_field(kind, if quoted_a_secret { REDACTED_FIELD } else { field });
             }
         }
         match self.turn.as_mut() {

@@ -16,7 +16,7 @@ use crate::execution_row;
 use crate::handshake::{self, SessionStart};
 use crate::machine::drain::Drain;
 use crate::machine::turn::Admission;
-use cursor_runner_domain::error::{EngineError, Reason};
+use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 use cursor_runner_domain::lease::LeaseInfo;
 use cursor_runner_domain::mcp::McpServer;
 use cursor_runner_domain::prompt::PromptCapabilities;
@@ -119,11 +119,29 @@ pub(crate) async fn launch(launch: Launch) -> Result<ExecutionRecord, EngineErro
         }
     };
     lease.session_new_us = Some(cursor_runner_domain::lease::micros(began.elapsed()));
-    lease.agent = Some(cursor_runner_domain::lease::AgentReport::new(
-        &initialized,
-        opened.as_ref().ok().map(|o| (&o.config_options, &o.modes, &o.models)),
-        ticket.agent.is_some(),
-    ));
+    // What the agent reported of itself is its words: stored redacted.
+    lease.agent = Some(
+        events
+            .redactor()
+            .redacted(cursor_runner_domain::lease::AgentReport::new(
+                &initialized,
+                opened.as_ref().ok().map(|o| (&o.config_options, &o.modes, &o.models)),
+                ticket.agent.is_some(),
+            )),
+    );
+    // A session id is the agent's word that must be kept as it is (a load names it), so
+    // one that holds a secret the runner handed the agent cannot be stored at all.
+    let opened = opened.and_then(|opened| {
+        if events.redactor().appears_in(opened.session_id.as_bytes()) {
+            Err(EngineError::new(
+                ErrorKind::Unavailable,
+                Reason::ProtocolError,
+                "the agent's session id holds a secret the runner handed it; it cannot be stored",
+            ))
+        } else {
+            Ok(opened)
+        }
+    });
     record.lease = Some(lease);
     let recovery = matches!(start, SessionStart::Load { recovery: true, .. });
     if opened.is_ok() {

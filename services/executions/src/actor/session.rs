@@ -173,8 +173,10 @@ impl Actor {
         tokio::spawn(asked.instrument(tracing::Span::current()));
     }
 
-    /// Records what is in effect: the agent's configuration and the session's MCP servers.
-    pub(super) fn record_config(&mut self, mut config: SessionConfig) {
+    /// Records what is in effect: the agent's configuration (its words: redacted) and the
+    /// session's MCP servers.
+    pub(super) fn record_config(&mut self, config: SessionConfig) {
+        let mut config = self.events.redactor().redacted(config);
         config.mcp_servers = self.mcp_servers.clone();
         self.record.session_config = Some(config);
     }
