@@ -52,6 +52,10 @@ pub const MAX_SESSION_COMMANDS: usize = 256;
 pub const MAX_CONFIG_OPTIONS: usize = 64;
 /// Values listed per config option (groups are flattened).
 pub const MAX_CONFIG_OPTION_VALUES: usize = 256;
+/// Characters of every value and value name one `session.config.updated` lists, summed:
+/// the per-option bounds multiply past what a stream client takes in one message (4 MiB
+/// by gRPC's default), so values past this are omitted (and counted) instead.
+pub const MAX_CONFIG_UPDATE_VALUE_CHARS: usize = 256 * 1024;
 /// Characters of a child's activity summary (PRP's 4,000-character surface); the tail
 /// is kept, the dropped head marked.
 pub const MAX_ACTIVITY_SUMMARY_CHARS: usize = 4000;

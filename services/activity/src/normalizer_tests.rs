@@ -302,6 +302,45 @@ fn the_config_option_bound_is_exact() {
     }
 }
 
+/// Every option at its value bound, every value and name at the name bound: the update
+/// would be megabytes; values past the update's own budget are omitted and counted, and
+/// what is kept stays within it.
+#[test]
+fn one_config_update_lists_values_up_to_its_character_budget_and_counts_the_rest() {
+    let long = "v".repeat(MAX_NAME_CHARS);
+    let options: Vec<_> = (0..MAX_CONFIG_OPTIONS)
+        .map(|i| {
+            let values: Vec<_> = (0..MAX_CONFIG_OPTION_VALUES)
+                .map(|j| json!({"value": format!("{j}{long}"), "name": long}))
+                .collect();
+            json!({"id": format!("o{i}"), "type": "select", "currentValue": "x", "options": values})
+        })
+        .collect();
+    let events = ws().on_update(&json!({"sessionUpdate":"config_option_update","configOptions":options}));
+    let ActivityPayload::SessionConfigUpdated(c) = &events[0] else {
+        panic!()
+    };
+    let kept: usize = c
+        .config_options
+        .iter()
+        .flat_map(|o| &o.values)
+        .map(|v| v.value.chars().count() + v.name.as_deref().map_or(0, |n| n.chars().count()))
+        .sum();
+    let listed: usize = c.config_options.iter().map(|o| o.values.len()).sum();
+    let omitted: u32 = c.config_options.iter().map(|o| o.values_omitted).sum();
+    assert!(kept <= MAX_CONFIG_UPDATE_VALUE_CHARS, "{kept}");
+    assert!(
+        kept + 2 * MAX_NAME_CHARS > MAX_CONFIG_UPDATE_VALUE_CHARS,
+        "the budget is used, not wasted: {kept}"
+    );
+    assert_eq!(listed + omitted as usize, MAX_CONFIG_OPTIONS * MAX_CONFIG_OPTION_VALUES);
+    assert_eq!(
+        c.config_options.len(),
+        MAX_CONFIG_OPTIONS,
+        "every option is still named"
+    );
+}
+
 #[test]
 fn text_content_is_the_output_only_until_raw_output_has_text() {
     let mut n = ws();

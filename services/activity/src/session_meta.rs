@@ -21,6 +21,7 @@ pub(crate) fn config_update(update: &Value) -> Result<Vec<ActivityPayload>, Stri
     };
     let mut config_options = Vec::new();
     let mut options_omitted = 0u32;
+    let mut value_chars = 0usize;
     for option in options {
         let Some(id) = option.get("id").and_then(Value::as_str) else {
             options_omitted += 1;
@@ -47,13 +48,20 @@ pub(crate) fn config_update(update: &Value) -> Result<Vec<ActivityPayload>, Stri
                 values_omitted += 1;
                 continue;
             }
-            values.push(ConfigValue {
+            let value = ConfigValue {
                 value: clean(value, MAX_NAME_CHARS),
                 name: entry
                     .get("name")
                     .and_then(Value::as_str)
                     .map(|n| clean(n, MAX_NAME_CHARS)),
-            });
+            };
+            let chars = value.value.chars().count() + value.name.as_deref().map_or(0, |n| n.chars().count());
+            if value_chars + chars > MAX_CONFIG_UPDATE_VALUE_CHARS {
+                values_omitted += 1;
+                continue;
+            }
+            value_chars += chars;
+            values.push(value);
         }
         config_options.push(ConfigOptionSummary {
             id: clean(id, MAX_NAME_CHARS),
