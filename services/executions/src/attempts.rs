@@ -43,7 +43,9 @@ impl UsageTotal {
                 }),
                 // One unknown (or another currency) makes the sum unknown.
                 _ => None,
-            });
+            })
+            // So does a sum past what a float holds: an infinite total is no cost.
+            .map(|sum| sum.filter(|sum| sum.amount.is_finite()));
         }
         total.cost = cost.flatten();
         total
@@ -85,6 +87,16 @@ mod tests {
             session_config: None,
             usage: usage_column(report.as_ref()),
         }
+    }
+
+    #[test]
+    fn a_sum_past_what_a_float_holds_is_unknown_not_infinite() {
+        let huge = || turn(Some(("agent", Some((1.5e308, "USD")))));
+        assert_eq!(UsageTotal::of(&[huge(), huge()]).cost, None);
+        assert!(
+            UsageTotal::of(&[huge()]).cost.is_some(),
+            "one such turn is still its own cost"
+        );
     }
 
     #[test]

@@ -36,6 +36,15 @@ pub struct PlanRequest {
 
 impl PlanRequest {
     pub fn from_native(params: CreatePlanParams) -> Result<Self, RequestRefused> {
+        // A plan with no plan text, todos or phases gives a human nothing to decide on.
+        let empty_plan = match &params.plan {
+            Value::Null => true,
+            Value::String(text) => text.trim().is_empty(),
+            _ => false,
+        };
+        if empty_plan && params.todos.is_empty() && params.phases.is_empty() {
+            return Err(RequestRefused("a plan with no plan, todos or phases".into()));
+        }
         if let Some(name) = &params.name {
             check_chars("plan name", name)?;
         }
@@ -138,6 +147,26 @@ mod tests {
     fn a_non_string_plan_is_tolerated() {
         let p = PlanRequest::from_native(params(json!({"plan": {"steps": [1, 2]}}))).unwrap();
         assert_eq!(p.plan, json!({"steps": [1, 2]}));
+    }
+
+    #[test]
+    fn a_plan_with_nothing_to_decide_on_is_refused() {
+        for nothing in [
+            json!({"toolCallId": "p0"}),
+            json!({"toolCallId": "p0", "plan": "  ", "name": "Named", "overview": "only"}),
+            json!({"plan": null, "todos": [], "phases": []}),
+        ] {
+            assert!(PlanRequest::from_native(params(nothing.clone())).is_err(), "{nothing}");
+        }
+        for something in [
+            json!({"plan": "do it"}),
+            json!({"todos": [{"id": "t", "content": "Read", "status": "pending"}]}),
+        ] {
+            assert!(
+                PlanRequest::from_native(params(something.clone())).is_ok(),
+                "{something}"
+            );
+        }
     }
 
     #[test]
