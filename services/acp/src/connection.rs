@@ -20,6 +20,7 @@ use crate::framing::{FrameReader, ReadFrame};
 use crate::message::{
     Classified, INTERNAL_ERROR, INVALID_REQUEST, RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,
 };
+use crate::text_chunk::TextChunk;
 
 /// How many decoded inbound messages may wait for the consumer before the reader
 /// stops reading stdout (so the pipe pushes back on the agent instead of memory growing).
@@ -54,6 +55,8 @@ pub enum Inbound {
         method: String,
         params: Value,
     },
+    /// A `session/update` that is one text chunk ([`Classified::TextChunk`]).
+    TextChunk(TextChunk),
     /// A line that is not a valid JSON-RPC message; it was skipped.
     Invalid {
         reason: String,
@@ -84,13 +87,6 @@ pub enum Inbound {
     StoppedReading {
         limit: Duration,
     },
-}
-
-impl Inbound {
-    /// A `session/update` notification (the high-volume message of a turn).
-    pub fn is_session_update(&self) -> bool {
-        matches!(self, Self::Notification { method, .. } if method == crate::methods::SESSION_UPDATE)
-    }
 }
 
 pub type InboundStream = mpsc::Receiver<Inbound>;
@@ -449,6 +445,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     out: Some(shared.out.clone()),
                 }),
                 Classified::Notification { method, params } => Inbound::Notification { method, params },
+                Classified::TextChunk(chunk) => Inbound::TextChunk(chunk),
                 Classified::Invalid { reason } => Inbound::Invalid { reason },
                 Classified::Unanswerable { id, reason } => {
                     let error = RpcError::new(INVALID_REQUEST, UNANSWERABLE_ID_MESSAGE);

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use agent_client_protocol_schema::v1::RequestId;
 
@@ -19,43 +20,49 @@ use agent_client_protocol_schema::v1::RequestId;
 /// Every member is parsed with the same validation a `serde_json::Value` parse applies
 /// (string escapes and UTF-8, the nesting limit — unknown members included), so a line
 /// this decodes is one the tree parse accepts too, with the same members.
-pub(crate) fn decode(line: &[u8]) -> Option<Envelope> {
+pub(crate) fn decode(line: &[u8]) -> Option<Envelope<'_>> {
     serde_json::from_slice(line).ok()
 }
 
 /// The members a message is classified by. A member given twice keeps its last value,
-/// as a `serde_json::Map` does. `error` stays a tree: it is rare, and converting it as
-/// the tree classifier does keeps its refusals the same.
+/// as a `serde_json::Map` does. `params` stays raw, borrowed from the line, until the
+/// method says how to read it (a `session/update` text chunk needs no tree); its bytes
+/// are only skimmed here, so whoever reads them parses them in full. `error` stays a
+/// tree: it is rare, and converting it as the tree classifier does keeps its refusals
+/// the same.
 #[derive(Default)]
-pub(crate) struct Envelope {
+pub(crate) struct Envelope<'line> {
     pub(crate) id: Option<RequestId>,
     pub(crate) method: Option<String>,
-    pub(crate) params: Option<Value>,
+    pub(crate) params: Option<&'line RawValue>,
     pub(crate) result: Option<Value>,
     pub(crate) error: Option<Value>,
 }
 
-impl<'de> Deserialize<'de> for Envelope {
+impl<'de: 'line, 'line> Deserialize<'de> for Envelope<'line> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(EnvelopeVisitor)
+        deserializer.deserialize_map(EnvelopeVisitor(std::marker::PhantomData))
     }
 }
 
-struct EnvelopeVisitor;
+struct EnvelopeVisitor<'line>(std::marker::PhantomData<&'line ()>);
 
-impl<'de> Visitor<'de> for EnvelopeVisitor {
-    type Value = Envelope;
+impl<'de: 'line, 'line> Visitor<'de> for EnvelopeVisitor<'line> {
+    type Value = Envelope<'line>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON-RPC message object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope<'line>, A::Error> {
         let mut envelope = Envelope::default();
         while let Some(member) = map.next_key::<Member>()? {
             match member {
                 Member::Id => envelope.id = Some(map.next_value()?),
                 Member::Method => envelope.method = Some(map.next_value()?),
+                // A raw member is only skimmed, so one given twice would leave the first
+                // unchecked: the tree classifier, which parses both, takes the line.
+                Member::Params if envelope.params.is_some() => return Err(de::Error::duplicate_field("params")),
                 Member::Params => envelope.params = Some(map.next_value()?),
                 Member::Result => envelope.result = Some(map.next_value()?),
                 Member::Error => envelope.error = Some(map.next_value()?),
@@ -207,11 +214,26 @@ mod tests {
 
     #[test]
     fn a_member_given_twice_keeps_its_last_value_as_the_tree_does() {
-        let line = br#"{"method":"a","params":{"n":1},"method":"b","params":{"n":2}}"#;
+        let line = br#"{"method":"a","params":{"n":1},"method":"b"}"#;
         let Some(Classified::Notification { method, params }) = agrees(line) else {
             panic!("not claimed")
         };
-        assert_eq!((method.as_str(), &params["n"]), ("b", &Value::from(2)));
+        assert_eq!((method.as_str(), &params["n"]), ("b", &Value::from(1)));
+    }
+
+    #[test]
+    fn params_given_twice_are_left_to_the_tree_classifier_which_checks_both() {
+        for (line, kept) in [
+            (r#"{"method":"a","params":{"n":1},"params":{"n":2}}"#, Some(2)),
+            (r#"{"method":"a","params":[1e400],"params":{"n":2}}"#, None),
+        ] {
+            assert_eq!(agrees(line.as_bytes()), None, "{line}");
+            match crate::classify(line.as_bytes()) {
+                Classified::Notification { params, .. } => assert_eq!(params["n"].as_i64(), kept, "{line}"),
+                Classified::Invalid { .. } => assert_eq!(kept, None, "{line}"),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -219,6 +241,46 @@ mod tests {
         let deep = format!(r#"{{"jsonrpc":{}1{},"method":"x"}}"#, "[".repeat(200), "]".repeat(200));
         assert_eq!(agrees(deep.as_bytes()), None);
         assert!(matches!(crate::classify(deep.as_bytes()), Classified::Invalid { .. }));
+    }
+
+    #[test]
+    fn params_nested_to_the_parse_limit_are_classified_as_the_tree_classifies_them() {
+        for depth in 120..135 {
+            let params = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+            for line in [
+                format!(r#"{{"jsonrpc":"2.0","method":"x","params":{params}}}"#),
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{params}}}"#),
+            ] {
+                agrees(line.as_bytes());
+                assert_eq!(
+                    crate::classify(line.as_bytes()),
+                    classify_tree(line.as_bytes()),
+                    "depth {depth}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_text_chunk_is_decoded_in_one_pass_and_anything_near_it_is_a_notification_as_in_the_tree() {
+        let chunk = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"a\"b"}}}}"#;
+        assert!(matches!(agrees(chunk.as_bytes()), Some(Classified::TextChunk(_))));
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"a","text":"b"}}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"a\ud800"}}}}"#,
+        ] {
+            assert!(
+                matches!(crate::classify(line.as_bytes()), Classified::TextChunk(_)),
+                "{line}"
+            );
+            assert_eq!(
+                crate::classify(line.as_bytes()),
+                classify_tree(line.as_bytes()),
+                "{line}"
+            );
+        }
+        let near = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"a"},"_meta":{}}}}"#;
+        assert!(matches!(agrees(near.as_bytes()), Some(Classified::Notification { .. })));
     }
 
     #[test]
@@ -257,6 +319,9 @@ mod tests {
             r#""method":null"#,
             r#""method":"\udc00""#,
             r#""params":{"update":{"sessionUpdate":"agent_message_chunk"}}"#,
+            r#""params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"t"}}}"#,
+            r#""params":{"sessionId":"s","update":{"content":{"text":"\ud800","type":"text"},"sessionUpdate":"agent_thought_chunk"}}"#,
+            r#""params":{"sessionId":"s","sessionId":"t","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"t"}}}"#,
             r#""params":null"#,
             r#""params":"\ud83d\ude00""#,
             r#""params":[1e400]"#,

@@ -22,6 +22,7 @@ mod envelope;
 mod framing;
 mod message;
 pub mod methods;
+mod text_chunk;
 
 pub use agent_client_protocol_schema::ProtocolVersion;
 pub use agent_client_protocol_schema::v1 as schema;
@@ -36,3 +37,4 @@ pub use message::{
     AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
     RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,
 };
+pub use text_chunk::{ChunkKind, TEXT_CHUNK_WORDS, TEXT_CONTENT_TYPE, TextChunk};

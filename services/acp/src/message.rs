@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::methods::SESSION_UPDATE;
+use crate::text_chunk::TextChunk;
+
 pub use agent_client_protocol_schema::v1::RequestId;
 
 /// JSON-RPC error code for "method not found".
@@ -65,6 +68,9 @@ pub enum Classified {
     },
     /// `method` without `id`: never answered.
     Notification { method: String, params: Value },
+    /// A `session/update` notification that is one text chunk: the high-volume message,
+    /// decoded without a tree ([`TextChunk`]).
+    TextChunk(TextChunk),
     /// `id` + `result` or `error`: answers one of our requests.
     Response {
         id: RequestId,
@@ -88,10 +94,14 @@ pub enum Classified {
 /// surrogate and that literal text become indistinguishable — which is why only the
 /// request's id and structure are relied on, never a native id holding one.
 ///
-/// A well-formed message is decoded in one pass straight into its parts
-/// (`envelope`); any other line is parsed whole and classified by its keys here, which
+/// A `session/update` text chunk, the high-volume line, is decoded whole straight into
+/// its parts ([`TextChunk`]); any other well-formed message is decoded in one pass
+/// straight into its parts (`envelope`); any other line is parsed whole and classified by its keys here, which
 /// also says why it is invalid.
 pub fn classify(line: &[u8]) -> Classified {
+    if let Some(chunk) = TextChunk::decode_line(line) {
+        return Classified::TextChunk(chunk);
+    }
     classify_one_pass(line).unwrap_or_else(|| classify_tree(line))
 }
 
@@ -107,10 +117,21 @@ pub(crate) fn classify_one_pass(line: &[u8]) -> Option<Classified> {
         result,
         error,
     } = crate::envelope::decode(line)?;
-    let params = params.unwrap_or(Value::Null);
+    let tree = || match params {
+        None => Some(Value::Null),
+        Some(raw) => serde_json::from_str(raw.get())
+            .ok()
+            .filter(|tree| nesting(tree) < MAX_PARAMS_NESTING),
+    };
     Some(match (method, id) {
-        (Some(method), Some(id)) => Classified::Request { id, method, params },
-        (Some(method), None) => Classified::Notification { method, params },
+        (Some(method), Some(id)) => Classified::Request {
+            id,
+            method,
+            params: tree()?,
+        },
+        (Some(method), None) => notification(method, tree()?),
+        // A response has no use for `params`, but the line must parse whole.
+        (None, Some(_)) if params.is_some() && tree().is_none() => return None,
         (None, Some(id)) => match (result, error) {
             (Some(result), None) => Classified::Response { id, result: Ok(result) },
             (None, Some(error)) => Classified::Response {
@@ -121,6 +142,21 @@ pub(crate) fn classify_one_pass(line: &[u8]) -> Option<Classified> {
         },
         (None, None) => return None,
     })
+}
+
+/// The nesting, counting itself, at which `params` makes its line too deep for the
+/// parser (127 nested containers at most, the message object among them). Parsed alone,
+/// `params` has that one level to spare, so a tree this deep is left to the tree
+/// classifier, which refuses the line as the parser does.
+const MAX_PARAMS_NESTING: usize = 127;
+
+/// How many containers deep `value` nests (a scalar: 0).
+fn nesting(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// Classifies one line from its whole parsed tree: the reference for every line, and the
@@ -173,10 +209,7 @@ pub(crate) fn classify_tree(line: &[u8]) -> Classified {
             method,
             params: take_params(&mut object),
         },
-        (Some(Value::String(method)), None) => Classified::Notification {
-            method,
-            params: take_params(&mut object),
-        },
+        (Some(Value::String(method)), None) => notification(method, take_params(&mut object)),
         (Some(_), _) => Classified::Invalid {
             reason: "method must be a string".into(),
         },
@@ -233,6 +266,17 @@ fn escape_lone_surrogates(line: &[u8]) -> Option<Vec<u8>> {
     changed.then_some(out)
 }
 
+/// A notification, or the [`TextChunk`] it is when it is a `session/update` of that shape.
+fn notification(method: String, params: Value) -> Classified {
+    if method != SESSION_UPDATE {
+        return Classified::Notification { method, params };
+    }
+    match TextChunk::from_tree(params) {
+        Ok(chunk) => Classified::TextChunk(chunk),
+        Err(params) => Classified::Notification { method, params },
+    }
+}
+
 fn take_params(object: &mut Map<String, Value>) -> Value {
     object.remove("params").unwrap_or(Value::Null)
 }
@@ -276,6 +320,11 @@ mod tests {
                 json!({"jsonrpc":"2.0","method":"session/update","params":null}),
                 "notification",
             ),
+            (
+                json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s",
+                    "update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"t"}}}}),
+                "text chunk",
+            ),
             (json!({"jsonrpc":"2.0","id":3,"result":null}), "response"),
             (
                 json!({"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"auth"}}),
@@ -293,6 +342,7 @@ mod tests {
             let got = match c(input.clone()) {
                 Classified::Request { .. } => "request",
                 Classified::Notification { .. } => "notification",
+                Classified::TextChunk(_) => "text chunk",
                 Classified::Response { .. } => "response",
                 Classified::Unanswerable { .. } => "unanswerable",
                 Classified::Invalid { .. } => "invalid",

@@ -276,7 +276,7 @@ fn random_message(rng: &mut fastrand::Rng) -> (String, &'static str) {
 fn shape(classified: &Classified) -> &'static str {
     match classified {
         Classified::Request { .. } => "request",
-        Classified::Notification { .. } => "notification",
+        Classified::Notification { .. } | Classified::TextChunk(_) => "notification",
         Classified::Response { .. } => "response",
         Classified::Unanswerable { .. } => "unanswerable",
         Classified::Invalid { .. } => "invalid",

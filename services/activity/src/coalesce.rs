@@ -13,6 +13,13 @@ pub const MAX_COALESCED_DELTA_BYTES: usize = 8 * 1024;
 /// `events` with each run of adjacent, mergeable deltas of one item joined.
 pub fn coalesce_deltas(events: Vec<ActivityPayload>) -> Vec<ActivityPayload> {
     let mut out: Vec<ActivityPayload> = Vec::with_capacity(events.len());
+    push_coalesced(&mut out, events);
+    out
+}
+
+/// Appends `events` to `out`, each delta joined to the one before it where they merge: what
+/// [`coalesce_deltas`] makes of `out` and `events` together, built as they come.
+pub fn push_coalesced(out: &mut Vec<ActivityPayload>, events: Vec<ActivityPayload>) {
     for event in events {
         if let (Some(ActivityPayload::ItemDelta(last)), ActivityPayload::ItemDelta(next)) = (out.last_mut(), &event)
             && mergeable(last, next)
@@ -23,7 +30,6 @@ pub fn coalesce_deltas(events: Vec<ActivityPayload>) -> Vec<ActivityPayload> {
         }
         out.push(event);
     }
-    out
 }
 
 fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
@@ -83,6 +89,19 @@ mod tests {
             texts(&coalesce_deltas(events)),
             ["a=Hello", "b= other", "a=!", "item.completed", "a=late"]
         );
+    }
+
+    #[test]
+    fn events_pushed_as_they_come_coalesce_as_they_would_all_at_once() {
+        let events = || vec![delta("a", "Hel"), delta("a", "lo"), delta("b", "x"), delta("b", "y")];
+        for split in 0..=4 {
+            let all = events();
+            let (first, rest) = all.split_at(split);
+            let mut pushed = Vec::new();
+            push_coalesced(&mut pushed, first.to_vec());
+            push_coalesced(&mut pushed, rest.to_vec());
+            assert_eq!(pushed, coalesce_deltas(events()), "split at {split}");
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use bounds::{
     bound_text,
 };
 pub use children::{ChildRef, Suppression};
-pub use coalesce::{MAX_COALESCED_DELTA_BYTES, coalesce_deltas};
+pub use coalesce::{MAX_COALESCED_DELTA_BYTES, coalesce_deltas, push_coalesced};
 pub use event::*;
 pub use field_audit::{audited_update_kinds, unconsumed_fields};
 pub use normalizer::{TurnEnding, TurnNormalizer, USAGE_UNAVAILABLE_REASON};

@@ -23,7 +23,7 @@
 use std::path::PathBuf;
 
 use cursor_runner_acp::cursor::{TaskParams, UpdateTodosParams};
-use cursor_runner_acp::{AgentMessage, SessionUpdate};
+use cursor_runner_acp::{AgentMessage, ChunkKind, SessionUpdate, TextChunk};
 use serde_json::Value;
 
 use crate::bounds::*;
@@ -131,6 +131,21 @@ impl TurnNormalizer {
             Route::Root => self.on_update(update),
             Route::Child(child) => self.children.on_child_update(child, update, self.workspace.as_deref()),
             Route::Unknown => self.children.on_unknown_session(session, update),
+        }
+    }
+
+    /// Normalizes one `session/update` that is a text chunk, as [`Self::on_session_update`]
+    /// does its params: the root session's without a tree, anyone else's through it.
+    pub fn on_text_chunk(&mut self, chunk: TextChunk) -> Vec<ActivityPayload> {
+        match self.children.route(Some(&chunk.session_id)) {
+            Route::Root => {
+                let kind = match chunk.kind {
+                    ChunkKind::AgentMessage => ItemKind::AgentMessage,
+                    ChunkKind::AgentThought => ItemKind::Reasoning,
+                };
+                self.root.text_chunk(chunk.text, kind)
+            }
+            Route::Child(_) | Route::Unknown => self.on_session_update(&chunk.into_params()),
         }
     }
 

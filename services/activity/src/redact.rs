@@ -3,6 +3,7 @@
 //! in what the agent says — text, tool input and output, diffs, notices — by a marker
 //! that says what was redacted, never silently.
 
+use cursor_runner_acp::{TEXT_CHUNK_WORDS, TextChunk};
 use serde_json::Value;
 
 /// Secret values shorter than this are not searched for: they would match ordinary text.
@@ -13,6 +14,8 @@ pub const MIN_REDACTED_SECRET_CHARS: usize = 8;
 pub struct Redactor {
     /// (value, marker), longest value first so one secret containing another wins.
     secrets: Vec<(String, String)>,
+    /// A secret is in a fixed word of a text chunk's tree ([`TEXT_CHUNK_WORDS`]).
+    in_text_chunk_words: bool,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -39,7 +42,34 @@ impl Redactor {
             .collect();
         secrets.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
         secrets.dedup_by(|a, b| a.0 == b.0);
-        Self { secrets }
+        let in_text_chunk_words = TEXT_CHUNK_WORDS
+            .iter()
+            .any(|word| secrets.iter().any(|(value, _)| word.contains(value.as_str())));
+        Self {
+            secrets,
+            in_text_chunk_words,
+        }
+    }
+
+    /// `chunk` as its tree reads after [`Self::redact_json`]: the chunk itself with its
+    /// session id and text redacted, or — when a secret is in one of the shape's fixed
+    /// words, so redacting changes the shape — the redacted tree.
+    pub fn redact_text_chunk(&self, mut chunk: TextChunk) -> Result<TextChunk, Value> {
+        if self.is_empty() {
+            return Ok(chunk);
+        }
+        if self.in_text_chunk_words {
+            let mut params = chunk.into_params();
+            self.redact_json(&mut params);
+            return Err(params);
+        }
+        for text in [&mut chunk.session_id, &mut chunk.text] {
+            let (redacted, count) = self.redact_text(text);
+            if count > 0 {
+                *text = redacted;
+            }
+        }
+        Ok(chunk)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -157,7 +187,35 @@ fn json_escaped(value: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cursor_runner_acp::ChunkKind;
     use serde_json::json;
+
+    #[test]
+    fn a_text_chunk_is_redacted_as_its_tree_is_wherever_the_secret_is() {
+        let chunk = || TextChunk {
+            session_id: "sess-sk-live-0001".into(),
+            kind: ChunkKind::AgentMessage,
+            text: "key sk-text-0002 and sk-live-0001".into(),
+        };
+        for (secret, keeps_the_chunk) in [
+            ("absent-secret", true),
+            ("sk-text-0002", true),
+            ("sk-live-0001", true),
+            ("sessionUpdate", false),
+            ("message_chunk", false),
+        ] {
+            let redactor = Redactor::new([("key".to_owned(), secret.to_owned())]);
+            let mut tree = chunk().into_params();
+            redactor.redact_json(&mut tree);
+            let redacted = redactor.redact_text_chunk(chunk());
+            assert_eq!(redacted.is_ok(), keeps_the_chunk, "{secret}");
+            assert_eq!(
+                redacted.map_or_else(|tree| tree, TextChunk::into_params),
+                tree,
+                "{secret}"
+            );
+        }
+    }
 
     const KEY: &str = "sk-live-0123456789abcdef";
 

@@ -115,6 +115,12 @@ impl Transcript {
                 text.text
             }
         };
+        Ok(self.text_chunk(text, kind))
+    }
+
+    /// The events of one chunk of text of an item of `kind`: the item's start when none of
+    /// that kind is open, then the delta.
+    pub(crate) fn text_chunk(&mut self, text: String, kind: ItemKind) -> Vec<ActivityPayload> {
         let channel = match kind {
             ItemKind::AgentMessage => Channel::Progress,
             ItemKind::Reasoning => Channel::Summary,
@@ -152,7 +158,7 @@ impl Transcript {
             sanitized: clean.sanitized,
             child_id: None,
         }));
-        Ok(events)
+        events
     }
 
     /// `tool_call` and `tool_call_update` share one field-wise merge: a field present in

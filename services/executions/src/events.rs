@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
 use cursor_runner_store::{Batch, EventRecord, ExecutionId, Generation, Store, StoreError, TurnId, Write, now_ms};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::heads::{HeadBus, LocalWriter, advance_to};
 use crate::metrics::Metrics;
@@ -26,6 +28,21 @@ pub struct EventWriter {
     fenced: bool,
     /// The secrets this execution's agent was handed, kept out of every event.
     redactor: Redactor,
+    /// The append committing while the actor goes on ([`Self::emit_behind`]).
+    in_flight: Option<InFlight>,
+    /// Told when an append behind the actor failed, so the failure is not left unseen
+    /// while the agent is quiet.
+    append_failed: Arc<Notify>,
+}
+
+/// An append committing behind the actor's back: there is at most one, and every other
+/// use of the writer waits for it first, so appends land in order and a failed one is
+/// seen before anything else is written.
+struct InFlight {
+    task: JoinHandle<Result<(), StoreError>>,
+    /// Its first event's sequence: where numbering goes back to if it failed.
+    first_sequence: i64,
+    events: usize,
 }
 
 impl EventWriter {
@@ -40,6 +57,8 @@ impl EventWriter {
             metrics: None,
             fenced: false,
             redactor: Redactor::default(),
+            in_flight: None,
+            append_failed: Arc::new(Notify::new()),
         }
     }
 
@@ -101,10 +120,43 @@ impl EventWriter {
         self.head.subscribe()
     }
 
+    /// Notified when an append behind the actor failed: [`Self::flush`] then says how.
+    pub fn append_failed(&self) -> Arc<Notify> {
+        self.append_failed.clone()
+    }
+
+    /// Waits for the append behind the actor, if any; its error if it failed (then its
+    /// sequence numbers are given out again, as if it had never been made).
+    pub async fn flush(&mut self) -> Result<(), EngineError> {
+        Ok(self.settle_in_flight().await?)
+    }
+
+    async fn settle_in_flight(&mut self) -> Result<(), StoreError> {
+        let Some(InFlight {
+            task,
+            first_sequence,
+            events,
+        }) = self.in_flight.take()
+        else {
+            return Ok(());
+        };
+        let outcome = match task.await {
+            Ok(outcome) => outcome,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(StoreError::Unavailable("the runtime is shutting down".into())),
+        };
+        outcome.inspect_err(|e| {
+            self.next_sequence = first_sequence;
+            self.refused(e, events);
+        })
+    }
+
     /// Goes on writing through `store` (another patience of the same store) from the head
     /// the outbox has: an append whose outcome was unknown (the connection was lost
     /// mid-commit) may have landed, and then it counts.
     pub async fn resume_with(&mut self, store: Arc<dyn Store>) -> Result<(), EngineError> {
+        // Its error is why the writer resumes; its sequences are given out again below.
+        let _ = self.flush().await;
         self.store = store;
         let head = self.store.head_sequence(&self.execution_id).await?;
         if head >= self.next_sequence {
@@ -116,21 +168,71 @@ impl EventWriter {
 
     /// Appends events in one statement; nothing is visible before the commit.
     pub async fn emit(&mut self, turn_id: Option<&TurnId>, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
+        self.flush().await?;
         if payloads.is_empty() {
             return Ok(());
         }
         let records = self.records(payloads.iter().map(|p| (turn_id, p)));
         if let Err(e) = self.store.append_events(&records).await {
-            if matches!(e, StoreError::Fenced | StoreError::LeaseEnded) {
-                self.fenced = true;
-                if let Some(metrics) = &self.metrics {
-                    metrics.fenced_write("event", records.len() as u64);
-                }
-            }
+            self.refused(&e, records.len());
             return Err(e.into());
         }
         self.exposed(&records, payloads.iter());
         Ok(())
+    }
+
+    /// Appends events in one statement that commits while the caller goes on: the head
+    /// moves when it has committed (nothing is visible before), and the next use of the
+    /// writer waits for it (so there is one such append at a time, and the caller learns
+    /// of a failure before anything else is written). What a chatty agent streams is
+    /// normalized while the batch before it commits.
+    pub async fn emit_behind(
+        &mut self,
+        turn_id: Option<&TurnId>,
+        payloads: Vec<ActivityPayload>,
+    ) -> Result<(), EngineError> {
+        self.flush().await?;
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let records = self.records(payloads.iter().map(|p| (turn_id, p)));
+        let first_sequence = self.next_sequence;
+        self.next_sequence += records.len() as i64;
+        let last_sequence = self.next_sequence - 1;
+        let (store, head, metrics) = (self.store.clone(), self.head.clone(), self.metrics.clone());
+        let failed = self.append_failed.clone();
+        let append = async move {
+            let outcome = store.append_events(&records).await;
+            match &outcome {
+                Ok(()) => {
+                    advance_to(&head, last_sequence);
+                    if let Some(metrics) = metrics {
+                        for (record, payload) in records.iter().zip(&payloads) {
+                            metrics.observe(&record.event_type, payload);
+                        }
+                    }
+                }
+                Err(_) => failed.notify_one(),
+            }
+            outcome
+        };
+        self.in_flight = Some(InFlight {
+            task: tokio::spawn(append.in_current_span()),
+            first_sequence,
+            events: (last_sequence + 1 - first_sequence) as usize,
+        });
+        Ok(())
+    }
+
+    /// A write of `events` events was refused with `error`: a generation that moved on
+    /// (or a lease that ended) means this writer no longer owns the execution.
+    fn refused(&mut self, error: &StoreError, events: usize) {
+        if matches!(error, StoreError::Fenced | StoreError::LeaseEnded) {
+            self.fenced = true;
+            if let Some(metrics) = &self.metrics {
+                metrics.fenced_write("event", events as u64);
+            }
+        }
     }
 
     /// Commits `writes` together with the events they produce (each with its turn), in
@@ -141,6 +243,7 @@ impl EventWriter {
         writes: Vec<Write>,
         events: Vec<(Option<TurnId>, ActivityPayload)>,
     ) -> Result<bool, StoreError> {
+        self.settle_in_flight().await?;
         let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_ref(), p));
         let batch = Batch {
             writes,
@@ -198,5 +301,84 @@ impl EventWriter {
                 metrics.observe(&record.event_type, payload);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cursor_runner_activity::{NoticeScope, ProviderNotice};
+    use cursor_runner_domain::state::ExecutionState;
+    use cursor_runner_store::{ExecutionRecord, MemoryStore};
+
+    const EXECUTION: &str = "exec-1";
+
+    fn notices(count: usize) -> Vec<ActivityPayload> {
+        (0..count)
+            .map(|i| {
+                ActivityPayload::ProviderNotice(ProviderNotice::info("test", NoticeScope::Session, format!("n{i}")))
+            })
+            .collect()
+    }
+
+    async fn store() -> Arc<dyn Store> {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let execution = ExecutionRecord {
+            id: EXECUTION.into(),
+            tenant_id: "t".into(),
+            state: ExecutionState::Ready,
+            generation: Generation::FIRST,
+            ..Default::default()
+        };
+        store.insert_execution(&execution).await.unwrap();
+        store
+    }
+
+    async fn sequences(store: &Arc<dyn Store>) -> Vec<i64> {
+        let events = store.read_events(&EXECUTION.into(), 0, 100).await.unwrap();
+        events.iter().map(|e| e.sequence).collect()
+    }
+
+    #[tokio::test]
+    async fn appends_behind_the_caller_land_in_order_and_the_head_moves_only_once_each_committed() {
+        let store = store().await;
+        let mut writer = EventWriter::new(store.clone(), EXECUTION.into(), Generation::FIRST, 0);
+        let head = writer.subscribe();
+        writer.emit_behind(None, notices(2)).await.unwrap();
+        // The append has not run yet (this runtime has one thread and nothing yielded).
+        assert_eq!((*head.borrow(), sequences(&store).await), (0, vec![]));
+        writer.emit_behind(None, notices(3)).await.unwrap();
+        writer.emit(None, notices(1)).await.unwrap();
+        assert_eq!(sequences(&store).await, (1..=6).collect::<Vec<_>>());
+        assert_eq!(*head.borrow(), 6);
+    }
+
+    #[tokio::test]
+    async fn a_failed_append_behind_the_caller_is_told_by_its_next_write_and_its_numbers_are_given_again() {
+        let store = store().await;
+        let mut writer = EventWriter::new(store.clone(), EXECUTION.into(), Generation::FIRST, 0);
+        let head = writer.subscribe();
+        let failed = writer.append_failed();
+        // Sequence 2 is taken under the writer: its two-event append is refused whole.
+        let taken = EventRecord {
+            execution_id: EXECUTION.into(),
+            sequence: 2,
+            event_id: "taken".into(),
+            generation: Generation::FIRST,
+            event_type: "provider.notice.recorded".into(),
+            payload: "{}".into(),
+            ..Default::default()
+        };
+        store.append_events(&[taken]).await.unwrap();
+        writer.emit_behind(None, notices(2)).await.unwrap();
+        failed.notified().await;
+        assert!(
+            writer.emit(None, notices(1)).await.is_err(),
+            "the next write says it failed"
+        );
+        assert_eq!(*head.borrow(), 0, "the head never moved for it");
+        writer.emit(None, notices(1)).await.unwrap();
+        assert_eq!(sequences(&store).await, [1, 2]);
+        assert_eq!(*head.borrow(), 1);
     }
 }

@@ -103,6 +103,7 @@ pub(crate) async fn load_session(
         match message {
             Some(Inbound::Response { id: answered, result }) if answered == id => break Ok(result),
             Some(Inbound::Notification { method, .. }) if method == methods::SESSION_UPDATE => replayed += 1,
+            Some(Inbound::TextChunk(_)) => replayed += 1,
             // Nothing may be asked while the session is being loaded.
             Some(Inbound::Request(request)) => {
                 let refusal = RpcError::new(cursor_runner_acp::METHOD_NOT_FOUND, "the session is still loading");

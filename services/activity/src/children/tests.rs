@@ -742,3 +742,41 @@ fn any_interleaving_keeps_every_event_with_its_own_child_and_none_in_the_parent_
         }
     }
 }
+
+/// A text chunk normalized without a tree yields what its tree yields, whoever's it is:
+/// the root's, a spawned child's, a finished child's or an unknown session's, between
+/// tool calls and lifecycle updates that open and close items.
+#[test]
+fn a_text_chunk_yields_what_its_tree_yields_in_every_session_and_state() {
+    use cursor_runner_acp::{ChunkKind, TextChunk};
+    let sessions = [ROOT, "child-1", "child-2", "stranger"];
+    for seed in 1..100u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let (mut by_tree, mut by_chunk) = (normalizer(), normalizer());
+        for step in 0..40 {
+            let session = sessions[rng.below(sessions.len() as u64) as usize];
+            let tree_only = match rng.below(6) {
+                0 => Some(spawn(ROOT, "child-1", &format!("task-{step}"), "a1")),
+                1 => Some(tool(session, &format!("call-{}", rng.below(3)), "Read")),
+                2 => Some(state(ROOT, "child-1", ["running", "completed"][rng.below(2) as usize])),
+                _ => None,
+            };
+            if let Some(update) = tree_only {
+                assert_eq!(by_tree.on_session_update(&update), by_chunk.on_session_update(&update));
+                continue;
+            }
+            let chunk = TextChunk {
+                session_id: session.to_owned(),
+                kind: [ChunkKind::AgentMessage, ChunkKind::AgentThought][rng.below(2) as usize],
+                text: ["hi", "", "\u{1b}[31mred", &"x".repeat(MAX_ITEM_TEXT_CHARS + 1)][rng.below(4) as usize]
+                    .to_owned(),
+            };
+            let expected = by_tree.on_session_update(&chunk.clone().into_params());
+            assert_eq!(by_chunk.on_text_chunk(chunk), expected, "seed {seed} step {step}");
+        }
+        assert_eq!(
+            by_tree.finish(TurnEnding::Completed),
+            by_chunk.finish(TurnEnding::Completed)
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! What the agent streams: session updates in batches through the turn's normalizer, and Cursor's extension notifications.
 
 use cursor_runner_acp::cursor::GenerateImageParams;
-use cursor_runner_acp::{AcpError, AgentMessage, Inbound, InboundStream, methods};
+use cursor_runner_acp::{AcpError, AgentMessage, Inbound, InboundStream, TextChunk, methods};
 use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
@@ -18,9 +18,16 @@ impl Actor {
     pub(super) async fn on_inbound(&mut self, message: Inbound) -> Result<Ending, EngineError> {
         match message {
             Inbound::Request(request) => self.on_agent_request(request).await?,
+            Inbound::TextChunk(chunk) => {
+                let payloads = self.normalize_update(UpdateIn::Chunk(chunk));
+                self.emit_for_turn(payloads).await?;
+            }
             Inbound::Notification { method, params } => {
                 match AgentMessage::classify(&method, &self.redacted_at_ingress(params)) {
-                    AgentMessage::SessionUpdate(update) => self.on_session_update(update.params).await?,
+                    AgentMessage::SessionUpdate(update) => {
+                        let payloads = self.normalize_redacted_tree(update.params);
+                        self.emit_for_turn(payloads).await?;
+                    }
                     message if message.is_fire_and_forget() => self.on_extension(&message).await?,
                     _ => {}
                 }
@@ -114,8 +121,8 @@ impl Actor {
         self.events.emit(turn_id.as_ref(), payloads).await
     }
 
-    pub(super) async fn on_session_update(&mut self, params: &Value) -> Result<(), EngineError> {
-        let payloads = self.normalize_update(params);
+    /// Appends `payloads` for the running turn, or the session's when none runs.
+    async fn emit_for_turn(&mut self, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         self.events.emit(turn_id.as_ref(), payloads).await
     }
@@ -125,18 +132,15 @@ impl Actor {
     /// message ends the run and is handled after it, so wire order is kept.
     pub(super) async fn on_updates(
         &mut self,
-        first: Value,
+        first: UpdateIn,
         inbound: &mut InboundStream,
     ) -> Result<Ending, EngineError> {
-        let mut payloads = self.normalize_update(&self.redacted_at_ingress(first));
+        let mut payloads = coalesce_deltas(self.normalize_update(first));
         let mut next = None;
         for _ in 1..MAX_UPDATES_PER_APPEND {
-            match inbound.try_recv() {
-                Ok(Inbound::Notification { method, params }) if method == methods::SESSION_UPDATE => {
-                    let params = self.redacted_at_ingress(params);
-                    payloads.extend(self.normalize_update(&params));
-                }
-                Ok(other) => {
+            match inbound.try_recv().map(Arrived::from) {
+                Ok(Arrived::Update(update)) => push_coalesced(&mut payloads, self.normalize_update(update)),
+                Ok(Arrived::Other(other)) => {
                     next = Some(other);
                     break;
                 }
@@ -144,7 +148,7 @@ impl Actor {
             }
         }
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
-        self.events.emit(turn_id.as_ref(), coalesce_deltas(payloads)).await?;
+        self.events.emit_behind(turn_id.as_ref(), payloads).await?;
         match next {
             None => Ok(Ending::Continue),
             Some(Inbound::Closed { .. }) => self.on_process_lost().await,
@@ -161,11 +165,29 @@ impl Actor {
         params
     }
 
-    /// The events of one `session/update`, for the running turn or the session. The
-    /// normalizer decides whose it is: the root session, a child it knows (spawned from
-    /// its parent in this turn), or nobody's (suppressed with a notice).
-    /// `params` come [redacted](Self::redacted_at_ingress).
-    pub(super) fn normalize_update(&mut self, params: &Value) -> Vec<ActivityPayload> {
+    /// The events of one `session/update`, for the running turn or the session, redacted
+    /// [as it comes in](Self::redacted_at_ingress). The normalizer decides whose it is:
+    /// the root session, a child it knows (spawned from its parent in this turn), or
+    /// nobody's (suppressed with a notice). A text chunk needs neither a tree nor the
+    /// field audit: its shape has no member the normalizer does not read.
+    pub(super) fn normalize_update(&mut self, update: UpdateIn) -> Vec<ActivityPayload> {
+        let params = match update {
+            UpdateIn::Chunk(chunk) => match self.events.redactor().redact_text_chunk(chunk) {
+                Ok(chunk) => {
+                    return match self.turn.as_mut() {
+                        Some(turn) => turn.normalizer.on_text_chunk(chunk),
+                        None => self.session_normalizer.on_text_chunk(chunk),
+                    };
+                }
+                Err(redacted) => redacted,
+            },
+            UpdateIn::Tree(params) => self.redacted_at_ingress(params),
+        };
+        self.normalize_redacted_tree(&params)
+    }
+
+    /// The events of one `session/update`'s params, already redacted.
+    fn normalize_redacted_tree(&mut self, params: &Value) -> Vec<ActivityPayload> {
         if let (Some(metrics), Some((kind, fields))) = (self.events.metrics(), unconsumed_fields(&params["update"])) {
             for field in fields {
                 // A label is public and kept for ever: a name that quoted a secret (redacted
@@ -177,6 +199,31 @@ impl Actor {
         match self.turn.as_mut() {
             Some(turn) => turn.normalizer.on_session_update(params),
             None => self.session_normalizer.on_session_update(params),
+        }
+    }
+}
+
+/// One `session/update` as the connection delivered it: a text chunk decoded without a
+/// tree, or the params' tree, neither redacted yet.
+pub(super) enum UpdateIn {
+    Chunk(TextChunk),
+    Tree(Value),
+}
+
+/// What the agent sent, sorted: a `session/update`, or any other message.
+pub(super) enum Arrived {
+    Update(UpdateIn),
+    Other(Inbound),
+}
+
+impl From<Inbound> for Arrived {
+    fn from(message: Inbound) -> Self {
+        match message {
+            Inbound::TextChunk(chunk) => Arrived::Update(UpdateIn::Chunk(chunk)),
+            Inbound::Notification { method, params } if method == methods::SESSION_UPDATE => {
+                Arrived::Update(UpdateIn::Tree(params))
+            }
+            other => Arrived::Other(other),
         }
     }
 }

@@ -253,8 +253,9 @@ impl Actor {
         execution_row::write(self.stored_state, next)
     }
 
-    /// Writes the execution row, fenced by its generation.
+    /// Writes the execution row, fenced by its generation, after every event before it.
     pub(super) async fn save_record(&mut self) -> Result<(), EngineError> {
+        self.events.flush().await?;
         stamp(&mut self.record, self.events.redactor());
         if !execution_row::save(self.store.as_ref(), self.stored_state, &self.record).await? {
             self.events.refused_by_fence("execution");

@@ -1,6 +1,5 @@
 //! The actor's loop: one command, agent message, timer or workspace violation at a time.
 
-use cursor_runner_acp::methods;
 use cursor_runner_acp::{Inbound, InboundStream};
 use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_watch::{Violation, WorkspaceWatcher};
@@ -17,6 +16,7 @@ use cursor_runner_domain::error::EngineError;
 use cursor_runner_pool::WarmProcess;
 
 use super::data::*;
+use super::inbound::Arrived;
 use super::timers::{Timer, TimerState, TurnTimers};
 
 impl Actor {
@@ -57,6 +57,7 @@ impl Actor {
         mut violations: Option<mpsc::UnboundedReceiver<Violation>>,
     ) {
         let mut lease = self.store.lease();
+        let append_failed = self.events.append_failed();
         loop {
             let waiting_on_human = !self.pending.is_empty();
             let timer = self.timers().next();
@@ -68,13 +69,15 @@ impl Actor {
                     self.touch_turn();
                     match message {
                         Some(Inbound::Closed { .. }) | None => self.on_process_lost().instrument(turn_span.clone()).await,
-                        Some(Inbound::Notification { method, params }) if method == methods::SESSION_UPDATE => {
-                            self.on_updates(params, &mut inbound).instrument(turn_span.clone()).await
-                        }
-                        Some(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
+                        Some(message) => match Arrived::from(message) {
+                            Arrived::Update(update) => self.on_updates(update, &mut inbound).instrument(turn_span.clone()).await,
+                            Arrived::Other(message) => self.on_inbound(message).instrument(turn_span.clone()).await,
+                        },
                     }
                 },
                 timer = due(timer) => self.on_timer(timer).await,
+                // An append behind the actor failed while the agent is quiet: say so now.
+                () = append_failed.notified() => self.events.flush().await.map(|()| Ending::Continue),
                 Some(violation) = next_violation(&mut violations) => self.on_workspace_violation(violation).await,
                 // This replica's lease ended: every write would be refused; stop below.
                 () = ownership::lease_ended(&mut lease) => Ok(Ending::Continue),
