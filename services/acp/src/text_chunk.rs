@@ -6,6 +6,9 @@
 //! extra member, another content type, a repeated key — stays a tree and takes the
 //! general path, which reads this shape the same way ([`TextChunk::into_params`]).
 
+use std::fmt;
+use std::marker::PhantomData;
+
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
@@ -13,12 +16,21 @@ use crate::methods::SESSION_UPDATE;
 use serde_json::{Map, Value, json};
 
 /// Whose chunk it is: the agent's message or its thought.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkKind {
-    #[serde(rename = "agent_message_chunk")]
     AgentMessage,
-    #[serde(rename = "agent_thought_chunk")]
     AgentThought,
+}
+
+impl<'de> Deserialize<'de> for ChunkKind {
+    /// Its tag as a string only (a derived enum would also take `{"agent_message_chunk":
+    /// null}`, which the tree path reads as no tag).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(OneOf(&[
+            ("agent_message_chunk", ChunkKind::AgentMessage),
+            ("agent_thought_chunk", ChunkKind::AgentThought),
+        ]))
+    }
 }
 
 impl ChunkKind {
@@ -60,7 +72,9 @@ impl TextChunk {
     /// other line — including a member given twice — which the envelope decode and the
     /// tree classifier then read.
     pub(crate) fn decode_line(line: &[u8]) -> Option<TextChunk> {
-        let Line { params, .. } = serde_json::from_slice(line).ok()?;
+        let mut deserializer = serde_json::Deserializer::from_slice(line);
+        let Line { params, .. } = map_only(&mut deserializer).ok()?;
+        deserializer.end().ok()?;
         Some(params.into())
     }
 
@@ -105,39 +119,20 @@ fn exactly<'v>(value: &'v Value, members: &[&str]) -> Option<&'v Map<String, Val
     (object.len() == members.len() && members.iter().all(|m| object.contains_key(*m))).then_some(object)
 }
 
+// The structs below refuse what the tree path would not read as this shape: any member
+// beyond it (`deny_unknown_fields`), a member given twice (serde refuses duplicates), an
+// array in place of an object (`map_only`; a derived struct also takes a sequence of its
+// fields) and a map in place of a word (`OneOf`).
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Line {
     #[serde(rename = "jsonrpc")]
     _jsonrpc: Option<String>,
-    #[serde(rename = "method")]
-    _method: SessionUpdateMethod,
+    #[serde(rename = "method", deserialize_with = "session_update_method")]
+    _method: (),
+    #[serde(deserialize_with = "map_only")]
     params: Params,
-}
-
-/// The `method` member when it names [`SESSION_UPDATE`], and nothing else.
-struct SessionUpdateMethod;
-
-impl<'de> Deserialize<'de> for SessionUpdateMethod {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(SessionUpdateMethod)
-    }
-}
-
-impl de::Visitor<'_> for SessionUpdateMethod {
-    type Value = SessionUpdateMethod;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(SESSION_UPDATE)
-    }
-
-    fn visit_str<E: de::Error>(self, method: &str) -> Result<Self, E> {
-        if method == SESSION_UPDATE {
-            Ok(SessionUpdateMethod)
-        } else {
-            Err(E::invalid_value(de::Unexpected::Str(method), &self))
-        }
-    }
 }
 
 impl From<Params> for TextChunk {
@@ -154,6 +149,7 @@ impl From<Params> for TextChunk {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Params {
     session_id: String,
+    #[serde(deserialize_with = "map_only")]
     update: Update,
 }
 
@@ -161,21 +157,62 @@ struct Params {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Update {
     session_update: ChunkKind,
+    #[serde(deserialize_with = "map_only")]
     content: Content,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Content {
-    #[serde(rename = "type")]
-    _type: TextType,
+    #[serde(rename = "type", deserialize_with = "text_type")]
+    _type: (),
     text: String,
 }
 
-#[derive(Deserialize)]
-enum TextType {
-    #[serde(rename = "text")]
-    Text,
+fn session_update_method<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {
+    deserializer.deserialize_str(OneOf(&[(SESSION_UPDATE, ())]))
+}
+
+fn text_type<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {
+    deserializer.deserialize_str(OneOf(&[(TEXT_CONTENT_TYPE, ())]))
+}
+
+/// `T` read from a JSON object only.
+fn map_only<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<T, D::Error> {
+    struct MapOnly<T>(PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> de::Visitor<'de> for MapOnly<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object")
+        }
+
+        fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(de::value::MapAccessDeserializer::new(map))
+        }
+    }
+
+    deserializer.deserialize_map(MapOnly(PhantomData))
+}
+
+/// A string that is one of these words, read as its value.
+struct OneOf<T: 'static>(&'static [(&'static str, T)]);
+
+impl<T: Copy> de::Visitor<'_> for OneOf<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let words: Vec<&str> = self.0.iter().map(|(word, _)| *word).collect();
+        write!(f, "one of {words:?}")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
+        match self.0.iter().find(|(word, _)| *word == text) {
+            Some((_, value)) => Ok(*value),
+            None => Err(E::invalid_value(de::Unexpected::Str(text), &self)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -234,6 +271,11 @@ mod tests {
             r#"{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":[]}}"#,
             r#"{"sessionId":"s","update":null}"#,
             r#"[]"#,
+            r#"["s",["agent_message_chunk",["text","t"]]]"#,
+            r#"{"sessionId":"s","update":["agent_message_chunk",{"type":"text","text":"t"}]}"#,
+            r#"{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":["text","t"]}}"#,
+            r#"{"sessionId":"s","update":{"sessionUpdate":{"agent_message_chunk":null},"content":{"type":"text","text":"t"}}}"#,
+            r#"{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":{"text":null},"text":"t"}}}"#,
         ] {
             assert_eq!(both(params), (None, None), "{params}");
         }
@@ -258,6 +300,8 @@ mod tests {
             format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{params}}} x"#),
             format!(r#"{{"method":"session/update","method":"session/update","params":{params}}}"#),
             format!(r#"[{{"jsonrpc":"2.0","method":"session/update","params":{params}}}]"#),
+            format!(r#"["2.0","session/update",{params}]"#),
+            format!(r#"{{"jsonrpc":"2.0","method":{{"session/update":null}},"params":{params}}}"#),
         ] {
             assert_eq!(decoded(line.clone()), None, "{line}");
         }
