@@ -33,6 +33,9 @@ pub struct EventWriter {
     /// Told when an append behind the actor failed, so the failure is not left unseen
     /// while the agent is quiet.
     append_failed: Arc<Notify>,
+    /// Why an append behind the actor failed, until the actor takes it: whichever write
+    /// waited for it (a command's, whose caller is told too) must not swallow it.
+    lost: Option<EngineError>,
 }
 
 /// An append committing behind the actor's back: there is at most one, and every other
@@ -59,6 +62,7 @@ impl EventWriter {
             redactor: Redactor::default(),
             in_flight: None,
             append_failed: Arc::new(Notify::new()),
+            lost: None,
         }
     }
 
@@ -148,7 +152,14 @@ impl EventWriter {
         outcome.inspect_err(|e| {
             self.next_sequence = first_sequence;
             self.refused(e, events);
+            self.lost = Some(e.clone().into());
         })
+    }
+
+    /// Why an append behind the actor failed, once: its events are lost, so the actor
+    /// cannot go on as if they were written, whichever write learned of it first.
+    pub fn take_lost_append(&mut self) -> Option<EngineError> {
+        self.lost.take()
     }
 
     /// Goes on writing through `store` (another patience of the same store) from the head
@@ -157,6 +168,7 @@ impl EventWriter {
     pub async fn resume_with(&mut self, store: Arc<dyn Store>) -> Result<(), EngineError> {
         // Its error is why the writer resumes; its sequences are given out again below.
         let _ = self.flush().await;
+        self.lost = None;
         self.store = store;
         let head = self.store.head_sequence(&self.execution_id).await?;
         if head >= self.next_sequence {

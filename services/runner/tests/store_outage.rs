@@ -540,6 +540,68 @@ async fn an_answer_sent_while_the_database_refuses_connections_is_delivered_once
     database.drop_database().await;
 }
 
+/// A run of updates commits while the actor goes on. When that append fails past the outage
+/// limit and the next write to learn of it is a command's (here an answer, refused), the
+/// execution still fails and its turn settles `store_unavailable` once the store is back,
+/// as when the actor waited for the append: never a turn completed without what the agent
+/// said, its sequence numbers reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_lost_past_the_outage_limit_fails_the_execution_even_when_an_answer_learns_of_it_first() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let steps = [
+        json!({"request": {"method": "cursor/ask_question", "id": 7, "params": {
+            "toolCallId": "tq-1", "title": "Go on?",
+            "questions": [{"id": "q", "prompt": "Go on?", "allowMultiple": false,
+                "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}},
+            "no_wait": true}),
+        json!({"sleep_ms": 1500}),
+        json!({"flood": {"count": 100, "text": "q"}}),
+        json!({"sleep_ms": 8000}),
+        json!({"stop_reason": "end_turn"}),
+    ];
+    let scenario = dirs.root.path().join("lost-append.json");
+    std::fs::write(&scenario, json!({"turns": [steps]}).to_string()).unwrap();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: binary(),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().unwrap(),
+        record: &dirs.record,
+        env: Vec::new(),
+        args: vec!["--store-outage-limit-secs".into(), "2".into()],
+    });
+    let mut client = service.client().await;
+    let (execution, turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+
+    // The flood's append meets the outage and keeps retrying; the answer comes meanwhile.
+    database.set_unreachable(true).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let answering = tokio::spawn({
+        let mut client = client.clone();
+        let mut request = tonic::Request::new(one_question_answer(&created, "answer-1", "option-1"));
+        request.set_timeout(Duration::from_secs(30));
+        async move { client.answer_interaction(request).await }
+    });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    database.set_unreachable(false).await;
+    let answered = answering.await.unwrap();
+    assert!(answered.is_err(), "the answer could not be stored: {answered:?}");
+
+    let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
+    let settled = events.until(|e| is_settlement(&e.event_type)).await;
+    assert_eq!(
+        (settled.event_type.as_str(), settled.turn_id.as_str()),
+        ("turn.failed", turn.turn_id.as_str())
+    );
+    assert_eq!(payload(&settled)["failureReason"], "store_unavailable");
+    let record = execution_riding_out(&client, &execution.execution_id).await;
+    assert_eq!(record.state, proto::ExecutionState::Lost as i32);
+    service.kill();
+    database.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_retryable_status() {
     let pg = PrivatePostgres::start();

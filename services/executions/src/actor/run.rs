@@ -85,6 +85,13 @@ impl Actor {
             if waiting_on_human {
                 self.touch_turn();
             }
+            // An append behind the actor failed, and a write that waited for it (a
+            // command's, say) only told its own caller: its events are lost, so the
+            // execution fails as it would have had the append been waited for.
+            let ending = match (ending, self.events.take_lost_append()) {
+                (Ok(_), Some(lost)) => Err(lost),
+                (ending, _) => ending,
+            };
             if self.events.is_fenced() || ownership::lease_has_ended(&lease) {
                 self.stop_fenced().await;
                 break;
