@@ -15,6 +15,7 @@ on_both_backends!(
     a_credential_quoted_in_a_question_is_redacted_from_its_row_and_the_answer_still_reaches_the_agent,
     a_credential_the_agent_gives_as_its_stop_reason_or_in_its_model_catalog_reaches_no_reply_and_no_row,
     a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_no_reply_no_event_and_no_row,
+    a_credential_padded_past_a_config_value_s_cut_leaves_no_part_of_itself_in_any_event_or_row,
     an_agent_whose_session_id_is_the_credential_is_refused_and_the_id_is_stored_nowhere,
 );
 
@@ -386,31 +387,9 @@ async fn a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_
     let mut client = service.client().await;
     let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
     let settled = events.until_turn_settles().await;
-    let id = execution.execution_id.clone();
-    let head = &CANARY[..16];
-    let mut seen = format!("{settled:?}");
-    for e in &settled {
-        seen.push_str(&payload(e).to_string());
-    }
-    seen.push_str(&format!(
-        "{:?}{:?}{:?}{:?}",
-        client
-            .get_execution(proto::GetExecutionRequest {
-                execution_id: id.clone()
-            })
-            .await,
-        client.list_executions(proto::ListExecutionsRequest::default()).await,
-        client
-            .list_turns(proto::ListTurnsRequest {
-                execution_id: id.clone(),
-                ..Default::default()
-            })
-            .await,
-        client.list_sessions(proto::ListSessionsRequest::default()).await,
-    ));
-    seen.push_str(&service.database().dump());
+    let seen = everything_said(&mut client, &service, &execution.execution_id, &settled).await;
     assert!(
-        !seen.contains(head),
+        !seen.contains(&CANARY[..16]),
         "no reply, event or row holds the secret or its head"
     );
     assert!(
@@ -418,6 +397,72 @@ async fn a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_
         "an item id says what was redacted"
     );
     service.shutdown().await;
+}
+
+/// The session's configuration options are projected into `session.config.updated` (here
+/// after a mode change) with each value cut to its bound: a value the agent padded so that
+/// the cut falls inside the secret is redacted before it is cut, so not even the secret's
+/// head is left.
+async fn a_credential_padded_past_a_config_value_s_cut_leaves_no_part_of_itself_in_any_event_or_row(backend: Backend) {
+    let service = TestService::start(backend, "credential_padded_in_config.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    events.until_turn_settles().await;
+    client
+        .set_mode(proto::SetModeRequest {
+            request_id: "mode-1".into(),
+            execution_id: execution.execution_id.clone(),
+            mode: "ask".into(),
+        })
+        .await
+        .unwrap();
+    let all = Subscriber::open(&mut client, &execution.execution_id, 0)
+        .await
+        .unwrap()
+        .until_caught_up()
+        .await;
+    let seen = everything_said(&mut client, &service, &execution.execution_id, &all).await;
+    assert!(
+        all.iter().any(|e| e.event_type == "session.config.updated"),
+        "the options were projected: {:?}",
+        all.iter().map(|e| &e.event_type).collect::<Vec<_>>()
+    );
+    assert!(
+        !seen.contains(&CANARY[..16]),
+        "no reply, event or row holds the secret or its head"
+    );
+    service.shutdown().await;
+}
+
+/// Every reply, event and row about `execution` a client or an operator can read.
+async fn everything_said(
+    client: &mut Client,
+    service: &TestService,
+    execution: &str,
+    settled: &[proto::ActivityEvent],
+) -> String {
+    let mut seen = format!("{settled:?}");
+    for e in settled {
+        seen.push_str(&payload(e).to_string());
+    }
+    seen.push_str(&format!(
+        "{:?}{:?}{:?}{:?}",
+        client
+            .get_execution(proto::GetExecutionRequest {
+                execution_id: execution.to_owned()
+            })
+            .await,
+        client.list_executions(proto::ListExecutionsRequest::default()).await,
+        client
+            .list_turns(proto::ListTurnsRequest {
+                execution_id: execution.to_owned(),
+                ..Default::default()
+            })
+            .await,
+        client.list_sessions(proto::ListSessionsRequest::default()).await,
+    ));
+    seen.push_str(&service.database().dump());
+    seen
 }
 
 /// A session id is kept as the agent spelled it (a load names it), so one that holds the

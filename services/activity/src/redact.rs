@@ -4,6 +4,7 @@
 //! that says what was redacted, never silently.
 
 use cursor_runner_acp::{TEXT_CHUNK_WORDS, TextChunk};
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 /// Secret values shorter than this are not searched for: they would match ordinary text.
@@ -12,16 +13,25 @@ pub const MIN_REDACTED_SECRET_CHARS: usize = 8;
 /// The secrets of one execution, each with the label its marker shows.
 #[derive(Clone, Default)]
 pub struct Redactor {
-    /// (value, marker), longest value first so one secret containing another wins.
-    secrets: Vec<(String, String)>,
+    /// Longest value first so one secret containing another wins.
+    secrets: Vec<Secret>,
+    /// Each marker once: what [`Self::markers_in_text`] counts.
+    markers: Vec<String>,
     /// A secret is in a fixed word of a text chunk's tree ([`TEXT_CHUNK_WORDS`]).
     in_text_chunk_words: bool,
 }
 
+/// One spelling of a secret, with its marker and a searcher built once for it.
+#[derive(Clone)]
+struct Secret {
+    value: String,
+    marker: String,
+    finder: Finder<'static>,
+}
+
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let labels: Vec<&str> = self.secrets.iter().map(|(_, marker)| marker.as_str()).collect();
-        f.debug_struct("Redactor").field("markers", &labels).finish()
+        f.debug_struct("Redactor").field("markers", &self.markers).finish()
     }
 }
 
@@ -45,8 +55,20 @@ impl Redactor {
         let in_text_chunk_words = TEXT_CHUNK_WORDS
             .iter()
             .any(|word| secrets.iter().any(|(value, _)| word.contains(value.as_str())));
+        let mut markers: Vec<String> = secrets.iter().map(|(_, marker)| marker.clone()).collect();
+        markers.sort_unstable();
+        markers.dedup();
+        let secrets = secrets
+            .into_iter()
+            .map(|(value, marker)| Secret {
+                finder: Finder::new(value.as_bytes()).into_owned(),
+                value,
+                marker,
+            })
+            .collect();
         Self {
             secrets,
+            markers,
             in_text_chunk_words,
         }
     }
@@ -64,8 +86,7 @@ impl Redactor {
             return Err(params);
         }
         for text in [&mut chunk.session_id, &mut chunk.text] {
-            let (redacted, count) = self.redact_text(text);
-            if count > 0 {
+            if let Some((redacted, _)) = self.redacted_str(text) {
                 *text = redacted;
             }
         }
@@ -79,23 +100,29 @@ impl Redactor {
     /// Whether any secret, as written or as JSON escapes it, is somewhere in `bytes` (a
     /// file the agent wrote, before it leaves the node).
     pub fn appears_in(&self, bytes: &[u8]) -> bool {
-        self.secrets
-            .iter()
-            .any(|(value, _)| memchr::memmem::find(bytes, value.as_bytes()).is_some())
+        self.secrets.iter().any(|secret| secret.finder.find(bytes).is_some())
     }
 
     /// `text` with every secret replaced by its marker, and how many were.
     pub fn redact_text(&self, text: &str) -> (String, usize) {
+        self.redacted_str(text).unwrap_or_else(|| (text.to_owned(), 0))
+    }
+
+    /// [`Self::redact_text`], or `None` (and no copy) when `text` holds no secret.
+    fn redacted_str(&self, text: &str) -> Option<(String, usize)> {
+        if !self.appears_in(text.as_bytes()) {
+            return None;
+        }
         let mut out = text.to_owned();
         let mut count = 0;
-        for (value, marker) in &self.secrets {
+        for Secret { value, marker, .. } in &self.secrets {
             let found = out.matches(value.as_str()).count();
             if found > 0 {
                 count += found;
                 out = out.replace(value.as_str(), marker);
             }
         }
-        (out, count)
+        Some((out, count))
     }
 
     /// Redacts every string (and object key) in `value`; how many secrets were replaced.
@@ -104,21 +131,20 @@ impl Redactor {
             return 0;
         }
         match value {
-            Value::String(text) => {
-                let (redacted, count) = self.redact_text(text);
-                if count > 0 {
+            Value::String(text) => match self.redacted_str(text) {
+                Some((redacted, count)) => {
                     *text = redacted;
+                    count
                 }
-                count
-            }
+                None => 0,
+            },
             Value::Array(items) => items.iter_mut().map(|item| self.redact_json(item)).sum(),
             Value::Object(map) => {
                 let mut count: usize = map.values_mut().map(|inner| self.redact_json(inner)).sum();
                 // Only a key that holds a secret is replaced, so the others keep their order.
                 let mut rekeyed = Vec::new();
                 for key in map.keys() {
-                    let (new_key, in_key) = self.redact_text(key);
-                    if in_key > 0 {
+                    if let Some((new_key, in_key)) = self.redacted_str(key) {
                         count += in_key;
                         rekeyed.push((key.clone(), new_key));
                     }
@@ -171,10 +197,10 @@ impl Redactor {
 
     /// How many of this redactor's markers `text` carries.
     pub fn markers_in_text(&self, text: &str) -> usize {
-        let mut markers: Vec<&str> = self.secrets.iter().map(|(_, marker)| marker.as_str()).collect();
-        markers.sort_unstable();
-        markers.dedup();
-        markers.iter().map(|marker| text.matches(marker).count()).sum()
+        self.markers
+            .iter()
+            .map(|marker| text.matches(marker.as_str()).count())
+            .sum()
     }
 }
 

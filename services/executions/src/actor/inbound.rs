@@ -160,7 +160,7 @@ impl Actor {
     /// is derived from them: what the normalizer cuts to a bound, strips to a tag, or
     /// copies into an item id or a turn's usage can then carry no part of a secret, which
     /// the outbox's own redaction of whole values would miss.
-    fn redacted_at_ingress(&self, mut params: Value) -> Value {
+    pub(super) fn redacted_at_ingress(&self, mut params: Value) -> Value {
         self.events.redactor().redact_json(&mut params);
         params
     }

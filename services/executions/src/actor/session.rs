@@ -66,13 +66,14 @@ impl Actor {
     }
 
     /// `session.config.updated` with the agent's current options, through the same
-    /// projection its own `config_option_update` gets.
+    /// projection (and the same redaction as they come in) its own `config_option_update`
+    /// gets.
     pub(super) async fn emit_config(&mut self) -> Result<(), EngineError> {
         if !self.config_options.is_array() {
             return Ok(());
         }
         let update = json!({"sessionUpdate": "config_option_update", "configOptions": self.config_options});
-        let payloads = self.session_normalizer.on_update(&update);
+        let payloads = self.session_normalizer.on_update(&self.redacted_at_ingress(update));
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
         self.events.emit(turn_id.as_ref(), payloads).await
     }
