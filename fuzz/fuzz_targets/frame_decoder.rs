@@ -16,7 +16,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use cursor_runner_acp::{Classified, FrameReader, MAX_FRAME_BYTES, ReadFrame, classify};
+use cursor_runner_acp::{Classified, FrameReader, MAX_FRAME_BYTES, ReadFrame, classify, methods};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, ReadBuf};
@@ -76,6 +76,9 @@ fn written_back(classified: &Classified) -> Option<Vec<u8>> {
             json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
         }
         Classified::Notification { method, params } => json!({"jsonrpc": "2.0", "method": method, "params": params}),
+        Classified::TextChunk(chunk) => {
+            json!({"jsonrpc": "2.0", "method": methods::SESSION_UPDATE, "params": chunk.clone().into_params()})
+        }
         Classified::Response { id, result: Ok(result) } => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Classified::Response { id, result: Err(error) } => json!({"jsonrpc": "2.0", "id": id, "error": error}),
         Classified::Unanswerable { .. } | Classified::Invalid { .. } => return None,
