@@ -117,21 +117,10 @@ pub(crate) fn classify_one_pass(line: &[u8]) -> Option<Classified> {
         result,
         error,
     } = crate::envelope::decode(line)?;
-    let tree = || match params {
-        None => Some(Value::Null),
-        Some(raw) => serde_json::from_str(raw.get())
-            .ok()
-            .filter(|tree| nesting(tree) < MAX_PARAMS_NESTING),
-    };
+    let params = params.unwrap_or(Value::Null);
     Some(match (method, id) {
-        (Some(method), Some(id)) => Classified::Request {
-            id,
-            method,
-            params: tree()?,
-        },
-        (Some(method), None) => notification(method, tree()?),
-        // A response has no use for `params`, but the line must parse whole.
-        (None, Some(_)) if params.is_some() && tree().is_none() => return None,
+        (Some(method), Some(id)) => Classified::Request { id, method, params },
+        (Some(method), None) => notification(method, params),
         (None, Some(id)) => match (result, error) {
             (Some(result), None) => Classified::Response { id, result: Ok(result) },
             (None, Some(error)) => Classified::Response {
@@ -142,21 +131,6 @@ pub(crate) fn classify_one_pass(line: &[u8]) -> Option<Classified> {
         },
         (None, None) => return None,
     })
-}
-
-/// The nesting, counting itself, at which `params` makes its line too deep for the
-/// parser (127 nested containers at most, the message object among them). Parsed alone,
-/// `params` has that one level to spare, so a tree this deep is left to the tree
-/// classifier, which refuses the line as the parser does.
-const MAX_PARAMS_NESTING: usize = 127;
-
-/// How many containers deep `value` nests (a scalar: 0).
-fn nesting(value: &Value) -> usize {
-    match value {
-        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
-        Value::Object(members) => 1 + members.values().map(nesting).max().unwrap_or(0),
-        _ => 0,
-    }
 }
 
 /// Classifies one line from its whole parsed tree: the reference for every line, and the
