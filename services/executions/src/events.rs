@@ -43,9 +43,23 @@ pub struct EventWriter {
 /// seen before anything else is written.
 struct InFlight {
     task: JoinHandle<Result<(), StoreError>>,
+    /// How it ended, once [`EventWriter::committed`] saw it end and before the next
+    /// write takes it.
+    outcome: Option<Result<(), StoreError>>,
     /// Its first event's sequence: where numbering goes back to if it failed.
     first_sequence: i64,
     events: usize,
+}
+
+/// How an append behind the actor ended; a panic in it is the caller's.
+async fn joined(
+    task: impl std::future::Future<Output = Result<Result<(), StoreError>, tokio::task::JoinError>>,
+) -> Result<(), StoreError> {
+    match task.await {
+        Ok(outcome) => outcome,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(_) => Err(StoreError::Unavailable("the runtime is shutting down".into())),
+    }
 }
 
 impl EventWriter {
@@ -135,19 +149,34 @@ impl EventWriter {
         Ok(self.settle_in_flight().await?)
     }
 
+    /// Whether an append behind the actor may still be committing.
+    pub fn is_committing(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|append| append.outcome.is_none())
+    }
+
+    /// Resolves when the append behind the actor (if any) has ended, leaving its outcome
+    /// to the next write. Cancel-safe: dropped before that, it leaves the append as it was.
+    pub async fn committed(&mut self) {
+        if let Some(append) = &mut self.in_flight
+            && append.outcome.is_none()
+        {
+            append.outcome = Some(joined(&mut append.task).await);
+        }
+    }
+
     async fn settle_in_flight(&mut self) -> Result<(), StoreError> {
         let Some(InFlight {
             task,
+            outcome,
             first_sequence,
             events,
         }) = self.in_flight.take()
         else {
             return Ok(());
         };
-        let outcome = match task.await {
-            Ok(outcome) => outcome,
-            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(_) => Err(StoreError::Unavailable("the runtime is shutting down".into())),
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => joined(task).await,
         };
         outcome.inspect_err(|e| {
             self.next_sequence = first_sequence;
@@ -230,6 +259,7 @@ impl EventWriter {
         };
         self.in_flight = Some(InFlight {
             task: tokio::spawn(append.in_current_span()),
+            outcome: None,
             first_sequence,
             events: (last_sequence + 1 - first_sequence) as usize,
         });
@@ -366,6 +396,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn waiting_for_an_append_behind_the_caller_to_commit_leaves_its_outcome_to_the_next_write() {
+        let store = store().await;
+        let mut writer = EventWriter::new(store.clone(), EXECUTION.into(), Generation::FIRST, 0);
+        let head = writer.subscribe();
+        assert!(!writer.is_committing(), "nothing was appended yet");
+        writer.committed().await;
+        writer.emit_behind(None, notices(2)).await.unwrap();
+        assert!(writer.is_committing());
+        writer.committed().await;
+        assert!(!writer.is_committing());
+        assert_eq!((*head.borrow(), sequences(&store).await), (2, vec![1, 2]));
+        writer.emit(None, notices(1)).await.unwrap();
+        assert_eq!(*head.borrow(), 3);
+    }
+
+    #[tokio::test]
     async fn a_failed_append_behind_the_caller_is_told_by_its_next_write_and_its_numbers_are_given_again() {
         let store = store().await;
         let mut writer = EventWriter::new(store.clone(), EXECUTION.into(), Generation::FIRST, 0);
@@ -384,6 +430,8 @@ mod tests {
         store.append_events(&[taken]).await.unwrap();
         writer.emit_behind(None, notices(2)).await.unwrap();
         failed.notified().await;
+        writer.committed().await;
+        assert!(!writer.is_committing());
         assert!(
             writer.emit(None, notices(1)).await.is_err(),
             "the next write says it failed"

@@ -5,6 +5,9 @@ use cursor_runner_acp::{AcpError, AgentMessage, Inbound, InboundStream, TextChun
 use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
+use tokio::sync::mpsc::error::TryRecvError;
+
+use crate::events::EventWriter;
 
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::settlement::Loss;
@@ -127,9 +130,11 @@ impl Actor {
         self.events.emit(turn_id.as_ref(), payloads).await
     }
 
-    /// A run of `session/update`s already waiting in the inbound queue is normalized
-    /// into one outbox append (one commit) instead of one per update; the first other
-    /// message ends the run and is handled after it, so wire order is kept.
+    /// A run of `session/update`s is normalized into one outbox append (one commit)
+    /// instead of one per update: what already waits in the inbound queue, and, while the
+    /// append before this run still commits, what arrives meanwhile (group commit: a
+    /// steady agent's updates share a commit instead of each waiting for its own). The
+    /// first other message ends the run and is handled after it, so wire order is kept.
     pub(super) async fn on_updates(
         &mut self,
         first: UpdateIn,
@@ -138,13 +143,22 @@ impl Actor {
         let mut payloads = coalesce_deltas(self.normalize_update(first));
         let mut next = None;
         for _ in 1..MAX_UPDATES_PER_APPEND {
-            match inbound.try_recv().map(Arrived::from) {
-                Ok(Arrived::Update(update)) => push_coalesced(&mut payloads, self.normalize_update(update)),
-                Ok(Arrived::Other(other)) => {
+            let message = match inbound.try_recv() {
+                Ok(message) => message,
+                Err(TryRecvError::Empty) if self.events.is_committing() => {
+                    match next_while_committing(&mut self.events, inbound).await {
+                        Some(message) => message,
+                        None => break,
+                    }
+                }
+                Err(_) => break,
+            };
+            match Arrived::from(message) {
+                Arrived::Update(update) => push_coalesced(&mut payloads, self.normalize_update(update)),
+                Arrived::Other(other) => {
                     next = Some(other);
                     break;
                 }
-                Err(_) => break,
             }
         }
         let turn_id = self.turn.as_ref().map(|t| t.record.id.clone());
@@ -200,6 +214,17 @@ impl Actor {
             Some(turn) => turn.normalizer.on_session_update(params),
             None => self.session_normalizer.on_session_update(params),
         }
+    }
+}
+
+/// The next message from the agent if it comes before the append behind the actor has
+/// ended; `None` once it has. A stream that ended reads as the agent's stdout closing
+/// (it ends only after saying so).
+async fn next_while_committing(events: &mut EventWriter, inbound: &mut InboundStream) -> Option<Inbound> {
+    tokio::select! {
+        biased;
+        message = inbound.recv() => Some(message.unwrap_or(Inbound::Closed { truncated_last_line: false })),
+        () = events.committed() => None,
     }
 }
 
