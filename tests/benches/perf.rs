@@ -24,6 +24,7 @@
 use std::time::Duration;
 
 use cursor_runner_e2e::client_anchors::{self, NodeClient};
+use cursor_runner_e2e::cpu_steal::CpuTimes;
 use cursor_runner_e2e::lease_latency::{self, FakeStartup, LeaseAgent};
 use cursor_runner_e2e::throughput::{self, rate_without_startup};
 use cursor_runner_e2e::{Backend, answer_latency, fleet_latency, perf_dir, stream_latency, verify_throughput};
@@ -396,26 +397,40 @@ async fn main() {
     let wanted = |goal: &str| only.is_empty() || only.split(',').any(|g| g.trim().eq_ignore_ascii_case(goal));
     let mut rows = Vec::new();
     let mut figures = serde_json::Map::new();
+    // Steal in percent of the machine's CPU time while each goal ran.
+    let mut steal = serde_json::Map::new();
+    let mut measured = |name: &str, started: CpuTimes, figure: Value| {
+        let share = CpuTimes::now().steal_percent_since(&started);
+        steal.insert(name.to_owned(), json!(share.map(|s| (s * 10.0).round() / 10.0)));
+        figures.insert(name.to_owned(), figure);
+    };
     if wanted("P1") {
-        figures.insert("p1".into(), p1(&sizes, &mut rows).await);
+        let started = CpuTimes::now();
+        measured("p1", started, p1(&sizes, &mut rows).await);
     }
     if wanted("P1b") || wanted("P4") {
-        figures.insert("p1b_p4".into(), p1b_p4(&sizes, wanted("P4"), &mut rows).await);
+        let started = CpuTimes::now();
+        measured("p1b_p4", started, p1b_p4(&sizes, wanted("P4"), &mut rows).await);
     }
     if wanted("P2") {
-        figures.insert("p2".into(), p2(&sizes, &mut rows).await);
+        let started = CpuTimes::now();
+        measured("p2", started, p2(&sizes, &mut rows).await);
     }
     if wanted("P3") {
-        figures.insert("p3".into(), p3(&sizes, &mut rows).await);
+        let started = CpuTimes::now();
+        measured("p3", started, p3(&sizes, &mut rows).await);
     }
     if wanted("P5") {
-        figures.insert("p5".into(), p5(&sizes, &mut rows));
+        let started = CpuTimes::now();
+        measured("p5", started, p5(&sizes, &mut rows));
     }
     if wanted("S1") {
-        figures.insert("s1".into(), s1(&sizes, &mut rows).await);
+        let started = CpuTimes::now();
+        measured("s1", started, s1(&sizes, &mut rows).await);
     }
     if wanted("S2") {
-        figures.insert("s2".into(), s2(&sizes, &mut rows).await);
+        let started = CpuTimes::now();
+        measured("s2", started, s2(&sizes, &mut rows).await);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!();
@@ -429,6 +444,16 @@ async fn main() {
         }
     );
     print_table(&rows);
+    // A shared VM's host takes CPU time from a busy guest: latency tails then say more
+    // about the host than about the service.
+    let stolen: Vec<String> = steal
+        .iter()
+        .filter_map(|(name, share)| Some(format!("{name} {:.1} %", share.as_f64()?)))
+        .collect();
+    println!(
+        "CPU time stolen by the hypervisor while each ran: {}",
+        stolen.join(", ")
+    );
     let dir = perf_dir();
     std::fs::create_dir_all(&dir).expect("target/perf");
     // A smoke or partial run never overwrites a full run's figures.
@@ -441,7 +466,8 @@ async fn main() {
         name = format!("{name}-{}", only.replace([',', ' '], "-"));
     }
     let path = dir.join(format!("{name}.json"));
-    let report = json!({"full_run": full, "cores": cores, "sizes": sizes, "rows": rows, "figures": figures});
+    let report = json!({"full_run": full, "cores": cores, "sizes": sizes, "rows": rows, "figures": figures,
+        "cpu_steal_percent": steal});
     std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write the result");
     println!("written to {}", path.display());
 }

@@ -21,6 +21,7 @@ pub use cursor_runner_api::pb as proto;
 pub use cursor_runner_executions::mcp::McpAllowlist;
 
 pub mod client_anchors;
+pub mod cpu_steal;
 pub mod fleet_latency;
 pub mod lease_latency;
 pub mod mock_responses;
