@@ -27,6 +27,11 @@ pub const AGENT_CALL_LIMIT: Duration = Duration::from_secs(15);
 /// this long is still cheaper than a lost execution.
 pub const DEFAULT_STORE_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
 
+/// Most `session/update`s normalized into one outbox append: as many as the connection's
+/// inbound queue holds, so one append can take all that waited while the one before it
+/// committed (a commit, not the normalizer, paces a chatty agent otherwise).
+pub const MAX_UPDATES_PER_APPEND: usize = 1024;
+
 /// A tenant's limits as an operator writes them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -540,6 +540,62 @@ async fn an_answer_sent_while_the_database_refuses_connections_is_delivered_once
     database.drop_database().await;
 }
 
+/// While an append waits on the store, the updates that arrive meanwhile join the next
+/// append, up to `MAX_UPDATES_PER_APPEND` and never more: a stall that holds back
+/// thousands of one-character chunks shows as deltas of exactly that many characters
+/// (adjacent deltas of one append are joined), and every chunk arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_held_back_by_a_stalled_store_are_appended_in_runs_of_at_most_the_bound() {
+    const CHUNKS: usize = 8000;
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let steps = [
+        json!({"flood": {"count": CHUNKS, "text": "x", "interval_us": 250}}),
+        json!({"stop_reason": "end_turn"}),
+    ];
+    let scenario = dirs.root.path().join("held-back.json");
+    std::fs::write(&scenario, json!({"turns": [steps]}).to_string()).unwrap();
+    let service = ServiceProcess::start(ServiceSettings {
+        binary: binary(),
+        database_url: &database.url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().unwrap(),
+        record: &dirs.record,
+        env: Vec::new(),
+        args: Vec::new(),
+    });
+    let mut client = service.client().await;
+    let (execution, _, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
+    events.until(|e| e.event_type == "item.delta").await;
+
+    // About 2000 chunks arrive while the store refuses connections (the flood lasts 2 s).
+    database.set_unreachable(true).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    database.set_unreachable(false).await;
+
+    let mut from_the_start = ResumingSubscriber::new(client.clone(), &execution.execution_id);
+    let mut deltas = Vec::new();
+    let settled = loop {
+        let event = from_the_start.next_event().await;
+        if event.event_type == "item.delta" {
+            deltas.push(payload(&event)["text"].as_str().unwrap().len());
+        }
+        if is_settlement(&event.event_type) {
+            break event;
+        }
+    };
+    assert_eq!(settled.event_type, "turn.completed");
+    assert_eq!(deltas.iter().sum::<usize>(), CHUNKS, "every chunk arrives once");
+    assert_eq!(
+        deltas.iter().max(),
+        Some(&cursor_runner_executions::limits::MAX_UPDATES_PER_APPEND),
+        "the held-back runs fill an append and go no further: {deltas:?}"
+    );
+    service.kill();
+    database.drop_database().await;
+}
+
 /// A run of updates commits while the actor goes on. When that append fails past the outage
 /// limit and the next write to learn of it is a command's (here an answer, refused), the
 /// execution still fails and its turn settles `store_unavailable` once the store is back,

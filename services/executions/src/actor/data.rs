@@ -30,11 +30,6 @@ use cursor_runner_pool::{Pool, SlotTicket};
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
 
-/// Most `session/update`s normalized into one outbox append: as many as the connection's
-/// inbound queue holds, so one append can take all that waited while the one before it
-/// committed (a commit, not the normalizer, paces a chatty agent otherwise).
-pub(super) const MAX_UPDATES_PER_APPEND: usize = 1024;
-
 pub(crate) enum Command {
     StartTurn {
         prompt: Prompt,

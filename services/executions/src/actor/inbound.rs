@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use crate::events::EventWriter;
+use crate::limits::MAX_UPDATES_PER_APPEND;
 
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::settlement::Loss;
