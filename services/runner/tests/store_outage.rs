@@ -60,11 +60,17 @@ fn streaming_scenario(dir: &Path, turns: u64, updates_per_half: u64) -> PathBuf 
     path
 }
 
-fn serve(pg: &PrivatePostgres, dirs: &ServiceDirs, scenario: &Path, args: &[&str]) -> ServiceProcess {
-    let url = pg.url();
+/// A scenario of one turn playing `steps`, written as `name` in the service's directory.
+fn one_turn_scenario(dirs: &ServiceDirs, name: &str, steps: &[Value]) -> PathBuf {
+    let path = dirs.root.path().join(name);
+    std::fs::write(&path, json!({"turns": [steps]}).to_string()).unwrap();
+    path
+}
+
+fn serve(database_url: &str, dirs: &ServiceDirs, scenario: &Path, args: &[&str]) -> ServiceProcess {
     ServiceProcess::start(ServiceSettings {
         binary: binary(),
-        database_url: &url,
+        database_url,
         state_dir: dirs.root.path(),
         scenario: scenario.to_str().unwrap(),
         record: &dirs.record,
@@ -283,7 +289,7 @@ async fn turns_ride_out_twenty_postgres_restarts_while_streaming_and_answering()
     let pg = PrivatePostgres::start();
     let dirs = ServiceDirs::new();
     let scenario = streaming_scenario(dirs.root.path(), 200, 12);
-    let service = serve(&pg, &dirs, &scenario, &[]);
+    let service = serve(&pg.url(), &dirs, &scenario, &[]);
     let client = service.client().await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let drivers: Vec<_> = (0..EXECUTIONS)
@@ -364,7 +370,7 @@ async fn past_the_outage_limit_the_execution_fails_and_its_turn_settles_once_the
     let pg = PrivatePostgres::start();
     let dirs = ServiceDirs::new();
     let scenario = streaming_scenario(dirs.root.path(), 1, 200);
-    let service = serve(&pg, &dirs, &scenario, &["--store-outage-limit-secs", "1"]);
+    let service = serve(&pg.url(), &dirs, &scenario, &["--store-outage-limit-secs", "1"]);
     let mut client = service.client().await;
     let (execution, turn, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
@@ -411,21 +417,12 @@ async fn a_turn_rides_out(refusal: Refusal) {
             ]
         })
         .collect();
-    let scenario = dirs.root.path().join("steady.json");
-    std::fs::write(
-        &scenario,
-        json!({"session_id": "sess-refused", "turns": [steps]}).to_string(),
-    )
-    .unwrap();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: binary(),
-        database_url: &database.url,
-        state_dir: dirs.root.path(),
-        scenario: scenario.to_str().unwrap(),
-        record: &dirs.record,
-        env: Vec::new(),
-        args: Vec::new(),
-    });
+    let service = serve(
+        &database.url,
+        &dirs,
+        &one_turn_scenario(&dirs, "steady.json", &steps),
+        &[],
+    );
     let mut client = service.client().await;
     let (execution, turn, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
@@ -471,15 +468,7 @@ async fn a_turn_rides_out_a_database_that_turned_read_only_for_a_while() {
 async fn an_answer_sent_while_the_database_refuses_connections_is_delivered_once_when_it_is_back() {
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: binary(),
-        database_url: &database.url,
-        state_dir: dirs.root.path(),
-        scenario: "demo.json",
-        record: &dirs.record,
-        env: Vec::new(),
-        args: Vec::new(),
-    });
+    let service = serve(&database.url, &dirs, Path::new("demo.json"), &[]);
     let mut client = service.client().await;
     let (_, _, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
@@ -553,17 +542,12 @@ async fn updates_held_back_by_a_stalled_store_are_appended_in_runs_of_at_most_th
         json!({"flood": {"count": CHUNKS, "text": "x", "interval_us": 250}}),
         json!({"stop_reason": "end_turn"}),
     ];
-    let scenario = dirs.root.path().join("held-back.json");
-    std::fs::write(&scenario, json!({"turns": [steps]}).to_string()).unwrap();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: binary(),
-        database_url: &database.url,
-        state_dir: dirs.root.path(),
-        scenario: scenario.to_str().unwrap(),
-        record: &dirs.record,
-        env: Vec::new(),
-        args: Vec::new(),
-    });
+    let service = serve(
+        &database.url,
+        &dirs,
+        &one_turn_scenario(&dirs, "held-back.json", &steps),
+        &[],
+    );
     let mut client = service.client().await;
     let (execution, _, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
@@ -616,17 +600,8 @@ async fn an_append_lost_past_the_outage_limit_fails_the_execution_even_when_an_a
         json!({"sleep_ms": 8000}),
         json!({"stop_reason": "end_turn"}),
     ];
-    let scenario = dirs.root.path().join("lost-append.json");
-    std::fs::write(&scenario, json!({"turns": [steps]}).to_string()).unwrap();
-    let service = ServiceProcess::start(ServiceSettings {
-        binary: binary(),
-        database_url: &database.url,
-        state_dir: dirs.root.path(),
-        scenario: scenario.to_str().unwrap(),
-        record: &dirs.record,
-        env: Vec::new(),
-        args: vec!["--store-outage-limit-secs".into(), "2".into()],
-    });
+    let scenario = one_turn_scenario(&dirs, "lost-append.json", &steps);
+    let service = serve(&database.url, &dirs, &scenario, &["--store-outage-limit-secs", "2"]);
     let mut client = service.client().await;
     let (execution, turn, mut events) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
     let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
@@ -662,7 +637,7 @@ async fn an_append_lost_past_the_outage_limit_fails_the_execution_even_when_an_a
 async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_retryable_status() {
     let pg = PrivatePostgres::start();
     let dirs = ServiceDirs::new();
-    let service = serve(&pg, &dirs, &scenario("demo.json"), &[]);
+    let service = serve(&pg.url(), &dirs, &scenario("demo.json"), &[]);
     let mut client = service.client().await;
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", service.address()))
         .unwrap()
