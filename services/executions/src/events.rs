@@ -10,7 +10,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::heads::{HeadBus, LocalWriter, advance_to};
+use crate::heads::{Head, HeadBus, LocalWriter, advance_over, advance_to};
 use crate::metrics::Metrics;
 use cursor_runner_domain::error::EngineError;
 
@@ -20,7 +20,7 @@ pub struct EventWriter {
     generation: Generation,
     next_sequence: i64,
     /// Shared with the tails of this execution's streams ([`HeadBus`]).
-    head: Arc<watch::Sender<i64>>,
+    head: Arc<watch::Sender<Head>>,
     /// Marks the execution as written here while this writer lives.
     _local: Option<LocalWriter>,
     metrics: Option<Arc<Metrics>>,
@@ -69,7 +69,7 @@ impl EventWriter {
             execution_id,
             generation,
             next_sequence: head + 1,
-            head: Arc::new(watch::Sender::new(head)),
+            head: Arc::new(watch::Sender::new(Head::at(head))),
             _local: None,
             metrics: None,
             fenced: false,
@@ -82,7 +82,7 @@ impl EventWriter {
 
     /// Moves the execution's head on `bus`, where every stream of it watches.
     pub fn with_heads(mut self, bus: &HeadBus) -> Self {
-        let head = *self.head.borrow();
+        let head = self.head.borrow().sequence;
         let (head, local) = bus.writer_head(&self.execution_id, head);
         self.head = head;
         self._local = Some(local);
@@ -134,7 +134,7 @@ impl EventWriter {
         self.metrics.as_ref()
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<i64> {
+    pub fn subscribe(&self) -> watch::Receiver<Head> {
         self.head.subscribe()
     }
 
@@ -218,7 +218,7 @@ impl EventWriter {
             self.refused(&e, records.len());
             return Err(e.into());
         }
-        self.exposed(&records, payloads.iter());
+        self.exposed(records, payloads.iter());
         Ok(())
     }
 
@@ -246,12 +246,12 @@ impl EventWriter {
             let outcome = store.append_events(&records).await;
             match &outcome {
                 Ok(()) => {
-                    advance_to(&head, last_sequence);
                     if let Some(metrics) = metrics {
                         for (record, payload) in records.iter().zip(&payloads) {
                             metrics.observe(&record.event_type, payload);
                         }
                     }
+                    advance_over(&head, records);
                 }
                 Err(_) => failed.notify_one(),
             }
@@ -294,7 +294,7 @@ impl EventWriter {
         if !self.store.commit(&batch).await? {
             return Ok(false);
         }
-        self.exposed(&batch.events, events.iter().map(|(_, p)| p));
+        self.exposed(batch.events, events.iter().map(|(_, p)| p));
         Ok(true)
     }
 
@@ -335,14 +335,14 @@ impl EventWriter {
     }
 
     /// `records` are committed: subscribers may read them now.
-    fn exposed<'a>(&mut self, records: &[EventRecord], payloads: impl Iterator<Item = &'a ActivityPayload>) {
+    fn exposed<'a>(&mut self, records: Vec<EventRecord>, payloads: impl Iterator<Item = &'a ActivityPayload>) {
         self.next_sequence += records.len() as i64;
-        advance_to(&self.head, self.next_sequence - 1);
         if let Some(metrics) = &self.metrics {
             for (record, payload) in records.iter().zip(payloads) {
                 metrics.observe(&record.event_type, payload);
             }
         }
+        advance_over(&self.head, records);
     }
 }
 
@@ -388,11 +388,11 @@ mod tests {
         let head = writer.subscribe();
         writer.emit_behind(None, notices(2)).await.unwrap();
         // The append has not run yet (this runtime has one thread and nothing yielded).
-        assert_eq!((*head.borrow(), sequences(&store).await), (0, vec![]));
+        assert_eq!((head.borrow().sequence, sequences(&store).await), (0, vec![]));
         writer.emit_behind(None, notices(3)).await.unwrap();
         writer.emit(None, notices(1)).await.unwrap();
         assert_eq!(sequences(&store).await, (1..=6).collect::<Vec<_>>());
-        assert_eq!(*head.borrow(), 6);
+        assert_eq!(head.borrow().sequence, 6);
     }
 
     #[tokio::test]
@@ -406,9 +406,9 @@ mod tests {
         assert!(writer.is_committing());
         writer.committed().await;
         assert!(!writer.is_committing());
-        assert_eq!((*head.borrow(), sequences(&store).await), (2, vec![1, 2]));
+        assert_eq!((head.borrow().sequence, sequences(&store).await), (2, vec![1, 2]));
         writer.emit(None, notices(1)).await.unwrap();
-        assert_eq!(*head.borrow(), 3);
+        assert_eq!(head.borrow().sequence, 3);
     }
 
     #[tokio::test]
@@ -436,9 +436,9 @@ mod tests {
             writer.emit(None, notices(1)).await.is_err(),
             "the next write says it failed"
         );
-        assert_eq!(*head.borrow(), 0, "the head never moved for it");
+        assert_eq!(head.borrow().sequence, 0, "the head never moved for it");
         writer.emit(None, notices(1)).await.unwrap();
         assert_eq!(sequences(&store).await, [1, 2]);
-        assert_eq!(*head.borrow(), 1);
+        assert_eq!(head.borrow().sequence, 1);
     }
 }

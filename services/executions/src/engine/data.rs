@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actor::Command;
 use crate::config::EngineConfig;
-use crate::heads::HeadBus;
+use crate::heads::{Head, HeadBus};
 use crate::limits::ExecutionLimits;
 use crate::metrics::Metrics;
 use cursor_runner_domain::error::EngineError;
@@ -117,7 +117,7 @@ pub(super) struct ExecutionHandle {
     /// Whose it is: a call of another tenant never reaches it.
     pub(super) tenant_id: String,
     pub(super) commands: mpsc::Sender<(Command, tracing::Span)>,
-    pub(super) head: watch::Receiver<i64>,
+    pub(super) head: watch::Receiver<Head>,
     /// The secrets kept out of what the actor's errors say.
     pub(super) redactor: Redactor,
 }

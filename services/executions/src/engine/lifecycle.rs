@@ -481,7 +481,9 @@ async fn sample_outbox_lag(engine: std::sync::Weak<Engine>) {
         let executions = engine.executions.lock();
         for record in owned {
             if let Some(handle) = executions.get(&record.id).filter(|h| !h.commands.is_closed()) {
-                engine.metrics.outbox_lag(*handle.head.borrow() - record.acked_sequence);
+                engine
+                    .metrics
+                    .outbox_lag(handle.head.borrow().sequence - record.acked_sequence);
             }
         }
     }

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 use cursor_runner_domain::error::{EngineError, ErrorKind, Reason};
 
 use super::data::*;
-use crate::heads::{Feed, HeadBus, STREAM_POLL_WHILE_DEAF, advance_to};
+use crate::heads::{Feed, Head, HeadBus, STREAM_POLL_WHILE_DEAF, advance_to};
 
 /// Events read from the store per page while replaying.
 const REPLAY_PAGE: i64 = 512;
@@ -163,16 +163,18 @@ impl Engine {
 
 /// One subscriber's tail: pages committed events after its cursor from the store, says
 /// when it caught up, then waits for the execution's head to pass the cursor (or sends a
-/// heartbeat). It reads only what is committed, so it never exposes more than the store has.
+/// heartbeat) and sends what it passed: from the head when the head holds the run that
+/// moved it (a tail that keeps up reads nothing back), else from the store. It sends only
+/// what is committed, so it never exposes more than the store has.
 /// The head moves wherever the execution is written: by its writer here, or by the
 /// database's announcement of another replica's commit (`heads`).
 struct Tail {
     store: Arc<dyn Store>,
     execution_id: ExecutionId,
     cursor: i64,
-    head: watch::Receiver<i64>,
+    head: watch::Receiver<Head>,
     /// Keeps the execution's head on the bus while this stream lives.
-    _held: Arc<watch::Sender<i64>>,
+    _held: Arc<watch::Sender<Head>>,
     feed: watch::Receiver<Feed>,
     /// Keeps `feed`'s sender alive for as long as this stream lives.
     _bus: Arc<HeadBus>,
@@ -182,9 +184,49 @@ struct Tail {
     tx: mpsc::Sender<Result<StreamItem, EngineError>>,
 }
 
+/// Why a tail stopped waiting.
+enum Wake {
+    /// The head passed the cursor.
+    HeadMoved,
+    /// The store may hold what nobody announced (the announcements are down, came back,
+    /// or a heartbeat passed while they were up).
+    Unannounced,
+}
+
 impl Tail {
     async fn run(mut self) {
-        let mut caught_up = false;
+        if !self.read_store().await {
+            return;
+        }
+        let caught = StreamItem::CaughtUp {
+            head_sequence: self.cursor,
+        };
+        if !self.send(Ok(caught)).await {
+            return;
+        }
+        loop {
+            let open = match self.wait_for_more().await {
+                None => return,
+                Some(Wake::HeadMoved) => match self.send_held().await {
+                    Some(open) => open,
+                    None => self.read_store().await,
+                },
+                Some(Wake::Unannounced) => self.read_store().await,
+            };
+            if !open {
+                return;
+            }
+        }
+    }
+
+    /// Sends `item`. False: the subscriber is gone.
+    async fn send(&self, item: Result<StreamItem, EngineError>) -> bool {
+        self.tx.send(item).await.is_ok()
+    }
+
+    /// Sends every committed event after the cursor that the store has, page by page.
+    /// False: the stream is over.
+    async fn read_store(&mut self) -> bool {
         loop {
             let page = match self
                 .store
@@ -193,8 +235,8 @@ impl Tail {
             {
                 Ok(page) => page,
                 Err(e) => {
-                    let _ = self.tx.send(Err(e.into())).await;
-                    return;
+                    self.send(Err(e.into())).await;
+                    return false;
                 }
             };
             let full = page.len() as i64 == REPLAY_PAGE;
@@ -202,68 +244,68 @@ impl Tail {
             if let Some(first) = page.first()
                 && first.sequence != self.cursor + 1
             {
-                let _ = self.tx.send(Err(events_pruned(self.cursor, first.sequence))).await;
-                return;
+                self.send(Err(events_pruned(self.cursor, first.sequence))).await;
+                return false;
             }
             for event in page {
                 self.cursor = event.sequence;
-                if self.tx.send(Ok(StreamItem::Event(event))).await.is_err() {
-                    return;
+                if !self.send(Ok(StreamItem::Event(event))).await {
+                    return false;
                 }
             }
-            if full {
-                continue;
-            }
-            if !caught_up {
-                caught_up = true;
-                let caught = StreamItem::CaughtUp {
-                    head_sequence: self.cursor,
-                };
-                if self.tx.send(Ok(caught)).await.is_err() {
-                    return;
-                }
-            }
-            if !self.wait_for_more().await {
-                return;
+            if !full {
+                return true;
             }
         }
     }
 
+    /// Sends the events after the cursor from the head, if it holds every one of them up
+    /// to itself. `None`: it does not (the store has them); `Some(false)`: the stream is over.
+    async fn send_held(&mut self) -> Option<bool> {
+        let head = self.head.borrow().clone();
+        for event in head.events_after(self.cursor)? {
+            self.cursor = event.sequence;
+            if !self.send(Ok(StreamItem::Event(event.clone()))).await {
+                return Some(false);
+            }
+        }
+        Some(true)
+    }
+
     /// Waits until the head passes the cursor, or the store may hold what nobody
-    /// announced (the announcements are down, came back, or a heartbeat passed while they
-    /// were up), sending heartbeats while idle. False: the stream is over.
-    async fn wait_for_more(&mut self) -> bool {
+    /// announced, sending heartbeats while idle. `None`: the stream is over.
+    async fn wait_for_more(&mut self) -> Option<Wake> {
         loop {
-            if *self.head.borrow_and_update() > self.cursor {
-                return true;
+            if self.head.borrow_and_update().sequence > self.cursor {
+                return Some(Wake::HeadMoved);
             }
             let feed = *self.feed.borrow_and_update();
             tokio::select! {
                 // This tail holds the head's sender: it never closes.
                 _ = self.head.changed() => {}
-                _ = self.feed.changed() => return true,
-                () = tokio::time::sleep(STREAM_POLL_WHILE_DEAF), if feed == Feed::Deaf => return true,
+                _ = self.feed.changed() => return Some(Wake::Unannounced),
+                () = tokio::time::sleep(STREAM_POLL_WHILE_DEAF), if feed == Feed::Deaf => return Some(Wake::Unannounced),
                 () = tokio::time::sleep(self.heartbeat) => {
                     let beat = StreamItem::Heartbeat { head_sequence: self.cursor };
-                    if self.tx.send(Ok(beat)).await.is_err() {
-                        return false;
+                    if !self.send(Ok(beat)).await {
+                        return None;
                     }
                     // A lost announcement costs at most one heartbeat.
                     if feed != Feed::Local {
-                        return true;
+                        return Some(Wake::Unannounced);
                     }
                 }
-                () = self.tx.closed() => return false,
+                () = self.tx.closed() => return None,
                 // Mapped to `()` inside, so the borrow it returns is not held across an await.
                 _ = async { self.closing.wait_for(|closing| *closing).await.map(drop) } => {
-                    let _ = self.tx.send(Err(EngineError::new(
+                    self.send(Err(EngineError::new(
                         ErrorKind::Unavailable,
                         Reason::ServiceShuttingDown,
                         format!("the service is shutting down; resume from sequence {}", self.cursor),
                     )
                     .with("resume_after_sequence", self.cursor.to_string())))
                     .await;
-                    return false;
+                    return None;
                 }
             }
         }
@@ -287,6 +329,7 @@ fn events_pruned(after_sequence: i64, oldest: i64) -> EngineError {
 mod tests {
     use super::*;
     use crate::events::EventWriter;
+    use crate::heads::advance_over;
     use cursor_runner_activity::{ActivityPayload, NoticeScope, ProviderNotice};
     use cursor_runner_domain::state::ExecutionState;
     use cursor_runner_store::{EventRecord, ExecutionRecord, MemoryStore};
@@ -409,6 +452,32 @@ mod tests {
         store.append_events(&[event(2)]).await.unwrap();
         stream.bus.advance(EXECUTION, 2);
         assert_eq!(sequence(stream.next().await), 2);
+    }
+
+    #[tokio::test]
+    async fn a_tail_that_keeps_up_takes_the_run_its_head_holds_without_reading_the_store() {
+        let store = store_with_events(1..=1).await;
+        let mut stream = subscribe(&store, 0, 1);
+        stream.sequences_until_caught_up().await;
+        // Held by the head only: were the tail to read the store, it would find nothing.
+        advance_over(&stream.bus.head(EXECUTION, 0), (2..=3).map(event).collect());
+        assert_eq!(sequence(stream.next().await), 2);
+        assert_eq!(sequence(stream.next().await), 3);
+    }
+
+    #[tokio::test]
+    async fn a_tail_behind_the_run_its_head_holds_reads_the_store_from_its_cursor() {
+        let store = store_with_events(1..=1).await;
+        let mut stream = subscribe(&store, 0, 1);
+        stream.sequences_until_caught_up().await;
+        let head = stream.bus.head(EXECUTION, 0);
+        store.append_events(&[event(2)]).await.unwrap();
+        advance_to(&head, 2);
+        store.append_events(&[event(3)]).await.unwrap();
+        advance_over(&head, vec![event(3)]);
+        // The tail runs only now, and finds the head at 3 holding 3 alone.
+        let seen = [sequence(stream.next().await), sequence(stream.next().await)];
+        assert_eq!(seen, [2, 3], "2 is read from the store, not skipped");
     }
 
     #[tokio::test(start_paused = true)]
