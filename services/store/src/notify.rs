@@ -1,10 +1,18 @@
-//! Event heads announced by the database: on PostgreSQL every commit that appends events
-//! notifies channel [`EVENTS_CHANNEL`] with each execution's new head (a trigger, migration
-//! 0008), so a replica tails a stream another replica writes without polling the outbox.
+//! Event heads announced through the database: on PostgreSQL every commit that appends
+//! events is followed by a notification on channel [`EVENTS_CHANNEL`] of each execution's
+//! new head (`sql::announce`, once the commit has returned), so a replica tails a stream
+//! another replica writes without polling the outbox.
 
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
 use sqlx::postgres::PgListener;
+use tokio::sync::Notify;
 
-/// The channel the `events` trigger notifies: `execution_id:head` per execution and commit.
+use crate::records::EventRecord;
+
+/// The channel event heads are announced on: `execution_id:head`, at most one per
+/// execution and statement.
 pub const EVENTS_CHANNEL: &str = "cr_events";
 
 /// What the database said about the outbox.
@@ -56,6 +64,54 @@ fn parse(payload: &str) -> Option<HeadNotice> {
     })
 }
 
+/// The heads committed here and not yet announced, at most one per execution: each commit
+/// leaves its executions' heads here, and one task announces them (`sql::announce`).
+#[derive(Default)]
+pub(crate) struct UnannouncedHeads {
+    pending: Mutex<HashMap<String, i64>>,
+    wake: Notify,
+    announcing: std::sync::OnceLock<()>,
+}
+
+impl UnannouncedHeads {
+    /// `events` are committed: their executions' heads are to be announced.
+    pub(crate) fn committed(&self, events: &[EventRecord]) {
+        if events.is_empty() {
+            return;
+        }
+        let mut pending = self.pending.lock();
+        for event in events {
+            let head = pending.entry(event.execution_id.to_string()).or_insert(event.sequence);
+            *head = (*head).max(event.sequence);
+        }
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    /// Runs `start` (which starts the announcing task) the first time only.
+    pub(crate) fn announce_with(&self, start: impl FnOnce()) {
+        self.announcing.get_or_init(start);
+    }
+
+    /// Resolves once something was committed (or the store is gone) since the last call.
+    pub(crate) async fn changed(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The payloads of every head left since the last call (`execution_id:head`).
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.pending.lock())
+            .into_iter()
+            .map(|(execution_id, head)| format!("{execution_id}:{head}"))
+            .collect()
+    }
+
+    /// The store is gone: its announcing task ends.
+    pub(crate) fn store_dropped(&self) {
+        self.wake.notify_one();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +125,26 @@ mod tests {
                 head: 42
             })
         );
+    }
+
+    fn event(execution_id: &str, sequence: i64) -> EventRecord {
+        EventRecord {
+            execution_id: execution_id.into(),
+            sequence,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_heads_left_between_two_announcements_are_said_once_each_at_their_highest() {
+        let heads = UnannouncedHeads::default();
+        heads.committed(&[event("a", 1), event("a", 2)]);
+        heads.committed(&[event("b", 7)]);
+        heads.committed(&[event("a", 3)]);
+        let mut said = heads.take();
+        said.sort();
+        assert_eq!(said, ["a:3", "b:7"]);
+        assert!(heads.take().is_empty(), "nothing is said twice");
     }
 
     #[test]

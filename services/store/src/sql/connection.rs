@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::fence::{Dialect, Statements};
 use super::identity::Identity;
 use crate::contract::*;
+use crate::notify::UnannouncedHeads;
 use crate::replica::OwnerFence;
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -103,6 +104,16 @@ pub(super) struct Shared {
     pub(super) statements: Statements,
     /// The lease watch every owner write checks before any I/O.
     pub(super) fence: OwnerFence,
+    /// Where commits leave the event heads to announce (PostgreSQL only; `sql::announce`).
+    pub(super) unannounced: Option<Arc<UnannouncedHeads>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(heads) = &self.unannounced {
+            heads.store_dropped();
+        }
+    }
 }
 
 impl SqlStore {
@@ -150,6 +161,7 @@ impl SqlStore {
             Pool::Postgres(_) => Dialect::POSTGRES,
             Pool::Sqlite(_) => Dialect::SQLITE,
         };
+        let unannounced = matches!(pool, Pool::Postgres(_)).then(Arc::<UnannouncedHeads>::default);
         let store = Self {
             shared: Arc::new(Shared {
                 pool,
@@ -157,6 +169,7 @@ impl SqlStore {
                 identity,
                 statements: Statements::new(dialect),
                 fence: OwnerFence::default(),
+                unannounced,
             }),
             patience: Patience::None,
         };

@@ -4,6 +4,7 @@
 //! Imports flow one way: `connection` (pools, migrations, `on_pool!`) ← `identity`; the
 //! concept modules use `connection`; this file uses them all.
 
+mod announce;
 mod batch;
 mod connection;
 mod events;
@@ -227,10 +228,16 @@ impl Store for SqlStore {
     }
 
     async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
-        SqlStore::append_events(self, events).await
+        SqlStore::append_events(self, events).await?;
+        self.committed(events);
+        Ok(())
     }
     async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
-        SqlStore::commit(self, batch).await
+        let landed = SqlStore::commit(self, batch).await?;
+        if landed {
+            self.committed(&batch.events);
+        }
+        Ok(landed)
     }
     async fn read_events(
         &self,
