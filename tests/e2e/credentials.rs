@@ -16,6 +16,7 @@ on_both_backends!(
     a_credential_the_agent_gives_as_its_stop_reason_or_in_its_model_catalog_reaches_no_reply_and_no_row,
     a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_no_reply_no_event_and_no_row,
     a_credential_padded_past_a_config_value_s_cut_leaves_no_part_of_itself_in_any_event_or_row,
+    a_credential_said_across_two_commits_is_redacted_where_it_is_joined_and_no_text_is_lost,
     an_agent_whose_session_id_is_the_credential_is_refused_and_the_id_is_stored_nowhere,
 );
 
@@ -430,6 +431,29 @@ async fn a_credential_padded_past_a_config_value_s_cut_leaves_no_part_of_itself_
     assert!(
         !seen.contains(&CANARY[..16]),
         "no reply, event or row holds the secret or its head"
+    );
+    service.shutdown().await;
+}
+
+/// A credential split across two text chunks that land in separate commits: the text that
+/// could begin the secret is held back until the next chunk shows whether it does, so the
+/// secret is redacted where it is joined and neither half reaches an event; text held back
+/// when the message ends is shown before the turn settles.
+async fn a_credential_said_across_two_commits_is_redacted_where_it_is_joined_and_no_text_is_lost(backend: Backend) {
+    let service = TestService::start(backend, "credential_split_across_chunks.json").await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let all = events.until_turn_settles().await;
+    let said: String = all
+        .iter()
+        .filter(|e| e.event_type == "item.delta")
+        .map(|e| payload(e)["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(said, format!("The key is {MARKER}, keep it. Bye sk-can"));
+    let seen = everything_said(&mut client, &service, &execution.execution_id, &all).await;
+    assert!(
+        !seen.contains("sk-canary-42") && !seen.contains("42-do-not-leak"),
+        "neither half of the secret reaches a reply, an event or a row"
     );
     service.shutdown().await;
 }

@@ -103,6 +103,26 @@ impl Redactor {
         self.secrets.iter().any(|secret| secret.finder.find(bytes).is_some())
     }
 
+    /// How many bytes at the end of `text` could be the start of a secret (the longest
+    /// suffix that is a proper prefix of one, as written or as JSON escapes it); 0 when
+    /// none could. Such a suffix starts where a secret's first character does, so it is
+    /// cut on a character boundary.
+    pub fn secret_begun_at_end(&self, text: &str) -> usize {
+        let text = text.as_bytes();
+        self.secrets
+            .iter()
+            .map(|secret| {
+                let value = secret.value.as_bytes();
+                let longest = (value.len() - 1).min(text.len());
+                (1..=longest)
+                    .rev()
+                    .find(|&length| text.ends_with(&value[..length]))
+                    .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// `text` with every secret replaced by its marker, and how many were.
     pub fn redact_text(&self, text: &str) -> (String, usize) {
         self.redacted_str(text).unwrap_or_else(|| (text.to_owned(), 0))

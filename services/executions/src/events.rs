@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cursor_runner_activity::{ActivityPayload, Redactor, SCHEMA_VERSION};
+use cursor_runner_activity::{ActivityPayload, HeldText, Redactor, SCHEMA_VERSION};
 use cursor_runner_store::{Batch, EventRecord, ExecutionId, Generation, Store, StoreError, TurnId, Write, now_ms};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -28,6 +28,9 @@ pub struct EventWriter {
     fenced: bool,
     /// The secrets this execution's agent was handed, kept out of every event.
     redactor: Redactor,
+    /// What ends the last text delta and could be the start of a secret, until the next
+    /// event shows whether it is.
+    held: HeldText<Option<TurnId>>,
     /// The append committing while the actor goes on ([`Self::emit_behind`]).
     in_flight: Option<InFlight>,
     /// Told when an append behind the actor failed, so the failure is not left unseen
@@ -74,6 +77,7 @@ impl EventWriter {
             metrics: None,
             fenced: false,
             redactor: Redactor::default(),
+            held: HeldText::default(),
             in_flight: None,
             append_failed: Arc::new(Notify::new()),
             lost: None,
@@ -210,16 +214,27 @@ impl EventWriter {
     /// Appends events in one statement; nothing is visible before the commit.
     pub async fn emit(&mut self, turn_id: Option<&TurnId>, payloads: Vec<ActivityPayload>) -> Result<(), EngineError> {
         self.flush().await?;
-        if payloads.is_empty() {
+        let events = self.shown(turn_id, payloads);
+        if events.is_empty() {
             return Ok(());
         }
-        let records = self.records(payloads.iter().map(|p| (turn_id, p)));
+        let records = self.records(&events);
         if let Err(e) = self.store.append_events(&records).await {
             self.refused(&e, records.len());
             return Err(e.into());
         }
-        self.exposed(records, payloads.iter());
+        self.exposed(records, events.iter().map(|(_, p)| p));
         Ok(())
+    }
+
+    /// `payloads` of `turn_id` as they may be shown now, each with its turn ([`HeldText`]).
+    fn shown(
+        &mut self,
+        turn_id: Option<&TurnId>,
+        payloads: Vec<ActivityPayload>,
+    ) -> Vec<(Option<TurnId>, ActivityPayload)> {
+        let events = payloads.into_iter().map(|p| (turn_id.cloned(), p)).collect();
+        self.held.pass(&self.redactor, events)
     }
 
     /// Appends events in one statement that commits while the caller goes on: the head
@@ -233,10 +248,11 @@ impl EventWriter {
         payloads: Vec<ActivityPayload>,
     ) -> Result<(), EngineError> {
         self.flush().await?;
-        if payloads.is_empty() {
+        let events = self.shown(turn_id, payloads);
+        if events.is_empty() {
             return Ok(());
         }
-        let records = self.records(payloads.iter().map(|p| (turn_id, p)));
+        let records = self.records(&events);
         let first_sequence = self.next_sequence;
         self.next_sequence += records.len() as i64;
         let last_sequence = self.next_sequence - 1;
@@ -247,7 +263,7 @@ impl EventWriter {
             match &outcome {
                 Ok(()) => {
                     if let Some(metrics) = metrics {
-                        for (record, payload) in records.iter().zip(&payloads) {
+                        for (record, (_, payload)) in records.iter().zip(&events) {
                             metrics.observe(&record.event_type, payload);
                         }
                     }
@@ -286,10 +302,10 @@ impl EventWriter {
         events: Vec<(Option<TurnId>, ActivityPayload)>,
     ) -> Result<bool, StoreError> {
         self.settle_in_flight().await?;
-        let events_with_turns = events.iter().map(|(turn_id, p)| (turn_id.as_ref(), p));
+        let events = self.held.pass(&self.redactor, events);
         let batch = Batch {
             writes,
-            events: self.records(events_with_turns),
+            events: self.records(&events),
         };
         if !self.store.commit(&batch).await? {
             return Ok(false);
@@ -298,13 +314,11 @@ impl EventWriter {
         Ok(true)
     }
 
-    /// The outbox rows of `payloads`, numbered from the next sequence, each redacted.
-    fn records<'a>(
-        &self,
-        payloads: impl Iterator<Item = (Option<&'a TurnId>, &'a ActivityPayload)>,
-    ) -> Vec<EventRecord> {
+    /// The outbox rows of `events`, numbered from the next sequence, each redacted.
+    fn records(&self, events: &[(Option<TurnId>, ActivityPayload)]) -> Vec<EventRecord> {
         let emitted_at_ms = now_ms();
-        payloads
+        events
+            .iter()
             .enumerate()
             .map(|(i, (turn_id, payload))| {
                 let (event_type, mut body) = payload.into_parts();
@@ -322,7 +336,7 @@ impl EventWriter {
                     sequence: self.next_sequence + i as i64,
                     event_id: uuid::Uuid::now_v7().to_string(),
                     generation: self.generation,
-                    turn_id: turn_id.cloned(),
+                    turn_id: turn_id.clone(),
                     item_id: payload.item_id().map(str::to_owned),
                     event_type,
                     priority: i64::from(payload.priority()),
