@@ -271,15 +271,26 @@ async fn p2(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
 async fn p3(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
     eprintln!("P3: {} questions answered", sizes.questions);
     let report = answer_latency::measure(sizes.questions).await;
+    let commit = format!(
+        "one single-row INSERT commit p99: {:.2} ms",
+        report.single_row_commit.p99_ms
+    );
     rows.push(Row::new(
-        "P3 AnswerInteraction → agent stdin (PostgreSQL), p99",
-        format!("{:.2} ms (p50 {:.2})", report.answer.p99_ms, report.answer.p50_ms),
+        "P3 AnswerInteraction → the agent read it off stdin (PostgreSQL), p99",
         format!(
-            "one single-row INSERT commit p99: {:.2} ms",
-            report.single_row_commit.p99_ms
+            "{:.2} ms (p50 {:.2})",
+            report.answer_to_stdin.p99_ms, report.answer_to_stdin.p50_ms
         ),
-        Some(report.answer.p99_ms / report.single_row_commit.p99_ms),
+        commit.clone(),
+        Some(report.answer_to_stdin.p99_ms / report.single_row_commit.p99_ms),
         Goal::AtMost(5.0, "≤ 5×"),
+    ));
+    rows.push(Row::new(
+        "P3 AnswerInteraction round trip (returns once `delivered` is committed), p99",
+        format!("{:.2} ms (p50 {:.2})", report.answer.p99_ms, report.answer.p50_ms),
+        commit,
+        Some(report.answer.p99_ms / report.single_row_commit.p99_ms),
+        Goal::None,
     ));
     json!(report)
 }

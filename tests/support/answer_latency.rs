@@ -1,23 +1,28 @@
-//! The answer latency measurement behind goal P3 (`benches/answer.rs` prints it):
-//! `AnswerInteraction` timed from a gRPC client on PostgreSQL — it returns only after the
-//! answer was written and flushed to the agent's stdin and `delivered` was committed, so it
-//! bounds "answer → bytes on the agent's stdin" from above — beside one single-row
+//! The answer latency measurement behind goal P3 (`benches/perf.rs` prints it): from a
+//! gRPC client's `AnswerInteraction` on PostgreSQL to the agent having read the answer off
+//! its stdin (the agent stamps its next update with the wall-clock time it got the answer),
+//! and the call's own round trip — it returns only after the answer was written and
+//! flushed to the agent's stdin and `delivered` was committed — beside one single-row
 //! `INSERT` commit on the same server, measured in the same run. Also counts the store
 //! operations one question costs (persisted, exposed, answered, delivered, resolved), from
 //! the service's own per-operation metric.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 use sqlx::Connection;
 
 use crate::lease_latency::Percentiles;
+use crate::stream_latency::{stamps, unix_nanos};
 use crate::{Backend, Options, TestService, begin_turn, one_question_answer, payload, proto};
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AnswerReport {
     pub questions: usize,
+    /// From the call's start to the agent's stamp on the update it sent once it had read
+    /// the answer (the goal's "answer → bytes on the agent's stdin").
+    pub answer_to_stdin: Percentiles,
     /// `AnswerInteraction` as the client sees it (ends after the flushed write and the
     /// `delivered` commit).
     pub answer: Percentiles,
@@ -27,14 +32,18 @@ pub struct AnswerReport {
     pub store_operations_per_question: BTreeMap<String, f64>,
 }
 
-/// A turn that asks `questions` questions one after another, each waiting for its answer.
+/// A turn that asks `questions` questions one after another, each waiting for its answer;
+/// once it has one, the agent sends a chunk stamped with when it read it.
 pub(crate) fn write_question_scenario(dir: &std::path::Path, questions: usize) -> std::path::PathBuf {
     let steps: Vec<Value> = (0..questions)
-        .map(|i| {
-            json!({"request": {"method": "cursor/ask_question", "id": 100 + i, "params": {
-                "toolCallId": format!("tq-{i}"), "title": "Go on?",
-                "questions": [{"id": "q", "prompt": "Go on?", "allowMultiple": false,
-                    "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}}})
+        .flat_map(|i| {
+            [
+                json!({"request": {"method": "cursor/ask_question", "id": 100 + i, "params": {
+                    "toolCallId": format!("tq-{i}"), "title": "Go on?",
+                    "questions": [{"id": "q", "prompt": "Go on?", "allowMultiple": false,
+                        "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}]}]}}}),
+                json!({"flood": {"count": 1, "text": "answer read", "stamp": true}}),
+            ]
         })
         .collect();
     let path = dir.join("questions.json");
@@ -66,10 +75,11 @@ pub async fn measure(questions: usize) -> AnswerReport {
     let mut client = service.client().await;
     let (_, _, mut events) = begin_turn(&mut client, &service).await;
     let before = store_operations(&service.metrics());
-    let mut answers = Vec::with_capacity(questions);
+    let (mut answers, mut to_stdin) = (Vec::with_capacity(questions), Vec::with_capacity(questions));
     for i in 0..questions {
         let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
         let answer = one_question_answer(&created, &format!("answer-{i}"), "option-1");
+        let called_at = unix_nanos(SystemTime::now());
         let started = Instant::now();
         let answered = client.answer_interaction(answer).await.expect("answered").into_inner();
         answers.push(started.elapsed());
@@ -77,6 +87,13 @@ pub async fn measure(questions: usize) -> AnswerReport {
             answered.interaction.unwrap().state,
             proto::InteractionState::Delivered as i32
         );
+        let read = events.events_until("item.delta").await;
+        let text = payload(read.last().expect("the agent's stamped chunk"))["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let read_at = stamps(&text).next().expect("a stamp");
+        to_stdin.push(Duration::from_nanos(read_at.saturating_sub(called_at) as u64));
     }
     events.until_turn_settles().await;
     let after = store_operations(&service.metrics());
@@ -92,6 +109,7 @@ pub async fn measure(questions: usize) -> AnswerReport {
     service.shutdown().await;
     AnswerReport {
         questions,
+        answer_to_stdin: Percentiles::of(&mut to_stdin),
         answer: Percentiles::of(&mut answers),
         single_row_commit: Percentiles::of(&mut commits.clone()),
         store_operations_per_question: per_question,

@@ -174,15 +174,19 @@ pub(crate) async fn arrivals(mut events: Subscriber) -> Vec<(u128, u128)> {
         if event.event_type == "item.delta" {
             let text = payload(&event)["text"].as_str().unwrap_or_default().to_owned();
             // Adjacent chunks may arrive coalesced into one delta: each keeps its stamp.
-            for stamp in text.split("[sent:").skip(1) {
-                let sent = stamp.split(']').next().and_then(|n| n.parse().ok()).expect("a stamp");
-                stamps.push((sent, arrived));
-            }
+            stamps.extend(self::stamps(&text).map(|sent| (sent, arrived)));
         }
         if crate::is_settlement(&event.event_type) {
             return stamps;
         }
     }
+}
+
+/// The `[sent:NANOS]` stamps the fake agent put in `text`, in order.
+pub(crate) fn stamps(text: &str) -> impl Iterator<Item = u128> + '_ {
+    text.split("[sent:")
+        .skip(1)
+        .map(|stamp| stamp.split(']').next().and_then(|n| n.parse().ok()).expect("a stamp"))
 }
 
 pub(crate) fn unix_nanos(at: SystemTime) -> u128 {
