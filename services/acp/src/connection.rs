@@ -17,14 +17,12 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::agent_message::AgentMessage;
 use crate::framing::{FrameReader, ReadFrame};
+use crate::inbound_queue::{self, INBOUND_QUEUE, MAX_INBOUND_QUEUE_BYTES};
 use crate::message::{
     Classified, INTERNAL_ERROR, INVALID_REQUEST, RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,
 };
 use crate::text_chunk::TextChunk;
 
-/// How many decoded inbound messages may wait for the consumer before the reader
-/// stops reading stdout (so the pipe pushes back on the agent instead of memory growing).
-const INBOUND_QUEUE: usize = 1024;
 /// Outgoing lines waiting for the writer task.
 const OUTBOUND_QUEUE: usize = 256;
 /// How long one write to the agent's stdin may go without the agent taking a single byte
@@ -89,7 +87,8 @@ pub enum Inbound {
     },
 }
 
-pub type InboundStream = mpsc::Receiver<Inbound>;
+/// What the agent sent, in wire order; bounded in messages and in bytes ([`inbound_queue`]).
+pub type InboundStream = inbound_queue::Receiver<Inbound>;
 
 /// An agent→client request. It must be answered exactly once through
 /// [`AgentRequest::respond`]; if it is dropped unanswered (a bug, or the owner gave
@@ -248,7 +247,7 @@ impl AcpConnection {
         R: AsyncRead + Unpin + Send + 'static,
     {
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
-        let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
+        let (in_tx, in_rx) = inbound_queue::channel(INBOUND_QUEUE, MAX_INBOUND_QUEUE_BYTES);
         let stalled = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             out: out_tx,
@@ -408,7 +407,7 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> Result<(),
 async fn read_loop<R: AsyncRead + Unpin>(
     mut reader: FrameReader<R>,
     shared: Arc<Shared>,
-    inbound: mpsc::Sender<Inbound>,
+    inbound: inbound_queue::Sender<Inbound>,
 ) {
     let stopped_reading = shared.stalled.clone();
     let stopped_reading = stopped_reading.notified();
@@ -419,7 +418,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             () = &mut stopped_reading => {
                 shared.pending.lock().waiters.clear();
                 let limit = AGENT_WRITE_STALL_LIMIT;
-                let _ = inbound.send(Inbound::StoppedReading { limit }).await;
+                let _ = inbound.send(Inbound::StoppedReading { limit }, 0).await;
                 return;
             }
         };
@@ -430,9 +429,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 break false;
             }
         };
-        if let ReadFrame::Line(line) = &frame {
-            tap_line(&shared.tap, Direction::FromAgent, line);
-        }
+        let line_bytes = match &frame {
+            ReadFrame::Line(line) => {
+                tap_line(&shared.tap, Direction::FromAgent, line);
+                line.len()
+            }
+            ReadFrame::Oversized { .. } => 1,
+            ReadFrame::Eof { .. } => 0,
+        };
         let message = match frame {
             ReadFrame::Eof { partial } => break partial.is_some(),
             ReadFrame::Oversized { bytes } => Inbound::Oversized { bytes },
@@ -476,13 +480,13 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             },
         };
-        if inbound.send(message).await.is_err() {
+        if inbound.send(message, line_bytes).await.is_err() {
             // Nobody listens any more; keep draining stdout so the agent never blocks.
             continue;
         }
     };
     shared.pending.lock().waiters.clear();
-    let _ = inbound.send(Inbound::Closed { truncated_last_line }).await;
+    let _ = inbound.send(Inbound::Closed { truncated_last_line }, 0).await;
 }
 
 #[cfg(test)]

@@ -32,6 +32,13 @@ pub const DEFAULT_STORE_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
 /// committed (a commit, not the normalizer, paces a chatty agent otherwise).
 pub const MAX_UPDATES_PER_APPEND: usize = 1024;
 
+/// Most bytes of the agent's stdout whose updates are normalized into one outbox append
+/// (the first update of a run is taken whatever its size): with the inbound queue's own
+/// byte bound (`acp::MAX_INBOUND_QUEUE_BYTES`), what long lines can hold in memory while
+/// an append waits on the store. Each text delta is cut to 64 Ki characters, so by count
+/// alone a run could have held a thousand of them.
+pub const MAX_LINE_BYTES_PER_APPEND: usize = 4 * 1024 * 1024;
+
 /// A tenant's limits as an operator writes them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -580,6 +580,53 @@ async fn updates_held_back_by_a_stalled_store_are_appended_in_runs_of_at_most_th
     database.drop_database().await;
 }
 
+/// An agent that floods long lines while the store stalls stops being read once the lines
+/// waiting for the actor were read from `MAX_INBOUND_QUEUE_BYTES` of stdout: the service
+/// grows by about that much, not by the thousand lines' worth its count bound would let wait
+/// (64 MiB of 64 KiB lines), and the turn completes once the store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lines_held_back_by_a_stalled_store_wait_in_memory_only_up_to_the_byte_bound() {
+    const LINE_TEXT_BYTES: usize = 64 * 1024;
+    const LINES: usize = 2400;
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let steps = [
+        json!({"sleep_ms": 1000}),
+        json!({"flood": {"count": LINES, "text": "y".repeat(LINE_TEXT_BYTES)}}),
+        json!({"stop_reason": "end_turn"}),
+    ];
+    let service = serve(
+        &database.url,
+        &dirs,
+        &one_turn_scenario(&dirs, "long-lines.json", &steps),
+        &[],
+    );
+    let pid = service.child.id();
+    let mut client = service.client().await;
+    let (execution, _, _) = begin_turn_at(&mut client, &dirs.workspace, Default::default()).await;
+    let before = cursor_runner_e2e::stream_latency::rss_kib(pid);
+    // The flood starts while the store refuses connections, and waits on it for 3 s.
+    database.set_unreachable(true).await;
+    let mut peak = before;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        peak = peak.max(cursor_runner_e2e::stream_latency::rss_kib(pid));
+    }
+    database.set_unreachable(false).await;
+
+    let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
+    let settled = events.until(|e| is_settlement(&e.event_type)).await;
+    assert_eq!(settled.event_type, "turn.completed");
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    let bound_mib = (cursor_runner_acp::MAX_INBOUND_QUEUE_BYTES / (1024 * 1024)) as u64;
+    assert!(
+        grown_mib <= bound_mib + 16,
+        "the service grew by {grown_mib} MiB while the store stalled; the inbound queue may hold {bound_mib} MiB"
+    );
+    service.kill();
+    database.drop_database().await;
+}
+
 /// A run of updates commits while the actor goes on. When that append fails past the outage
 /// limit and the next write to learn of it is a command's (here an answer, refused), the
 /// execution still fails and its turn settles `store_unavailable` once the store is back,

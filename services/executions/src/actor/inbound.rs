@@ -1,14 +1,14 @@
 //! What the agent streams: session updates in batches through the turn's normalizer, and Cursor's extension notifications.
 
+use cursor_runner_acp::TryRecvError;
 use cursor_runner_acp::cursor::GenerateImageParams;
 use cursor_runner_acp::{AcpError, AgentMessage, Inbound, InboundStream, TextChunk, methods};
 use cursor_runner_activity::*;
 use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
-use tokio::sync::mpsc::error::TryRecvError;
 
 use crate::events::EventWriter;
-use crate::limits::MAX_UPDATES_PER_APPEND;
+use crate::limits::{MAX_LINE_BYTES_PER_APPEND, MAX_UPDATES_PER_APPEND};
 
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::settlement::Loss;
@@ -143,17 +143,22 @@ impl Actor {
     ) -> Result<Ending, EngineError> {
         let mut payloads = coalesce_deltas(self.normalize_update(first));
         let mut next = None;
+        let mut line_bytes = 0;
         for _ in 1..MAX_UPDATES_PER_APPEND {
-            let message = match inbound.try_recv() {
-                Ok(message) => message,
+            if line_bytes >= MAX_LINE_BYTES_PER_APPEND {
+                break;
+            }
+            let (message, weight) = match inbound.try_recv_weighed() {
+                Ok(weighed) => weighed,
                 Err(TryRecvError::Empty) if self.events.is_committing() => {
                     match next_while_committing(&mut self.events, inbound).await {
-                        Some(message) => message,
+                        Some(weighed) => weighed,
                         None => break,
                     }
                 }
                 Err(_) => break,
             };
+            line_bytes += weight;
             match Arrived::from(message) {
                 Arrived::Update(update) => push_coalesced(&mut payloads, self.normalize_update(update)),
                 Arrived::Other(other) => {
@@ -219,12 +224,12 @@ impl Actor {
 }
 
 /// The next message from the agent if it comes before the append behind the actor has
-/// ended; `None` once it has. A stream that ended reads as the agent's stdout closing
+/// ended, with the bytes it was read from; `None` once it has. A stream that ended reads as the agent's stdout closing
 /// (it ends only after saying so).
-async fn next_while_committing(events: &mut EventWriter, inbound: &mut InboundStream) -> Option<Inbound> {
+async fn next_while_committing(events: &mut EventWriter, inbound: &mut InboundStream) -> Option<(Inbound, usize)> {
     tokio::select! {
         biased;
-        message = inbound.recv() => Some(message.unwrap_or(Inbound::Closed { truncated_last_line: false })),
+        message = inbound.recv_weighed() => Some(message.unwrap_or((Inbound::Closed { truncated_last_line: false }, 0))),
         () = events.committed() => None,
     }
 }
