@@ -46,17 +46,10 @@ fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
 mod tests {
     use super::*;
     use crate::event::{Channel, ItemKind};
+    use crate::test_events::message_delta;
 
     fn delta(item: &str, text: &str) -> ActivityPayload {
-        ActivityPayload::ItemDelta(ItemDelta {
-            item_id: item.into(),
-            kind: ItemKind::AgentMessage,
-            channel: Channel::Progress,
-            text: text.into(),
-            truncated: false,
-            sanitized: false,
-            child_id: None,
-        })
+        message_delta(item, text)
     }
 
     fn texts(events: &[ActivityPayload]) -> Vec<String> {

@@ -86,7 +86,8 @@ fn continues(held: &ItemDelta, next: &ItemDelta) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Channel, ItemKind, NoticeScope, ProviderNotice};
+    use crate::test_events::message_delta;
+    use crate::{NoticeScope, ProviderNotice};
 
     const SECRET: &str = "sk-secret-value";
 
@@ -95,18 +96,7 @@ mod tests {
     }
 
     fn delta(item_id: &str, text: &str) -> (u8, ActivityPayload) {
-        (
-            1,
-            ActivityPayload::ItemDelta(ItemDelta {
-                item_id: item_id.into(),
-                kind: ItemKind::AgentMessage,
-                channel: Channel::Progress,
-                text: text.into(),
-                truncated: false,
-                sanitized: false,
-                child_id: None,
-            }),
-        )
+        (1, message_delta(item_id, text))
     }
 
     fn notice() -> (u8, ActivityPayload) {

@@ -26,3 +26,16 @@ pub fn notices(events: &[ActivityPayload]) -> Vec<&ProviderNotice> {
         })
         .collect()
 }
+
+/// An agent-message text delta of `item` saying `text`.
+pub fn message_delta(item: &str, text: &str) -> ActivityPayload {
+    ActivityPayload::ItemDelta(crate::ItemDelta {
+        item_id: item.into(),
+        kind: crate::ItemKind::AgentMessage,
+        channel: crate::Channel::Progress,
+        text: text.into(),
+        truncated: false,
+        sanitized: false,
+        child_id: None,
+    })
+}
