@@ -17,6 +17,7 @@ on_both_backends!(
     a_credential_in_text_the_runner_derives_from_the_agent_s_words_reaches_no_reply_no_event_and_no_row,
     a_credential_padded_past_a_config_value_s_cut_leaves_no_part_of_itself_in_any_event_or_row,
     a_credential_said_across_two_commits_is_redacted_where_it_is_joined_and_no_text_is_lost,
+    a_credential_a_chunk_s_cut_falls_inside_leaves_no_part_of_itself_in_any_event_or_row,
     an_agent_whose_session_id_is_the_credential_is_refused_and_the_id_is_stored_nowhere,
 );
 
@@ -454,6 +455,40 @@ async fn a_credential_said_across_two_commits_is_redacted_where_it_is_joined_and
     assert!(
         !seen.contains("sk-canary-42") && !seen.contains("42-do-not-leak"),
         "neither half of the secret reaches a reply, an event or a row"
+    );
+    service.shutdown().await;
+}
+
+/// A chunk one character over the text bound, ending on all but the last character of the
+/// credential (which the next chunk says): the cut keeps no part of the secret either.
+async fn a_credential_a_chunk_s_cut_falls_inside_leaves_no_part_of_itself_in_any_event_or_row(backend: Backend) {
+    let bound = cursor_runner_activity::MAX_ITEM_TEXT_CHARS;
+    let head = &CANARY[..CANARY.len() - 1];
+    let first = format!("{}{head}", "x".repeat(bound + 1 - head.len()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut_inside_the_credential.json");
+    let chunk = |text: &str| {
+        serde_json::json!({"update": {"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text}}})
+    };
+    let steps = [chunk(&first), serde_json::json!({"sleep_ms": 300}), chunk("k end")];
+    std::fs::write(
+        &path,
+        serde_json::json!({"session_id": "sess-cut", "turns": [steps]}).to_string(),
+    )
+    .unwrap();
+    let service = TestService::start_with(backend, path.to_str().unwrap(), Options::default()).await;
+    let mut client = service.client().await;
+    let (execution, _, mut events) = begin_turn_with(&mut client, &service, with_binding(binding())).await;
+    let all = events.until_turn_settles().await;
+    let seen = everything_said(&mut client, &service, &execution.execution_id, &all).await;
+    assert!(
+        all.iter().any(|e| payload(e)["truncated"] == true),
+        "the first chunk was cut"
+    );
+    assert!(
+        !seen.contains(&CANARY[..8]),
+        "no reply, event or row holds the secret's head"
     );
     service.shutdown().await;
 }

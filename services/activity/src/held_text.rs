@@ -3,8 +3,9 @@
 //! each too short to match. What ends a text delta and could be the start of a secret is
 //! held back until the next event shows whether it is: joined to the front of the next
 //! delta of the same item (and redacted with it), or shown as a delta of its own just
-//! before any other event, so no text is lost and the order of events is kept. A secret
-//! split around another item's event between its halves is not caught.
+//! before any other event, so no text is lost and the order of events is kept. A delta
+//! cut at its bound loses what ends it and could start a secret, as it lost the rest. A
+//! secret split around another item's event between its halves is not caught.
 
 use crate::{ActivityPayload, ItemDelta, Redactor};
 
@@ -41,12 +42,12 @@ impl<T: Clone + PartialEq> HeldText<T> {
                 Some(held) => shown.push((held.0, ActivityPayload::ItemDelta(held.1))),
                 None => {}
             }
-            let begun = if delta.truncated {
-                0
-            } else {
-                redactor.secret_begun_at_end(&delta.text)
-            };
-            if begun > 0 {
+            let begun = redactor.secret_begun_at_end(&delta.text);
+            if begun > 0 && delta.truncated {
+                // The text after the cut is gone, and so is what could have started a
+                // secret just before it: no more text follows to show whether it did.
+                delta.text.truncate(delta.text.len() - begun);
+            } else if begun > 0 {
                 let text = delta.text.split_off(delta.text.len() - begun);
                 let rest = ItemDelta {
                     item_id: delta.item_id.clone(),
@@ -180,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn text_that_cannot_start_a_secret_and_a_cut_delta_pass_as_they_are() {
+    fn text_that_cannot_start_a_secret_passes_and_a_cut_delta_loses_the_start_of_one() {
         let (redactor, mut held) = (redactor(), HeldText::default());
         assert_eq!(
             shown(&held.pass(&redactor, vec![delta("m", "plain text")])),
@@ -192,8 +193,8 @@ mod tests {
         }
         assert_eq!(
             shown(&held.pass(&redactor, vec![(with, cut)])),
-            [pair("m", "cut at sk-sec")],
-            "no more text follows a cut"
+            [pair("m", "cut at ")],
+            "no more text follows a cut: the start of a secret goes with the rest"
         );
         assert!(held.release().is_none());
     }
