@@ -32,11 +32,16 @@ pub fn push_coalesced(out: &mut Vec<ActivityPayload>, events: Vec<ActivityPayloa
     }
 }
 
-fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
+/// Whether `next` goes on where `last` left off: the same item, kind, channel and child.
+pub(crate) fn continues(last: &ItemDelta, next: &ItemDelta) -> bool {
     last.item_id == next.item_id
         && last.kind == next.kind
         && last.channel == next.channel
         && last.child_id == next.child_id
+}
+
+fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
+    continues(last, next)
         && !last.truncated
         && !next.truncated
         && last.text.len() + next.text.len() <= MAX_COALESCED_DELTA_BYTES

@@ -7,6 +7,7 @@
 //! cut at its bound loses what ends it and could start a secret, as it lost the rest. A
 //! secret split around another item's event between its halves is not caught.
 
+use crate::coalesce::continues;
 use crate::{ActivityPayload, ItemDelta, Redactor};
 
 /// The text held back, with whatever the caller keeps beside each event (`T`: its turn).
@@ -74,14 +75,6 @@ impl<T: Clone + PartialEq> HeldText<T> {
             .take()
             .map(|(with, held)| (with, ActivityPayload::ItemDelta(held)))
     }
-}
-
-/// Whether `next` goes on where `held` left off: the same item, kind, channel and child.
-fn continues(held: &ItemDelta, next: &ItemDelta) -> bool {
-    held.item_id == next.item_id
-        && held.kind == next.kind
-        && held.channel == next.channel
-        && held.child_id == next.child_id
 }
 
 #[cfg(test)]
