@@ -218,8 +218,8 @@ impl EventWriter {
         if events.is_empty() {
             return Ok(());
         }
-        let records = self.records(&events);
-        if let Err(e) = self.store.append_events(&records).await {
+        let records: Arc<[EventRecord]> = self.records(&events).into();
+        if let Err(e) = self.store.append_events(records.clone()).await {
             self.refused(&e, records.len());
             return Err(e.into());
         }
@@ -252,14 +252,14 @@ impl EventWriter {
         if events.is_empty() {
             return Ok(());
         }
-        let records = self.records(&events);
+        let records: Arc<[EventRecord]> = self.records(&events).into();
         let first_sequence = self.next_sequence;
         self.next_sequence += records.len() as i64;
         let last_sequence = self.next_sequence - 1;
         let (store, head, metrics) = (self.store.clone(), self.head.clone(), self.metrics.clone());
         let failed = self.append_failed.clone();
         let append = async move {
-            let outcome = store.append_events(&records).await;
+            let outcome = store.append_events(records.clone()).await;
             match &outcome {
                 Ok(()) => {
                     if let Some(metrics) = metrics {
@@ -310,7 +310,7 @@ impl EventWriter {
         if !self.store.commit(&batch).await? {
             return Ok(false);
         }
-        self.exposed(batch.events, events.iter().map(|(_, p)| p));
+        self.exposed(batch.events.into(), events.iter().map(|(_, p)| p));
         Ok(true)
     }
 
@@ -349,7 +349,7 @@ impl EventWriter {
     }
 
     /// `records` are committed: subscribers may read them now.
-    fn exposed<'a>(&mut self, records: Vec<EventRecord>, payloads: impl Iterator<Item = &'a ActivityPayload>) {
+    fn exposed<'a>(&mut self, records: Arc<[EventRecord]>, payloads: impl Iterator<Item = &'a ActivityPayload>) {
         self.next_sequence += records.len() as i64;
         if let Some(metrics) = &self.metrics {
             for (record, payload) in records.iter().zip(payloads) {
@@ -441,7 +441,7 @@ mod tests {
             payload: "{}".into(),
             ..Default::default()
         };
-        store.append_events(&[taken]).await.unwrap();
+        store.append_events(vec![taken].into()).await.unwrap();
         writer.emit_behind(None, notices(2)).await.unwrap();
         failed.notified().await;
         writer.committed().await;

@@ -180,12 +180,12 @@ pub fn advance_to(head: &watch::Sender<Head>, to: i64) {
 
 /// Moves `head` forward over `run`, events just committed that follow one another, and
 /// leaves the run on it when it weighs at most [`MAX_HELD_RUN_BYTES`].
-pub fn advance_over(head: &watch::Sender<Head>, run: Vec<EventRecord>) {
+pub fn advance_over(head: &watch::Sender<Head>, run: Arc<[EventRecord]>) {
     let Some(last) = run.last().map(|record| record.sequence) else {
         return;
     };
     let light = run.iter().map(weight).sum::<usize>() <= MAX_HELD_RUN_BYTES;
-    let held = light.then(|| Arc::from(run));
+    let held = light.then_some(run);
     head.send_if_modified(|current| {
         let moved = last > current.sequence;
         if moved {
@@ -290,7 +290,7 @@ mod tests {
     fn a_head_holds_the_run_that_moved_it_for_cursors_from_its_start_to_its_end() {
         let bus = HeadBus::new(Feed::Local);
         let head = bus.head("e", 4);
-        advance_over(&head, run(5..=7, 10));
+        advance_over(&head, run(5..=7, 10).into());
         let held = head.borrow().clone();
         assert_eq!(held.sequence, 7);
         assert_eq!(sequences(held.events_after(4)), Some(vec![5, 6, 7]));
@@ -303,7 +303,7 @@ mod tests {
     fn a_head_moved_by_an_announcement_holds_no_run() {
         let bus = HeadBus::new(Feed::Listening);
         let head = bus.head("e", 0);
-        advance_over(&head, run(1..=2, 10));
+        advance_over(&head, run(1..=2, 10).into());
         bus.advance("e", 3);
         let moved = head.borrow().clone();
         assert_eq!((moved.sequence, sequences(moved.events_after(2))), (3, None));
@@ -314,9 +314,9 @@ mod tests {
         let overhead = weight(&run(1..=1, 0)[0]);
         let bus = HeadBus::new(Feed::Local);
         let head = bus.head("e", 0);
-        advance_over(&head, run(1..=2, MAX_HELD_RUN_BYTES / 2 - overhead));
+        advance_over(&head, run(1..=2, MAX_HELD_RUN_BYTES / 2 - overhead).into());
         assert!(head.borrow().events_after(0).is_some(), "at the bound");
-        advance_over(&head, run(3..=4, MAX_HELD_RUN_BYTES / 2 - overhead + 1));
+        advance_over(&head, run(3..=4, MAX_HELD_RUN_BYTES / 2 - overhead + 1).into());
         let heavy = head.borrow().clone();
         assert_eq!((heavy.sequence, sequences(heavy.events_after(2))), (4, None));
     }

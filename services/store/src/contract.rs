@@ -332,7 +332,7 @@ pub trait Store: Send + Sync + 'static {
     /// are assigned by the caller (the execution's single writer) and the primary key
     /// refuses a duplicate. [`StoreError::Fenced`] if the execution's generation is no
     /// longer theirs: nothing is appended.
-    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()>;
+    async fn append_events(&self, events: Arc<[EventRecord]>) -> StoreResult<()>;
     /// Commits a [`Batch`] in one transaction. `Ok(false)`: a write found its row moved on
     /// (another state, another generation) or the events' generation is no longer the
     /// execution's; nothing was written.

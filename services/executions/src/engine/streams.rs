@@ -359,7 +359,7 @@ mod tests {
         };
         store.insert_execution(&execution).await.unwrap();
         let events: Vec<_> = sequences.map(event).collect();
-        store.append_events(&events).await.unwrap();
+        store.append_events(events.into()).await.unwrap();
         store
     }
 
@@ -449,7 +449,7 @@ mod tests {
         let store = store_with_events(1..=1).await;
         let mut stream = subscribe(&store, 0, 1);
         stream.sequences_until_caught_up().await;
-        store.append_events(&[event(2)]).await.unwrap();
+        store.append_events(vec![event(2)].into()).await.unwrap();
         stream.bus.advance(EXECUTION, 2);
         assert_eq!(sequence(stream.next().await), 2);
     }
@@ -471,10 +471,10 @@ mod tests {
         let mut stream = subscribe(&store, 0, 1);
         stream.sequences_until_caught_up().await;
         let head = stream.bus.head(EXECUTION, 0);
-        store.append_events(&[event(2)]).await.unwrap();
+        store.append_events(vec![event(2)].into()).await.unwrap();
         advance_to(&head, 2);
-        store.append_events(&[event(3)]).await.unwrap();
-        advance_over(&head, vec![event(3)]);
+        store.append_events(vec![event(3)].into()).await.unwrap();
+        advance_over(&head, vec![event(3)].into());
         // The tail runs only now, and finds the head at 3 holding 3 alone.
         let seen = [sequence(stream.next().await), sequence(stream.next().await)];
         assert_eq!(seen, [2, 3], "2 is read from the store, not skipped");
@@ -486,7 +486,7 @@ mod tests {
         let mut stream = subscribe(&store, 0, 1);
         stream.sequences_until_caught_up().await;
         // In the store, but its writer has not moved the head yet: the heartbeat comes first.
-        store.append_events(&[event(2)]).await.unwrap();
+        store.append_events(vec![event(2)].into()).await.unwrap();
         assert!(matches!(
             stream.next().await,
             StreamItem::Heartbeat { head_sequence: 1 }
@@ -527,7 +527,7 @@ mod tests {
         let store = store_with_events(1..=1).await;
         let mut stream = subscribe_with(&store, 0, 1, Feed::Deaf);
         stream.sequences_until_caught_up().await;
-        store.append_events(&[event(2)]).await.unwrap();
+        store.append_events(vec![event(2)].into()).await.unwrap();
         let started = tokio::time::Instant::now();
         assert_eq!(sequence(stream.next().await), 2);
         assert!(started.elapsed() < HEARTBEAT, "found by polling, not by a heartbeat");
@@ -538,7 +538,7 @@ mod tests {
         let store = store_with_events(1..=1).await;
         let mut stream = subscribe_with(&store, 0, 1, Feed::Deaf);
         stream.sequences_until_caught_up().await;
-        store.append_events(&[event(2)]).await.unwrap();
+        store.append_events(vec![event(2)].into()).await.unwrap();
         let started = tokio::time::Instant::now();
         stream.bus.set_feed(Feed::Listening);
         assert_eq!(sequence(stream.next().await), 2);
@@ -553,7 +553,7 @@ mod tests {
         let store = store_with_events(1..=1).await;
         let mut stream = subscribe_with(&store, 0, 1, Feed::Listening);
         stream.sequences_until_caught_up().await;
-        store.append_events(&[event(2)]).await.unwrap();
+        store.append_events(vec![event(2)].into()).await.unwrap();
         assert!(matches!(
             stream.next().await,
             StreamItem::Heartbeat { head_sequence: 1 }

@@ -338,8 +338,8 @@ impl Store for MemoryStore {
         self.run("list_interactions", |t| t.list_interactions(query))
     }
 
-    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
-        self.owner_write("append_events", |t| t.append_events(events))
+    async fn append_events(&self, events: Arc<[EventRecord]>) -> StoreResult<()> {
+        self.owner_write("append_events", |t| t.append_events(&events))
     }
     async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
         self.owner_write("commit", |t| t.commit(batch))

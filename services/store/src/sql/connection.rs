@@ -9,6 +9,7 @@ use sqlx::{PgPool, SqlitePool};
 use std::str::FromStr;
 use std::sync::Arc;
 
+use super::append_group::AppendGroups;
 use super::fence::{Dialect, Statements};
 use super::identity::Identity;
 use crate::contract::*;
@@ -106,6 +107,9 @@ pub(super) struct Shared {
     pub(super) fence: OwnerFence,
     /// Where commits leave the event heads to announce (PostgreSQL only; `sql::announce`).
     pub(super) unannounced: Option<Arc<UnannouncedHeads>>,
+    /// Where event appends wait to be committed in groups (PostgreSQL only;
+    /// `sql::append_group`).
+    pub(super) appends: Option<Arc<AppendGroups>>,
 }
 
 impl Drop for Shared {
@@ -161,7 +165,9 @@ impl SqlStore {
             Pool::Postgres(_) => Dialect::POSTGRES,
             Pool::Sqlite(_) => Dialect::SQLITE,
         };
-        let unannounced = matches!(pool, Pool::Postgres(_)).then(Arc::<UnannouncedHeads>::default);
+        let postgres = matches!(pool, Pool::Postgres(_));
+        let unannounced = postgres.then(Arc::<UnannouncedHeads>::default);
+        let appends = postgres.then(|| Arc::new(AppendGroups::new(dialect)));
         let store = Self {
             shared: Arc::new(Shared {
                 pool,
@@ -170,6 +176,7 @@ impl SqlStore {
                 statements: Statements::new(dialect),
                 fence: OwnerFence::default(),
                 unannounced,
+                appends,
             }),
             patience: Patience::None,
         };

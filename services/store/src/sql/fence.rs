@@ -60,6 +60,17 @@ impl Dialect {
         )
     }
 
+    /// The execution rows (`id`, `generation`) among `pairs` (a relation of execution ids
+    /// and generations) that are `OWNED` now, each locked on PostgreSQL: the fence of many
+    /// executions' writes in one statement, checked once per execution.
+    pub(super) fn owned_rows(&self, pairs: &str, me: &str) -> String {
+        format!(
+            "SELECT e.id, e.generation FROM executions e WHERE (e.id, e.generation) IN ({pairs}) AND {owner}{lock}",
+            owner = self.owner_is(me),
+            lock = self.lock
+        )
+    }
+
     /// `OWNED(execution, generation)`, locking the execution row on PostgreSQL.
     pub(super) fn owned(&self, execution: &str, generation: &str, me: &str) -> String {
         format!(

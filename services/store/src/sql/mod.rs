@@ -5,6 +5,7 @@
 //! concept modules use `connection`; this file uses them all.
 
 mod announce;
+mod append_group;
 mod batch;
 mod connection;
 mod events;
@@ -18,6 +19,7 @@ mod rows;
 mod sessions;
 mod turns;
 
+pub use append_group::{GROUPS_IN_FLIGHT, MAX_GROUP_EVENTS};
 pub use connection::{IDLE_IN_TRANSACTION_LIMIT, SqlStore};
 pub use fence::CLAIM_LOCK_WAIT;
 
@@ -227,9 +229,9 @@ impl Store for SqlStore {
         SqlStore::list_interactions(self, query).await
     }
 
-    async fn append_events(&self, events: &[EventRecord]) -> StoreResult<()> {
-        SqlStore::append_events(self, events).await?;
-        self.committed(events);
+    async fn append_events(&self, events: Arc<[EventRecord]>) -> StoreResult<()> {
+        SqlStore::append(self, events.clone()).await?;
+        self.committed(&events);
         Ok(())
     }
     async fn commit(&self, batch: &Batch) -> StoreResult<bool> {

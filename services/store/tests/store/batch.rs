@@ -140,7 +140,10 @@ async fn a_batch_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>
 
 async fn a_batch_whose_event_is_already_there_writes_nothing(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
-    store.append_events(&events(&e.id, e.generation, 2..=2)).await.unwrap();
+    store
+        .append_events(events(&e.id, e.generation, 2..=2).into())
+        .await
+        .unwrap();
     assert!(matches!(
         store.commit(&settlement(&e, &t, &i)).await,
         Err(StoreError::Duplicate)

@@ -1,6 +1,6 @@
 //! Executions: rows, the compare-and-set update, the generation fence, listings, sessions.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cursor_runner_store::*;
@@ -300,15 +300,6 @@ async fn sessions_list_one_newest_execution_each_by_session_id(store: Arc<dyn St
     assert_eq!(ids(&first), ["exec-2", "exec-4"]);
     let rest = store.list_sessions(TENANT, Some("s-b"), 2).await.unwrap();
     assert_eq!(ids(&rest), ["exec-3"]);
-}
-
-#[derive(Default)]
-struct Seen(Mutex<Vec<(&'static str, bool)>>);
-
-impl StoreObserver for Seen {
-    fn observed(&self, operation: &'static str, _took: std::time::Duration, ok: bool) {
-        self.0.lock().unwrap().push((operation, ok));
-    }
 }
 
 async fn operations_are_observed_by_their_method_name(store: Arc<dyn Store>) {

@@ -117,7 +117,11 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
         ),
         (
             "append_events",
-            landed("append_events", store.append_events(&[event("e", 1, 1)]).await, unit),
+            landed(
+                "append_events",
+                store.append_events(vec![event("e", 1, 1)].into()).await,
+                unit,
+            ),
         ),
         ("commit", landed("commit", store.commit(&batch).await, cas)),
         (

@@ -141,3 +141,20 @@ pub fn terms() -> LeaseTerms {
         self_fence_margin: std::time::Duration::from_secs(2),
     }
 }
+
+/// Every operation a store was observed making, in order, with whether it succeeded.
+#[derive(Default)]
+pub struct Seen(pub std::sync::Mutex<Vec<(&'static str, bool)>>);
+
+impl Seen {
+    /// How many times `operation` was made.
+    pub fn count(&self, operation: &str) -> usize {
+        self.0.lock().unwrap().iter().filter(|(op, _)| *op == operation).count()
+    }
+}
+
+impl StoreObserver for Seen {
+    fn observed(&self, operation: &'static str, _took: std::time::Duration, ok: bool) {
+        self.0.lock().unwrap().push((operation, ok));
+    }
+}

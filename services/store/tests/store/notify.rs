@@ -48,7 +48,7 @@ async fn postgres_each_commit_that_appends_announces_its_executions_new_head() {
         let mut listener = store.listen_for_heads().await.unwrap().expect("PostgreSQL announces");
         store.insert_execution(&execution("exec-1")).await.unwrap();
         store.insert_execution(&execution("exec-2")).await.unwrap();
-        store.append_events(&events("exec-1", 1, 1..=3)).await.unwrap();
+        store.append_events(events("exec-1", 1, 1..=3).into()).await.unwrap();
         assert_eq!(
             next_notice(&mut listener).await,
             HeadNotice::Advanced {
@@ -78,8 +78,8 @@ async fn postgres_an_append_refused_by_the_fence_announces_nothing() {
     run(Backend::Postgres, |store: Arc<dyn Store>| async move {
         let mut listener = store.listen_for_heads().await.unwrap().expect("PostgreSQL announces");
         store.insert_execution(&execution("exec-1")).await.unwrap();
-        assert!(store.append_events(&events("exec-1", 0, 1..=1)).await.is_err());
-        store.append_events(&events("exec-1", 1, 1..=1)).await.unwrap();
+        assert!(store.append_events(events("exec-1", 0, 1..=1).into()).await.is_err());
+        store.append_events(events("exec-1", 1, 1..=1).into()).await.unwrap();
         assert_eq!(
             next_notice(&mut listener).await,
             HeadNotice::Advanced {
