@@ -27,8 +27,9 @@ use serde::Serialize;
 use tokio::process::{ChildStdin, ChildStdout};
 
 use crate::launch::{LaunchError, LaunchSpec};
+use crate::lease_feed::AgentDeadline;
 use crate::ledger::{LaunchMarker, LaunchRecord, Ledger, LedgerEntry, LedgerRole};
-use crate::process::{AgentDeadline, AgentProcess, Isolation, TreeWatch};
+use crate::process::{AgentProcess, Isolation, TreeWatch};
 use crate::procfs::{self, ProcStat};
 use crate::spawner::Spawner;
 

@@ -12,6 +12,7 @@ pub mod checkpoint;
 mod guardian;
 pub mod isolation;
 mod launch;
+mod lease_feed;
 pub mod ledger;
 mod process;
 pub mod procfs;
@@ -25,7 +26,8 @@ pub use launch::{
     AgentCommand, BoundCredential, CURSOR_ARGS, CredentialName, FIXED_PATH, LaunchError, LaunchSpec,
     PinnedDistribution, Secret,
 };
-pub use process::{AgentDeadline, AgentProcess, ExitProof, STDERR_TAIL_BYTES};
+pub use lease_feed::{AgentDeadline, LEASE_FEED_SPREAD};
+pub use process::{AgentProcess, ExitProof, STDERR_TAIL_BYTES};
 pub mod distribution;
 
 /// Whether agents can run as PID 1's children in PID namespaces of their own here (root,

@@ -16,14 +16,12 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::launch::{LaunchError, LaunchSpec};
+use crate::lease_feed::{AgentDeadline, feed_lease, phase_of};
 use crate::ledger::{LAUNCH_MARKER_VARIABLE, LaunchMarker};
 use crate::spawner::{ChildGuard, Spawner};
 
 /// How long `agent-init` may take to report the agent it started.
 const INIT_REPORT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A deadline past which no agent may run (the service's lease), as it moves.
-pub type AgentDeadline = tokio::sync::watch::Receiver<Option<std::time::Instant>>;
 
 /// How an agent is launched.
 #[derive(Debug, Clone)]
@@ -183,7 +181,8 @@ impl AgentProcess {
                         let child = spawner.in_new_pid_namespace(|| command.spawn())??;
                         drop(status_write);
                         if let Some(((_, write), lease)) = lease_pipe {
-                            tokio::spawn(feed_lease(File::from(write), lease));
+                            let phase = phase_of(child.id().unwrap_or_default());
+                            tokio::spawn(feed_lease(File::from(write), lease, phase));
                         }
                         Ok((child, Some(File::from(status_read))))
                     }
@@ -379,31 +378,6 @@ fn arm_init(guard: ChildGuard, status_fd: RawFd, lease_fd: Option<RawFd>) -> io:
         }
     }
     Ok(())
-}
-
-/// Writes each lease deadline to an agent's init (`agent-init --lease-fd`), on
-/// `CLOCK_MONOTONIC`, until the init is gone (its end of the pipe closed) or the lease
-/// stops moving.
-async fn feed_lease(mut pipe: File, mut lease: AgentDeadline) {
-    use std::io::Write;
-    loop {
-        let deadline = *lease.borrow_and_update();
-        if let Some(until) = deadline {
-            let left = until.saturating_duration_since(Instant::now()).as_millis();
-            let line = format!(
-                "until {}\n",
-                crate::agent_init::monotonic_ms().saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
-            );
-            match pipe.write_all(line.as_bytes()) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-        if lease.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// One line from the init's status pipe, waiting at most `limit`; `None` at EOF.
