@@ -246,6 +246,16 @@ async fn p1b_p4(sizes: &Sizes, with_p4: bool, rows: &mut Vec<Row>) -> Value {
         Some(many.latency.p99_ms / single.latency.p99_ms),
         Goal::AtMost(2.0, "≤ 2×"),
     ));
+    rows.push(Row::new(
+        format!("P4 latency p99 with the last chunks, racing {n} turns settling at once"),
+        format!(
+            "{:.2} ms (p50 {:.2})",
+            many.with_the_turns_ending.p99_ms, many.with_the_turns_ending.p50_ms
+        ),
+        format!("P1b p99, 1 execution: {:.2} ms", single.latency.p99_ms),
+        Some(many.with_the_turns_ending.p99_ms / single.latency.p99_ms),
+        Goal::None,
+    ));
     json!({"p1b": single, "p4": many})
 }
 

@@ -56,7 +56,7 @@ pub(crate) fn write_question_scenario(dir: &std::path::Path, questions: usize) -
 }
 
 /// `operation → count` from a scrape's `…store_operation_duration_seconds_count` lines.
-fn store_operations(scrape: &str) -> BTreeMap<String, f64> {
+pub(crate) fn store_operations(scrape: &str) -> BTreeMap<String, f64> {
     scrape
         .lines()
         .filter(|l| l.starts_with("cursor_runner_store_operation_duration_seconds_count{"))

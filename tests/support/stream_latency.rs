@@ -3,9 +3,12 @@
 //! each with its fake agent and a `StreamEvents` subscriber, together streaming a steady
 //! `updates_per_sec` (each agent paces its share and stamps every chunk with its send
 //! time). Latency is a chunk's stamp to its arrival at the subscriber, for chunks sent
-//! once every turn has started; the service's RSS is read from `/proc` before the first
-//! execution and while they stream.
+//! while every execution streams: once every turn has started and before the first
+//! execution sends its last chunk (the turns all end within one pacing interval, so each
+//! last chunk races every other execution's settlement: that end is reported apart). The
+//! service's RSS is read from `/proc` before the first execution and while they stream.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,10 +16,12 @@ use proto::stream_events_response::Frame;
 use serde_json::json;
 use tokio::task::JoinSet;
 
+use crate::answer_latency::store_operations;
 use crate::lease_latency::Percentiles;
 use crate::throughput::{CHUNK_TEXT, flood_scenario};
 use crate::{
-    Backend, Client, ServiceDirs, ServiceProcess, ServiceSettings, Subscriber, TestDatabase, payload, proto, start_turn,
+    Backend, Client, ServiceDirs, ServiceProcess, ServiceSettings, Subscriber, TestDatabase, payload, proto,
+    scrape_metrics, start_turn,
 };
 
 /// Executions served by one gRPC connection of the bench.
@@ -30,10 +35,12 @@ pub struct LatencyReport {
     /// All executions together.
     pub updates_per_sec: u64,
     pub seconds: f64,
-    /// Chunks timed (those sent once every turn had started).
+    /// Chunks timed (those sent while every execution streamed).
     pub samples: usize,
     pub latency: Percentiles,
     pub max_ms: f64,
+    /// Every chunk sent once every turn had started, the last ones included.
+    pub with_the_turns_ending: Percentiles,
     /// The service's RSS before the first execution.
     pub rss_before_kib: u64,
     /// With every execution created (agents up, sessions open, subscribers attached).
@@ -42,6 +49,9 @@ pub struct LatencyReport {
     pub rss_peak_kib: u64,
     /// (peak − before) / executions.
     pub rss_per_execution_kib: f64,
+    /// The store operations the service made while the executions streamed, by operation,
+    /// per update streamed.
+    pub store_operations_per_update: BTreeMap<String, f64>,
 }
 
 /// Streams `updates_per_sec` for `seconds`, spread over `executions` executions.
@@ -73,6 +83,8 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
             capacity.clone(),
             "--pool-max-processes".into(),
             capacity,
+            "--metrics-listen".into(),
+            "127.0.0.1:0".into(),
         ],
     });
     let pid = service.child.id();
@@ -113,24 +125,51 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         }
     }
     let steady_from = unix_nanos(SystemTime::now());
+    let operations_before = store_operations(&scrape_metrics(service.metrics_address()));
     let mut rss_peak_kib = rss_kib(pid);
     let mut stamps = Vec::new();
+    // When the first execution sent its last chunk.
+    let mut steady_until = u128::MAX;
     loop {
         tokio::select! {
             joined = streaming.join_next() => match joined {
-                Some(arrivals) => stamps.extend(arrivals.expect("a subscriber")),
+                Some(arrivals) => {
+                    let arrivals = arrivals.expect("a subscriber");
+                    if let Some((last, _)) = arrivals.last() {
+                        steady_until = steady_until.min(*last);
+                    }
+                    stamps.extend(arrivals);
+                }
                 None => break,
             },
             () = tokio::time::sleep(Duration::from_millis(100)) => rss_peak_kib = rss_peak_kib.max(rss_kib(pid)),
         }
     }
+    let operations_after = store_operations(&scrape_metrics(service.metrics_address()));
     service.stop();
     database.drop_database().await;
 
+    let latency = |(sent, arrived): &(u128, u128)| Duration::from_nanos(arrived.saturating_sub(*sent) as u64);
     let mut latencies: Vec<Duration> = stamps
-        .into_iter()
+        .iter()
+        .filter(|(sent, _)| (steady_from..steady_until).contains(sent))
+        .map(latency)
+        .collect();
+    let mut with_the_turns_ending: Vec<Duration> = stamps
+        .iter()
         .filter(|(sent, _)| *sent >= steady_from)
-        .map(|(sent, arrived)| Duration::from_nanos(arrived.saturating_sub(sent) as u64))
+        .map(latency)
+        .collect();
+    let streamed = (chunks * executions as u64) as f64;
+    let store_operations_per_update = operations_after
+        .iter()
+        .map(|(operation, n)| {
+            (
+                operation.clone(),
+                (n - operations_before.get(operation).unwrap_or(&0.0)) / streamed,
+            )
+        })
+        .filter(|(_, n)| *n > 0.0)
         .collect();
     let max_ms = latencies.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     LatencyReport {
@@ -140,10 +179,12 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         samples: latencies.len(),
         latency: Percentiles::of(&mut latencies),
         max_ms,
+        with_the_turns_ending: Percentiles::of(&mut with_the_turns_ending),
         rss_before_kib,
         rss_idle_kib,
         rss_peak_kib,
         rss_per_execution_kib: rss_peak_kib.saturating_sub(rss_before_kib) as f64 / executions as f64,
+        store_operations_per_update,
     }
 }
 
