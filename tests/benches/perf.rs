@@ -20,6 +20,10 @@
 //! | `PERF_LEASES` | 20 | P2: executions leased cold, then warm |
 //! | `PERF_QUESTIONS` | 300 | P3: questions answered; S1: through each of two replicas |
 //! | `PERF_DIST_MB` | 200 | P5: size of the synthetic distribution (best of 3 runs) |
+//!
+//! `PERF_DUMP_SAMPLES=FILE` writes the last P1b / P4 measurement's every chunk as
+//! `sent arrived` (nanoseconds since the Unix epoch), one per line: to see where in the run
+//! a tail comes from.
 
 use std::time::Duration;
 

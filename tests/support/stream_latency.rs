@@ -149,6 +149,10 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
     service.stop();
     database.drop_database().await;
 
+    if let Ok(path) = std::env::var("PERF_DUMP_SAMPLES") {
+        let lines: Vec<String> = stamps.iter().map(|(s, a)| format!("{s} {a}")).collect();
+        std::fs::write(path, lines.join("\n")).unwrap();
+    }
     let latency = |(sent, arrived): &(u128, u128)| Duration::from_nanos(arrived.saturating_sub(*sent) as u64);
     let mut latencies: Vec<Duration> = stamps
         .iter()
