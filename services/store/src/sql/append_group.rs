@@ -100,13 +100,17 @@ impl AppendGroups {
     /// The next group: the longest run of waiting appends, in the order they came, that
     /// fits [`MAX_GROUP_EVENTS`] (the first always goes) with one append per execution
     /// (an execution's next append waits for the group after, so its rows are counted
-    /// apart). The rest keep their places.
+    /// apart). The rest keep their places; one whose caller is gone is dropped.
     fn take_group(waiting: &mut Vec<Waiting>) -> Vec<Waiting> {
         let mut group: Vec<Waiting> = Vec::new();
         let mut executions = HashSet::new();
         let mut rows = 0;
         let mut left = Vec::new();
         for append in waiting.drain(..) {
+            // Its caller went away while it waited: it must not land behind its back.
+            if append.told.is_closed() {
+                continue;
+            }
             let execution = append.events[0].execution_id.clone();
             let fits = group.is_empty() || rows + append.events.len() <= MAX_GROUP_EVENTS;
             if fits && !executions.contains(&execution) {
@@ -119,5 +123,64 @@ impl AppendGroups {
         }
         *waiting = left;
         group
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An append of `rows` events of `execution`, and the receiver its caller waits on.
+    fn waiting(execution: &str, rows: usize) -> (Waiting, oneshot::Receiver<Grouped>) {
+        let events: Vec<EventRecord> = (1..=rows as i64)
+            .map(|sequence| EventRecord {
+                execution_id: execution.into(),
+                sequence,
+                ..Default::default()
+            })
+            .collect();
+        let (told, outcome) = oneshot::channel();
+        (
+            Waiting {
+                events: events.into(),
+                told,
+            },
+            outcome,
+        )
+    }
+
+    fn executions(group: &[Waiting]) -> Vec<&str> {
+        group.iter().map(|w| w.events[0].execution_id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_group_takes_one_append_per_execution_in_the_order_they_came() {
+        let (a1, _r1) = waiting("a", 1);
+        let (b, _r2) = waiting("b", 1);
+        let (a2, _r3) = waiting("a", 1);
+        let (c, _r4) = waiting("c", 1);
+        let mut queue = vec![a1, b, a2, c];
+        let group = AppendGroups::take_group(&mut queue);
+        assert_eq!(executions(&group), ["a", "b", "c"]);
+        assert_eq!(executions(&queue), ["a"], "a's second append waits for the next group");
+    }
+
+    #[test]
+    fn an_append_larger_than_a_group_goes_alone() {
+        let (big, _r1) = waiting("a", MAX_GROUP_EVENTS + 1);
+        let (small, _r2) = waiting("b", 1);
+        let mut queue = vec![big, small];
+        assert_eq!(executions(&AppendGroups::take_group(&mut queue)), ["a"]);
+        assert_eq!(executions(&AppendGroups::take_group(&mut queue)), ["b"]);
+    }
+
+    #[test]
+    fn an_append_whose_caller_went_away_is_dropped_unwritten() {
+        let (gone, receiver) = waiting("a", 1);
+        drop(receiver);
+        let (kept, _r) = waiting("b", 1);
+        let mut queue = vec![gone, kept];
+        assert_eq!(executions(&AppendGroups::take_group(&mut queue)), ["b"]);
+        assert!(queue.is_empty());
     }
 }
