@@ -77,27 +77,50 @@ fn sanitize_from(text: &str, clean: usize) -> SanitizedText {
 /// UTF-8 encoded; `\r` included, since only the next character says whether it stays),
 /// or `None` when there is none. Always a char boundary.
 fn first_suspect(bytes: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        let suspect = match b {
-            b'\n' | b'\t' => false,
-            0x00..=0x1f | 0x7f => true,
-            // U+0080..=U+009F: C2 80..=9F.
-            0xc2 => matches!(bytes.get(i + 1), Some(0x80..=0x9f)),
-            // U+202A..=U+202E: E2 80 AA..=AE; U+2066..=U+2069: E2 81 A6..=A9.
-            0xe2 => matches!(
-                (bytes.get(i + 1), bytes.get(i + 2)),
-                (Some(0x80), Some(0xaa..=0xae)) | (Some(0x81), Some(0xa6..=0xa9))
-            ),
-            _ => false,
-        };
-        if suspect {
-            return Some(i);
+    let mut at = 0;
+    while at < bytes.len() {
+        if let Some(word) = bytes.get(at..at + 8)
+            && plain_ascii(word)
+        {
+            at += 8;
+            continue;
         }
-        i += 1;
+        let end = (at + 8).min(bytes.len());
+        if let Some(suspect) = (at..end).find(|&i| suspect_at(bytes, i)) {
+            return Some(suspect);
+        }
+        at = end;
     }
     None
+}
+
+/// Whether eight bytes are all printable ASCII (`0x20..=0x7e`), which needs nothing:
+/// word at a time, as most agent text is.
+fn plain_ascii(word: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let x = u64::from_ne_bytes(word.try_into().expect("eight bytes"));
+    // A byte below 0x20 borrows into its high bit; one at 0x7f or above has it set, or
+    // sets it by adding one. With no such byte, no borrow or carry crosses bytes.
+    let below_space = x.wrapping_sub(ONES * 0x20) & !x;
+    let del_or_above = x.wrapping_add(ONES) | x;
+    (below_space | del_or_above) & HIGHS == 0
+}
+
+/// Whether the character starting at byte `i` is one to neutralize.
+fn suspect_at(bytes: &[u8], i: usize) -> bool {
+    match bytes[i] {
+        b'\n' | b'\t' => false,
+        0x00..=0x1f | 0x7f => true,
+        // U+0080..=U+009F: C2 80..=9F.
+        0xc2 => matches!(bytes.get(i + 1), Some(0x80..=0x9f)),
+        // U+202A..=U+202E: E2 80 AA..=AE; U+2066..=U+2069: E2 81 A6..=A9.
+        0xe2 => matches!(
+            (bytes.get(i + 1), bytes.get(i + 2)),
+            (Some(0x80), Some(0xaa..=0xae)) | (Some(0x81), Some(0xa6..=0xa9))
+        ),
+        _ => false,
+    }
 }
 
 /// Display text sanitized and cut to `max_chars` characters; a cut is marked with a
@@ -178,6 +201,21 @@ mod tests {
         let out = sanitize_display(&all);
         assert_eq!(out.text.chars().count(), all.chars().count());
         assert!(out.text.chars().all(|c| !needs_check(c)));
+    }
+
+    #[test]
+    fn the_word_at_a_time_scan_finds_any_character_to_check_at_any_offset() {
+        let interesting = (0u32..0x300)
+            .chain(0x2020..0x2070)
+            .filter_map(char::from_u32)
+            .chain(['🎉']);
+        for c in interesting {
+            for offset in 0..20 {
+                let text = format!("{}{c}{}", "a".repeat(offset), "b".repeat(20 - offset));
+                let expected = text.char_indices().find(|(_, ch)| needs_check(*ch)).map(|(i, _)| i);
+                assert_eq!(first_suspect(text.as_bytes()), expected, "{c:?} at {offset}");
+            }
+        }
     }
 
     #[test]
