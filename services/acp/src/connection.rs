@@ -17,7 +17,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::agent_message::AgentMessage;
 use crate::framing::{FrameReader, ReadFrame};
-use crate::inbound_queue::{self, INBOUND_QUEUE, MAX_INBOUND_QUEUE_BYTES};
+use crate::inbound_queue::{self, Batcher, INBOUND_QUEUE, MAX_INBOUND_QUEUE_BYTES};
 use crate::message::{
     Classified, INTERNAL_ERROR, INVALID_REQUEST, RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,
 };
@@ -404,6 +404,9 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> Result<(),
     }
 }
 
+/// Reads stdout into the inbound queue in wire order. What one read decoded goes over as
+/// one batch, sent before the reader waits for more bytes and before a caller is handed
+/// its response (the caller then finds everything the agent wrote before it queued).
 async fn read_loop<R: AsyncRead + Unpin>(
     mut reader: FrameReader<R>,
     shared: Arc<Shared>,
@@ -412,13 +415,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let stopped_reading = shared.stalled.clone();
     let stopped_reading = stopped_reading.notified();
     tokio::pin!(stopped_reading);
+    let mut batch = Batcher::default();
     let truncated_last_line = loop {
+        if !batch.is_empty() && !reader.has_buffered_frame() {
+            send_batch(&inbound, &mut batch).await;
+        }
         let next = tokio::select! {
             next = reader.next_frame() => next,
             () = &mut stopped_reading => {
                 shared.pending.lock().waiters.clear();
-                let limit = AGENT_WRITE_STALL_LIMIT;
-                let _ = inbound.send(Inbound::StoppedReading { limit }, 0).await;
+                batch.push(Inbound::StoppedReading { limit: AGENT_WRITE_STALL_LIMIT }, 0);
+                send_batch(&inbound, &mut batch).await;
                 return;
             }
         };
@@ -441,7 +448,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             ReadFrame::Eof { partial } => break partial.is_some(),
             ReadFrame::Oversized { bytes } => Inbound::Oversized { bytes },
             ReadFrame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => continue,
-            ReadFrame::Line(line) => match classify(&line) {
+            ReadFrame::Line(line) => match classify(line) {
                 Classified::Request { id, method, params } => Inbound::Request(AgentRequest {
                     id,
                     method,
@@ -471,6 +478,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     };
                     match (waiter, id) {
                         (Some(Waiter::Caller(waiter)), _) => {
+                            send_batch(&inbound, &mut batch).await;
                             let _ = waiter.send(result);
                             continue;
                         }
@@ -480,13 +488,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             },
         };
-        if inbound.send(message, line_bytes).await.is_err() {
-            // Nobody listens any more; keep draining stdout so the agent never blocks.
-            continue;
+        if batch.push(message, line_bytes) {
+            send_batch(&inbound, &mut batch).await;
         }
     };
     shared.pending.lock().waiters.clear();
-    let _ = inbound.send(Inbound::Closed { truncated_last_line }, 0).await;
+    batch.push(Inbound::Closed { truncated_last_line }, 0);
+    send_batch(&inbound, &mut batch).await;
+}
+
+/// Hands the gathered batch to the consumer once the queue has room for it. When nobody
+/// listens any more it is dropped, and the reader goes on draining stdout so the agent
+/// never blocks.
+async fn send_batch(inbound: &inbound_queue::Sender<Inbound>, batch: &mut Batcher<Inbound>) {
+    let _ = inbound.send_all(batch.take()).await;
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! an oversized line is skipped up to its newline and reported, and the next line
 //! is read normally.
 
+use std::ops::Range;
+
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Largest NDJSON line accepted from an agent. Cursor puts whole files, plan markdown
@@ -11,15 +13,39 @@ pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
 const READ_CHUNK: usize = 64 * 1024;
 
-/// One result of [`FrameReader::next_frame`].
+/// One result of [`FrameReader::next_frame`]: lines borrowed from the reader's buffer
+/// (a flood of small lines is framed without copying or allocating each), or owned
+/// ([`ReadFrame::to_owned`]).
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadFrame {
+pub enum ReadFrame<B = Vec<u8>> {
     /// A complete line without its trailing `\n` (and `\r`).
-    Line(Vec<u8>),
+    Line(B),
     /// A line longer than the bound was skipped; `bytes` is its full length.
     Oversized { bytes: usize },
     /// End of stream. `partial` holds bytes of a last line that had no newline.
-    Eof { partial: Option<Vec<u8>> },
+    Eof { partial: Option<B> },
+}
+
+impl ReadFrame<&[u8]> {
+    /// This frame with its bytes copied out of the reader.
+    pub fn to_owned(&self) -> ReadFrame {
+        match self {
+            ReadFrame::Line(line) => ReadFrame::Line(line.to_vec()),
+            ReadFrame::Oversized { bytes } => ReadFrame::Oversized { bytes: *bytes },
+            ReadFrame::Eof { partial } => ReadFrame::Eof {
+                partial: partial.map(<[u8]>::to_vec),
+            },
+        }
+    }
+}
+
+/// Where [`FrameReader::take_buffered`] found the next frame.
+enum Taken {
+    /// A line wholly inside the read buffer.
+    InBuffer(Range<usize>),
+    /// A line that began in an earlier read, gathered in `current`.
+    Gathered,
+    Oversized(usize),
 }
 
 /// Splits a byte stream into lines of at most `max` bytes.
@@ -29,6 +55,8 @@ pub struct FrameReader<R> {
     buf: Vec<u8>,
     start: usize,
     current: Vec<u8>,
+    /// `current` was handed out as the last frame: it is emptied before the next.
+    current_handed_out: bool,
     skipping: Option<usize>,
     eof: bool,
 }
@@ -45,56 +73,78 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             buf: Vec::with_capacity(READ_CHUNK),
             start: 0,
             current: Vec::new(),
+            current_handed_out: false,
             skipping: None,
             eof: false,
         }
     }
 
-    pub async fn next_frame(&mut self) -> std::io::Result<ReadFrame> {
+    pub async fn next_frame(&mut self) -> std::io::Result<ReadFrame<&[u8]>> {
+        if std::mem::take(&mut self.current_handed_out) {
+            self.current.clear();
+        }
         loop {
-            if let Some(frame) = self.take_buffered() {
-                return Ok(frame);
+            if let Some(taken) = self.take_buffered() {
+                return Ok(match taken {
+                    Taken::InBuffer(range) => ReadFrame::Line(&self.buf[range]),
+                    Taken::Gathered => {
+                        self.current_handed_out = true;
+                        ReadFrame::Line(&self.current)
+                    }
+                    Taken::Oversized(bytes) => ReadFrame::Oversized { bytes },
+                });
             }
             if self.eof {
-                let partial = std::mem::take(&mut self.current);
+                self.current_handed_out = true;
+                let partial = !self.current.is_empty() && self.skipping.is_none();
                 return Ok(ReadFrame::Eof {
-                    partial: (!partial.is_empty() && self.skipping.is_none()).then_some(partial),
+                    partial: partial.then_some(&self.current[..]),
                 });
             }
             self.buf.clear();
             self.start = 0;
-            self.buf.resize(READ_CHUNK, 0);
-            let n = self.inner.read(&mut self.buf).await?;
-            self.buf.truncate(n);
+            // Into the buffer's spare room: nothing is zeroed first.
+            let n = self.inner.read_buf(&mut self.buf).await?;
             if n == 0 {
                 self.eof = true;
             }
         }
     }
 
-    fn take_buffered(&mut self) -> Option<ReadFrame> {
+    /// Whether a whole frame is already buffered: [`Self::next_frame`] would return it
+    /// without reading.
+    pub fn has_buffered_frame(&self) -> bool {
+        let rest = &self.buf[self.start..];
+        !rest.is_empty() && memchr::memchr(b'\n', rest).is_some()
+    }
+
+    fn take_buffered(&mut self) -> Option<Taken> {
         while self.start < self.buf.len() {
             let rest = &self.buf[self.start..];
             match memchr::memchr(b'\n', rest) {
                 Some(pos) => {
-                    let piece = &rest[..pos];
+                    let line = self.start..self.start + pos;
                     self.start += pos + 1;
                     if let Some(skipped) = self.skipping.take() {
-                        return Some(ReadFrame::Oversized {
-                            bytes: skipped + piece.len(),
-                        });
+                        return Some(Taken::Oversized(skipped + pos));
                     }
-                    if self.current.len() + piece.len() > self.max {
-                        let bytes = self.current.len() + piece.len();
+                    if self.current.len() + pos > self.max {
+                        let bytes = self.current.len() + pos;
                         self.current.clear();
-                        return Some(ReadFrame::Oversized { bytes });
+                        return Some(Taken::Oversized(bytes));
                     }
-                    let mut line = std::mem::take(&mut self.current);
-                    line.extend_from_slice(piece);
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
+                    if self.current.is_empty() {
+                        let end = match self.buf[line.clone()].last() {
+                            Some(b'\r') => line.end - 1,
+                            _ => line.end,
+                        };
+                        return Some(Taken::InBuffer(line.start..end));
                     }
-                    return Some(ReadFrame::Line(line));
+                    self.current.extend_from_slice(&self.buf[line]);
+                    if self.current.last() == Some(&b'\r') {
+                        self.current.pop();
+                    }
+                    return Some(Taken::Gathered);
                 }
                 None => {
                     let len = rest.len();
@@ -122,7 +172,7 @@ mod tests {
         let mut reader = FrameReader::with_limit(input, max);
         let mut out = Vec::new();
         loop {
-            let frame = reader.next_frame().await.unwrap();
+            let frame = reader.next_frame().await.unwrap().to_owned();
             let done = matches!(frame, ReadFrame::Eof { .. });
             out.push(frame);
             if done {

@@ -36,7 +36,7 @@ pub use connection::{
 #[cfg(feature = "connection")]
 pub use framing::{FrameReader, MAX_FRAME_BYTES, ReadFrame};
 #[cfg(feature = "connection")]
-pub use inbound_queue::{INBOUND_QUEUE, MAX_INBOUND_QUEUE_BYTES, TryRecvError};
+pub use inbound_queue::{INBOUND_QUEUE, MAX_INBOUND_BATCH, MAX_INBOUND_QUEUE_BYTES, TryRecvError};
 pub use message::{
     AUTH_REQUIRED, Classified, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
     RequestId, RpcError, UNANSWERABLE_ID_MESSAGE, classify,

@@ -74,7 +74,11 @@ async fn read_all(reader: ChunkedReader, max: usize) -> Vec<ReadFrame> {
     let mut frames = FrameReader::with_limit(reader, max);
     let mut out = Vec::new();
     for _ in 0..=limit {
-        let frame = frames.next_frame().await.expect("an in-memory reader never fails");
+        let frame = frames
+            .next_frame()
+            .await
+            .expect("an in-memory reader never fails")
+            .to_owned();
         let done = matches!(frame, ReadFrame::Eof { .. });
         out.push(frame);
         if done {
@@ -200,7 +204,7 @@ async fn a_line_of_exactly_max_frame_bytes_passes_and_one_byte_more_is_skipped_w
         };
         let reader = ChunkedReader::new(input.clone(), chunks.clone(), vec![false, true, false]);
         let mut frames = FrameReader::new(reader);
-        let mut next = async || frames.next_frame().await.unwrap();
+        let mut next = async || frames.next_frame().await.unwrap().to_owned();
         assert_eq!(
             next().await,
             ReadFrame::Line(b"{\"first\":1}".to_vec()),
