@@ -4,7 +4,7 @@
 //! never past [`MAX_COALESCED_DELTA_BYTES`], never a delta that was cut to its bound (its
 //! `truncated` flag belongs to its own text).
 
-use crate::event::{ActivityPayload, ItemDelta};
+use crate::event::{ActivityPayload, Channel, ItemDelta, ItemKind};
 
 /// UTF-8 bytes of text one coalesced `item.delta` may carry (the bounded window of
 /// performance goal P1); a delta that would grow past it starts a new event.
@@ -32,6 +32,49 @@ pub fn push_coalesced(out: &mut Vec<ActivityPayload>, events: Vec<ActivityPayloa
     }
 }
 
+/// Appends the delta `next` would make to `out`, joined to the delta before it where they
+/// merge: what [`push_coalesced`] makes of it, without building an event (nor copying the
+/// item's id) when it joins — a text chunk's usual case.
+pub(crate) fn push_delta(out: &mut Vec<ActivityPayload>, next: NextDelta<'_>) {
+    if let Some(ActivityPayload::ItemDelta(last)) = out.last_mut()
+        && next.joins(last)
+    {
+        last.text.push_str(&next.text);
+        last.sanitized |= next.sanitized;
+        return;
+    }
+    out.push(ActivityPayload::ItemDelta(ItemDelta {
+        item_id: next.item_id.to_owned(),
+        kind: next.kind,
+        channel: next.channel,
+        text: next.text,
+        truncated: next.truncated,
+        sanitized: next.sanitized,
+        child_id: next.child_id.map(str::to_owned),
+    }))
+}
+
+/// An [`ItemDelta`]'s parts, its identity borrowed.
+pub(crate) struct NextDelta<'a> {
+    pub item_id: &'a str,
+    pub kind: ItemKind,
+    pub channel: Channel,
+    pub child_id: Option<&'a str>,
+    pub text: String,
+    pub truncated: bool,
+    pub sanitized: bool,
+}
+
+impl NextDelta<'_> {
+    fn joins(&self, last: &ItemDelta) -> bool {
+        last.item_id == self.item_id
+            && last.kind == self.kind
+            && last.channel == self.channel
+            && last.child_id.as_deref() == self.child_id
+            && mergeable_texts(last, self.truncated, self.text.len())
+    }
+}
+
 /// Whether `next` goes on where `last` left off: the same item, kind, channel and child.
 pub(crate) fn continues(last: &ItemDelta, next: &ItemDelta) -> bool {
     last.item_id == next.item_id
@@ -41,10 +84,12 @@ pub(crate) fn continues(last: &ItemDelta, next: &ItemDelta) -> bool {
 }
 
 fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
-    continues(last, next)
-        && !last.truncated
-        && !next.truncated
-        && last.text.len() + next.text.len() <= MAX_COALESCED_DELTA_BYTES
+    continues(last, next) && mergeable_texts(last, next.truncated, next.text.len())
+}
+
+/// Neither text was cut to its bound and together they stay within the window.
+fn mergeable_texts(last: &ItemDelta, next_truncated: bool, next_len: usize) -> bool {
+    !last.truncated && !next_truncated && last.text.len() + next_len <= MAX_COALESCED_DELTA_BYTES
 }
 
 #[cfg(test)]

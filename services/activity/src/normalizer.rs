@@ -28,6 +28,7 @@ use serde_json::Value;
 
 use crate::bounds::*;
 use crate::children::{ChildRef, Children, Route, Suppression};
+use crate::coalesce::push_coalesced;
 use crate::event::*;
 use crate::sanitize::display_text;
 use crate::session_meta::{commands_update, config_update, info_update, unclassified};
@@ -137,15 +138,23 @@ impl TurnNormalizer {
     /// Normalizes one `session/update` that is a text chunk, as [`Self::on_session_update`]
     /// does its params: the root session's without a tree, anyone else's through it.
     pub fn on_text_chunk(&mut self, chunk: TextChunk) -> Vec<ActivityPayload> {
+        let mut events = Vec::new();
+        self.on_text_chunk_into(chunk, &mut events);
+        events
+    }
+
+    /// [`Self::on_text_chunk`]'s events pushed onto `out` as [`push_coalesced`] would: a
+    /// chunk that goes on with the delta before it is appended to that delta's text.
+    pub fn on_text_chunk_into(&mut self, chunk: TextChunk, out: &mut Vec<ActivityPayload>) {
         match self.children.route(Some(&chunk.session_id)) {
             Route::Root => {
                 let kind = match chunk.kind {
                     ChunkKind::AgentMessage => ItemKind::AgentMessage,
                     ChunkKind::AgentThought => ItemKind::Reasoning,
                 };
-                self.root.text_chunk(chunk.text, kind)
+                self.root.text_chunk_into(chunk.text, kind, out);
             }
-            Route::Child(_) | Route::Unknown => self.on_session_update(&chunk.into_params()),
+            Route::Child(_) | Route::Unknown => push_coalesced(out, self.on_session_update(&chunk.into_params())),
         }
     }
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::bounds::*;
 use crate::checklist::Checklist;
+use crate::coalesce::{NextDelta, push_delta};
 use crate::event::*;
 use crate::sanitize::{display_text, is_identifier, sanitize_display_owned};
 use crate::tool::{ToolState, operation};
@@ -121,44 +122,43 @@ impl Transcript {
     /// The events of one chunk of text of an item of `kind`: the item's start when none of
     /// that kind is open, then the delta.
     pub(crate) fn text_chunk(&mut self, text: String, kind: ItemKind) -> Vec<ActivityPayload> {
+        let mut events = Vec::new();
+        self.text_chunk_into(text, kind, &mut events);
+        events
+    }
+
+    /// [`Self::text_chunk`]'s events pushed onto `out`, the delta joined to the one before
+    /// it where they merge ([`crate::coalesce`]).
+    pub(crate) fn text_chunk_into(&mut self, text: String, kind: ItemKind, out: &mut Vec<ActivityPayload>) {
         let channel = match kind {
             ItemKind::AgentMessage => Channel::Progress,
             ItemKind::Reasoning => Channel::Summary,
         };
-        let mut events = Vec::new();
-        let slot = match kind {
-            ItemKind::AgentMessage => &self.open_message,
-            ItemKind::Reasoning => &self.open_reasoning,
-        };
-        let item_id = match slot {
-            Some(item_id) => item_id.clone(),
-            None => {
-                let item_id = self.new_item_id(kind);
-                events.push(ActivityPayload::ItemStarted(ItemBoundary {
-                    item_id: item_id.clone(),
-                    kind,
-                    channel,
-                    child_id: None,
-                }));
-                match kind {
-                    ItemKind::AgentMessage => self.open_message = Some(item_id.clone()),
-                    ItemKind::Reasoning => self.open_reasoning = Some(item_id.clone()),
-                }
-                item_id
-            }
-        };
+        if self.open_item(kind).is_none() {
+            let item_id = self.new_item_id(kind);
+            out.push(ActivityPayload::ItemStarted(ItemBoundary {
+                item_id: item_id.clone(),
+                kind,
+                channel,
+                child_id: None,
+            }));
+            *self.open_item(kind) = Some(item_id);
+        }
+        let item_id = self.open_item(kind).as_deref().expect("an item of this kind is open");
         let clean = sanitize_display_owned(text);
         let bounded = bound_owned_text(clean.text, MAX_ITEM_TEXT_CHARS);
-        events.push(ActivityPayload::ItemDelta(ItemDelta {
-            item_id,
-            kind,
-            channel,
-            text: bounded.text,
-            truncated: bounded.truncated,
-            sanitized: clean.sanitized,
-            child_id: None,
-        }));
-        events
+        push_delta(
+            out,
+            NextDelta {
+                item_id,
+                kind,
+                channel,
+                child_id: None,
+                text: bounded.text,
+                truncated: bounded.truncated,
+                sanitized: clean.sanitized,
+            },
+        );
     }
 
     /// `tool_call` and `tool_call_update` share one field-wise merge: a field present in
@@ -275,6 +275,14 @@ impl Transcript {
             }));
         }
         events
+    }
+
+    /// The id of the open item of `kind`, if one is.
+    fn open_item(&mut self, kind: ItemKind) -> &mut Option<String> {
+        match kind {
+            ItemKind::AgentMessage => &mut self.open_message,
+            ItemKind::Reasoning => &mut self.open_reasoning,
+        }
     }
 
     fn new_item_id(&mut self, kind: ItemKind) -> String {

@@ -780,3 +780,41 @@ fn a_text_chunk_yields_what_its_tree_yields_in_every_session_and_state() {
         );
     }
 }
+
+/// Text chunks pushed onto one list as they come (`on_text_chunk_into`) make what the
+/// coalescing of every update's own events makes, whoever's they are, with tool calls and
+/// lifecycle updates between them and texts that fill the window or are cut to the bound.
+#[test]
+fn text_chunks_pushed_as_they_come_make_the_coalesced_events_of_their_trees() {
+    use crate::coalesce::push_coalesced;
+    use cursor_runner_acp::{ChunkKind, TextChunk};
+    let sessions = [ROOT, ROOT, "child-1", "stranger"];
+    let long = "y".repeat(5000);
+    let cut = "x".repeat(MAX_ITEM_TEXT_CHARS + 1);
+    for seed in 1..100u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let (mut by_tree, mut by_chunk) = (normalizer(), normalizer());
+        let (mut expected, mut pushed) = (Vec::new(), Vec::new());
+        for step in 0..60 {
+            let session = sessions[rng.below(sessions.len() as u64) as usize];
+            let tree_only = match rng.below(10) {
+                0 => Some(spawn(ROOT, "child-1", &format!("task-{step}"), "a1")),
+                1 => Some(tool(session, &format!("call-{}", rng.below(3)), "Read")),
+                _ => None,
+            };
+            if let Some(update) = tree_only {
+                push_coalesced(&mut expected, by_tree.on_session_update(&update));
+                push_coalesced(&mut pushed, by_chunk.on_session_update(&update));
+                continue;
+            }
+            let chunk = TextChunk {
+                session_id: session.to_owned(),
+                kind: [ChunkKind::AgentMessage, ChunkKind::AgentThought][rng.below(2) as usize],
+                text: ["hi", "", "\u{1b}[31mred", &long, &cut][rng.below(5) as usize].to_owned(),
+            };
+            push_coalesced(&mut expected, by_tree.on_session_update(&chunk.clone().into_params()));
+            by_chunk.on_text_chunk_into(chunk, &mut pushed);
+            assert_eq!(pushed, expected, "seed {seed} step {step}");
+        }
+    }
+}

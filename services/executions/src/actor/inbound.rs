@@ -23,7 +23,8 @@ impl Actor {
         match message {
             Inbound::Request(request) => self.on_agent_request(request).await?,
             Inbound::TextChunk(chunk) => {
-                let payloads = self.normalize_update(UpdateIn::Chunk(chunk));
+                let mut payloads = Vec::new();
+                self.normalize_update_into(UpdateIn::Chunk(chunk), &mut payloads);
                 self.emit_for_turn(payloads).await?;
             }
             Inbound::Notification { method, params } => {
@@ -141,7 +142,8 @@ impl Actor {
         first: UpdateIn,
         inbound: &mut InboundStream,
     ) -> Result<Ending, EngineError> {
-        let mut payloads = coalesce_deltas(self.normalize_update(first));
+        let mut payloads = Vec::new();
+        self.normalize_update_into(first, &mut payloads);
         let mut next = None;
         let mut line_bytes = 0;
         for _ in 1..MAX_UPDATES_PER_APPEND {
@@ -160,7 +162,7 @@ impl Actor {
             };
             line_bytes += weight;
             match Arrived::from(message) {
-                Arrived::Update(update) => push_coalesced(&mut payloads, self.normalize_update(update)),
+                Arrived::Update(update) => self.normalize_update_into(update, &mut payloads),
                 Arrived::Other(other) => {
                     next = Some(other);
                     break;
@@ -186,24 +188,25 @@ impl Actor {
     }
 
     /// The events of one `session/update`, for the running turn or the session, redacted
-    /// [as it comes in](Self::redacted_at_ingress). The normalizer decides whose it is:
-    /// the root session, a child it knows (spawned from its parent in this turn), or
-    /// nobody's (suppressed with a notice). A text chunk needs neither a tree nor the
-    /// field audit: its shape has no member the normalizer does not read.
-    pub(super) fn normalize_update(&mut self, update: UpdateIn) -> Vec<ActivityPayload> {
+    /// [as it comes in](Self::redacted_at_ingress), pushed onto `out` with each delta joined
+    /// to the one before it where they merge ([`push_coalesced`]). The normalizer decides
+    /// whose it is: the root session, a child it knows (spawned from its parent in this
+    /// turn), or nobody's (suppressed with a notice). A text chunk needs neither a tree nor
+    /// the field audit: its shape has no member the normalizer does not read.
+    pub(super) fn normalize_update_into(&mut self, update: UpdateIn, out: &mut Vec<ActivityPayload>) {
         let params = match update {
             UpdateIn::Chunk(chunk) => match self.events.redactor().redact_text_chunk(chunk) {
                 Ok(chunk) => {
                     return match self.turn.as_mut() {
-                        Some(turn) => turn.normalizer.on_text_chunk(chunk),
-                        None => self.session_normalizer.on_text_chunk(chunk),
+                        Some(turn) => turn.normalizer.on_text_chunk_into(chunk, out),
+                        None => self.session_normalizer.on_text_chunk_into(chunk, out),
                     };
                 }
                 Err(redacted) => redacted,
             },
             UpdateIn::Tree(params) => self.redacted_at_ingress(params),
         };
-        self.normalize_redacted_tree(&params)
+        push_coalesced(out, self.normalize_redacted_tree(&params));
     }
 
     /// The events of one `session/update`'s params, already redacted.
