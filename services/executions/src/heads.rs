@@ -20,9 +20,10 @@ pub const STREAM_POLL_WHILE_DEAF: Duration = Duration::from_secs(1);
 /// What one committed run of events may weigh ([`EventRecord`]s, strings included) and
 /// still be left on its execution's head for tails to take from memory: what a head holds
 /// beyond its sequence is at most this, per execution with a writer here (half the
-/// 256 KiB an execution may cost the service, `shared/spec/performance.md` P4). A full run
-/// of ordinary chunks (`MAX_UPDATES_PER_APPEND` of ~100 bytes, coalesced) weighs about
-/// 100 KiB; a heavier run is read back from the store by whoever wants it.
+/// 256 KiB an execution may cost the service, `shared/spec/performance.md` P4). An agent
+/// streaming at a reading pace commits runs of a few chunks; a flood's full run
+/// (`MAX_UPDATES_PER_APPEND` chunks of ~100 bytes, coalesced: about 400 KiB) is heavier
+/// and is read back from the store by whoever wants it.
 pub const MAX_HELD_RUN_BYTES: usize = 128 * 1024;
 
 /// Where an execution's outbox ends, as far as this process knows.

@@ -14,11 +14,11 @@ use super::{ResumingSubscriber, one_turn_scenario, serve};
 /// (adjacent deltas of one append are joined), and every chunk arrives once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_held_back_by_a_stalled_store_are_appended_in_runs_of_at_most_the_bound() {
-    const CHUNKS: usize = 8000;
+    const CHUNKS: usize = 20_000;
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
     let steps = [
-        json!({"flood": {"count": CHUNKS, "text": "x", "interval_us": 250}}),
+        json!({"flood": {"count": CHUNKS, "text": "x", "interval_us": 100}}),
         json!({"stop_reason": "end_turn"}),
     ];
     let service = serve(
@@ -32,9 +32,10 @@ async fn updates_held_back_by_a_stalled_store_are_appended_in_runs_of_at_most_th
     let mut events = ResumingSubscriber::new(client.clone(), &execution.execution_id);
     events.until(|e| e.event_type == "item.delta").await;
 
-    // About 2000 chunks arrive while the store refuses connections (the flood lasts 2 s).
+    // About 8000 chunks arrive while the store refuses connections (the flood lasts 2 s):
+    // more than one append takes.
     database.set_unreachable(true).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
     database.set_unreachable(false).await;
 
     let mut from_the_start = ResumingSubscriber::new(client.clone(), &execution.execution_id);
