@@ -21,6 +21,9 @@
 //! | `PERF_QUESTIONS` | 300 | P3: questions answered; S1: through each of two replicas |
 //! | `PERF_DIST_MB` | 200 | P5: size of the synthetic distribution (best of 3 runs) |
 //!
+//! `PERF_P1_OURS_ONLY=1` runs only P1's own consumer, each round's figure printed as it
+//! ends (to profile the service, or compare two builds, without the anchors' minutes).
+//!
 //! `PERF_DUMP_SAMPLES=FILE` writes the last P1b / P4 measurement's every chunk as
 //! `sent arrived` (nanoseconds since the Unix epoch), one per line: to see where in the run
 //! a tail comes from.
@@ -153,6 +156,10 @@ async fn p1(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
         let full = throughput::measure(Backend::Postgres, large).await;
         let secs = |r: &throughput::ThroughputReport| Duration::from_secs_f64(r.elapsed_secs);
         ours.push(rate_without_startup((1, secs(&tiny)), (large, secs(&full))));
+        if std::env::var("PERF_OURS_ONLY").is_ok() {
+            eprintln!("ours {:.1}k/s", ours.last().unwrap() / 1e3);
+            continue;
+        }
         let (tiny, _) = throughput::rust_drive(1);
         let (full, bytes) = throughput::rust_drive(large);
         line_bytes = bytes;
