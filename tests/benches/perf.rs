@@ -156,8 +156,8 @@ async fn p1(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
         let full = throughput::measure(Backend::Postgres, large).await;
         let secs = |r: &throughput::ThroughputReport| Duration::from_secs_f64(r.elapsed_secs);
         ours.push(rate_without_startup((1, secs(&tiny)), (large, secs(&full))));
-        if std::env::var("PERF_OURS_ONLY").is_ok() {
-            eprintln!("ours {:.1}k/s", ours.last().unwrap() / 1e3);
+        if std::env::var_os("PERF_P1_OURS_ONLY").is_some() {
+            eprintln!("P1 round {round}: ours {}", per_sec(ours[ours.len() - 1]));
             continue;
         }
         let (tiny, _) = throughput::rust_drive(1);
