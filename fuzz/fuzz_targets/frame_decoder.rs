@@ -125,7 +125,7 @@ fuzz_target!(|data: &[u8]| {
     );
     let mut frames = Vec::new();
     loop {
-        let frame = ready(reader.next_frame()).expect("an in-memory read never fails");
+        let frame = ready(reader.next_frame()).expect("an in-memory read never fails").to_owned();
         assert!(frames.len() <= stream.len() + 1, "more frames than bytes");
         let done = matches!(frame, ReadFrame::Eof { .. });
         frames.push(frame);

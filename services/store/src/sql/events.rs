@@ -190,7 +190,7 @@ impl SqlStore {
     /// alone (one writer at a time: nothing to group). While a slot is free the append
     /// commits its group itself, at once (alone, when nothing else waits); otherwise it
     /// waits for the group that a slot's release starts.
-    pub(super) async fn append_in_group(&self, events: Arc<[EventRecord]>) -> Option<Grouped> {
+    async fn append_in_group(&self, events: Arc<[EventRecord]>) -> Option<Grouped> {
         let outcome = self.shared.appends.as_ref()?.wait(events);
         if let Some(group) = self.next_group() {
             group.commit().await;
