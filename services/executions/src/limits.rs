@@ -43,6 +43,13 @@ const _: () = assert!(MAX_UPDATES_PER_APPEND == cursor_runner_acp::INBOUND_QUEUE
 /// alone a run could have held a thousand of them.
 pub const MAX_LINE_BYTES_PER_APPEND: usize = 4 * 1024 * 1024;
 
+/// Whether a run of `updates` updates, behind which `line_bytes` bytes of the agent's stdout
+/// were taken (the first update's own are not counted), takes one more message: below both
+/// [`MAX_UPDATES_PER_APPEND`] and [`MAX_LINE_BYTES_PER_APPEND`].
+pub(crate) fn run_takes_more(updates: usize, line_bytes: usize) -> bool {
+    updates < MAX_UPDATES_PER_APPEND && line_bytes < MAX_LINE_BYTES_PER_APPEND
+}
+
 /// A tenant's limits as an operator writes them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,5 +140,19 @@ mod tests {
         ] {
             assert!(TenantLimits::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_run_takes_messages_until_it_holds_the_most_updates_and_not_one_more() {
+        assert!(run_takes_more(1, 0));
+        assert!(run_takes_more(MAX_UPDATES_PER_APPEND - 1, 0));
+        assert!(!run_takes_more(MAX_UPDATES_PER_APPEND, 0));
+    }
+
+    #[test]
+    fn a_run_takes_messages_until_the_bytes_behind_its_first_reach_the_bound() {
+        assert!(run_takes_more(2, MAX_LINE_BYTES_PER_APPEND - 1));
+        assert!(!run_takes_more(2, MAX_LINE_BYTES_PER_APPEND));
+        assert!(!run_takes_more(2, MAX_LINE_BYTES_PER_APPEND + 1));
     }
 }

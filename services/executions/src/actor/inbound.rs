@@ -8,7 +8,7 @@ use cursor_runner_supervisor::workspace_paths::workspace_file;
 use serde_json::Value;
 
 use crate::events::EventWriter;
-use crate::limits::{MAX_LINE_BYTES_PER_APPEND, MAX_UPDATES_PER_APPEND};
+use crate::limits::run_takes_more;
 
 use cursor_runner_domain::error::{EngineError, Reason};
 use cursor_runner_domain::settlement::Loss;
@@ -145,11 +145,8 @@ impl Actor {
         let mut payloads = Vec::new();
         self.normalize_update_into(first, &mut payloads);
         let mut next = None;
-        let mut line_bytes = 0;
-        for _ in 1..MAX_UPDATES_PER_APPEND {
-            if line_bytes >= MAX_LINE_BYTES_PER_APPEND {
-                break;
-            }
+        let (mut updates, mut line_bytes) = (1, 0);
+        while run_takes_more(updates, line_bytes) {
             let (message, weight) = match inbound.try_recv_weighed() {
                 Ok(weighed) => weighed,
                 Err(TryRecvError::Empty) if self.events.is_committing() => {
@@ -162,7 +159,10 @@ impl Actor {
             };
             line_bytes += weight;
             match Arrived::from(message) {
-                Arrived::Update(update) => self.normalize_update_into(update, &mut payloads),
+                Arrived::Update(update) => {
+                    updates += 1;
+                    self.normalize_update_into(update, &mut payloads);
+                }
                 Arrived::Other(other) => {
                     next = Some(other);
                     break;
