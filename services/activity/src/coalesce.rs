@@ -67,20 +67,42 @@ pub(crate) struct NextDelta<'a> {
 
 impl NextDelta<'_> {
     fn joins(&self, last: &ItemDelta) -> bool {
-        last.item_id == self.item_id
-            && last.kind == self.kind
-            && last.channel == self.channel
-            && last.child_id.as_deref() == self.child_id
-            && mergeable_texts(last, self.truncated, self.text.len())
+        Identity::of(last) == Identity::of_next(self) && mergeable_texts(last, self.truncated, self.text.len())
+    }
+}
+
+/// Whose a delta is: its item, kind, channel and child, borrowed.
+#[derive(PartialEq)]
+struct Identity<'a> {
+    item_id: &'a str,
+    kind: ItemKind,
+    channel: Channel,
+    child_id: Option<&'a str>,
+}
+
+impl<'a> Identity<'a> {
+    fn of(delta: &'a ItemDelta) -> Self {
+        Self {
+            item_id: &delta.item_id,
+            kind: delta.kind,
+            channel: delta.channel,
+            child_id: delta.child_id.as_deref(),
+        }
+    }
+
+    fn of_next(next: &NextDelta<'a>) -> Self {
+        Self {
+            item_id: next.item_id,
+            kind: next.kind,
+            channel: next.channel,
+            child_id: next.child_id,
+        }
     }
 }
 
 /// Whether `next` goes on where `last` left off: the same item, kind, channel and child.
 pub(crate) fn continues(last: &ItemDelta, next: &ItemDelta) -> bool {
-    last.item_id == next.item_id
-        && last.kind == next.kind
-        && last.channel == next.channel
-        && last.child_id == next.child_id
+    Identity::of(last) == Identity::of(next)
 }
 
 fn mergeable(last: &ItemDelta, next: &ItemDelta) -> bool {
