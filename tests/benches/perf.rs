@@ -27,6 +27,9 @@
 //! `PERF_DUMP_SAMPLES=FILE` writes the last P1b / P4 measurement's every chunk as
 //! `sent arrived` (nanoseconds since the Unix epoch), one per line: to see where in the run
 //! a tail comes from.
+//! `PERF_DUMP_METRICS=FILE` writes the service's metrics scrape at the end of each P1b / P4
+//! measurement to `FILE.N` (N its executions): the store's per-operation latency
+//! histograms, to tell the store's share of a tail from the rest.
 
 use std::time::Duration;
 
@@ -267,7 +270,24 @@ async fn p1b_p4(sizes: &Sizes, with_p4: bool, rows: &mut Vec<Row>) -> Value {
         Some(many.with_the_turns_ending.p99_ms / single.latency.p99_ms),
         Goal::None,
     ));
+    rows.push(Row::new(
+        format!("the machine's PID 1 (not the service), CPU while P4's {n} executions streamed"),
+        init_cpu(&many),
+        format!("while P1b streamed: {}", init_cpu(&single)),
+        None,
+        Goal::None,
+    ));
     json!({"p1b": single, "p4": many})
+}
+
+/// What the machine's own PID 1 took while a steady measure streamed: on the sandboxes the
+/// benches run on, a burst about once a second that grows with the process count
+/// (`cpu_steal::InitCpu`), part of P4's tail that is not the service's.
+fn init_cpu(report: &stream_latency::LatencyReport) -> String {
+    match report.machine_init_cpu_ms_per_sec {
+        Some(ms) => format!("{ms:.1} ms/s, {} processes", report.machine_processes),
+        None => "unknown".to_owned(),
+    }
 }
 
 /// P2: warm against cold leases with the fake agent's default start-up.

@@ -1,7 +1,8 @@
 //! How much CPU time the hypervisor took from this machine while a measure ran: on a
 //! shared VM a busy run can lose a third of its CPU to steal, which shows as latency
 //! tails that belong to the host, not to the service. The benches print it beside their
-//! figures so a reader can tell the two apart.
+//! figures so a reader can tell the two apart. Likewise the CPU the machine's own PID 1
+//! took ([`InitCpu`]).
 
 /// The machine's CPU time counters (`/proc/stat`'s `cpu` line), in clock ticks.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -40,6 +41,50 @@ impl CpuTimes {
     }
 }
 
+/// Clock ticks per second of `/proc`'s CPU times (`USER_HZ`, fixed by the kernel's ABI).
+pub const USER_HZ: u64 = 100;
+
+/// The CPU time the machine's PID 1 had used, and how many processes the machine ran, at
+/// one moment. On the sandboxes these benches run on, PID 1 is the sandbox's own agent,
+/// which walks every process about once a second, its burst growing with the process
+/// count: 11–18 ms of one core at a time while P4's 100 agents and their inits run (seen
+/// with `perf record -e sched:sched_switch`: the chunks in flight queue behind it).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InitCpu {
+    /// `utime + stime` of `/proc/1/stat`, in [`USER_HZ`] ticks.
+    pub ticks: u64,
+    pub processes: usize,
+}
+
+impl InitCpu {
+    /// Now; `None` where `/proc/1/stat` cannot be read.
+    pub fn now() -> Option<Self> {
+        let ticks = Self::parse_ticks(&std::fs::read_to_string("/proc/1/stat").ok()?)?;
+        let processes = std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+            .count();
+        Some(Self { ticks, processes })
+    }
+
+    /// `utime + stime` of a `/proc/PID/stat` line: the 14th and 15th fields, counted after
+    /// the command name's closing parenthesis (the name itself may hold spaces).
+    pub fn parse_ticks(stat: &str) -> Option<u64> {
+        let after_name = &stat[stat.rfind(')')? + 1..];
+        let mut fields = after_name.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        Some(utime + stime)
+    }
+
+    /// Milliseconds of CPU PID 1 used per second since `earlier`, `seconds` ago.
+    pub fn ms_per_sec_since(&self, earlier: &InitCpu, seconds: f64) -> Option<f64> {
+        let ticks = self.ticks.checked_sub(earlier.ticks)?;
+        (seconds > 0.0).then(|| ticks as f64 * 1000.0 / USER_HZ as f64 / seconds)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +103,29 @@ mod tests {
         assert_eq!(stat.steal_percent_since(&stat), None);
         assert_eq!(CpuTimes::parse("intr 1 2"), None);
         assert_eq!(CpuTimes::default().steal_percent_since(&CpuTimes::default()), None);
+    }
+
+    #[test]
+    fn init_cpu_is_utime_plus_stime_counted_after_the_command_name() {
+        let stat = "1 (process api (x)) S 0 1 1 0 -1 4194560 100 0 0 0 700 250 0 0 20 0 40 0 1 0 0";
+        assert_eq!(InitCpu::parse_ticks(stat), Some(950));
+        assert_eq!(InitCpu::parse_ticks("1 (init) S 0 1"), None);
+    }
+
+    #[test]
+    fn init_cpu_per_second_needs_time_passed_and_counters_that_grew() {
+        let (before, after) = (
+            InitCpu {
+                ticks: 10,
+                processes: 3,
+            },
+            InitCpu {
+                ticks: 25,
+                processes: 3,
+            },
+        );
+        assert_eq!(after.ms_per_sec_since(&before, 10.0), Some(15.0));
+        assert_eq!(after.ms_per_sec_since(&before, 0.0), None);
+        assert_eq!(before.ms_per_sec_since(&after, 10.0), None);
     }
 }
