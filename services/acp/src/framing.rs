@@ -57,6 +57,9 @@ pub struct FrameReader<R> {
     current: Vec<u8>,
     /// `current` was handed out as the last frame: it is emptied before the next.
     current_handed_out: bool,
+    /// Where [`Self::has_buffered_frame`] found the end of the next line in `buf`, so that
+    /// taking the line does not search for it again.
+    next_newline: Option<usize>,
     skipping: Option<usize>,
     eof: bool,
 }
@@ -74,6 +77,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             start: 0,
             current: Vec::new(),
             current_handed_out: false,
+            next_newline: None,
             skipping: None,
             eof: false,
         }
@@ -113,15 +117,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Whether a whole frame is already buffered: [`Self::next_frame`] would return it
     /// without reading.
-    pub fn has_buffered_frame(&self) -> bool {
-        let rest = &self.buf[self.start..];
-        !rest.is_empty() && memchr::memchr(b'\n', rest).is_some()
+    pub fn has_buffered_frame(&mut self) -> bool {
+        if self.next_newline.is_none() {
+            self.next_newline = memchr::memchr(b'\n', &self.buf[self.start..]).map(|pos| self.start + pos);
+        }
+        self.next_newline.is_some()
     }
 
     fn take_buffered(&mut self) -> Option<Taken> {
         while self.start < self.buf.len() {
             let rest = &self.buf[self.start..];
-            match memchr::memchr(b'\n', rest) {
+            let newline = match self.next_newline.take() {
+                Some(at) => Some(at - self.start),
+                None => memchr::memchr(b'\n', rest),
+            };
+            match newline {
                 Some(pos) => {
                     let line = self.start..self.start + pos;
                     self.start += pos + 1;

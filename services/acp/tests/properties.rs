@@ -70,16 +70,28 @@ impl AsyncRead for ChunkedReader {
 /// Every frame up to and including `Eof`; fails if the reader does not reach `Eof`
 /// within a generous number of frames (a reader that loops would otherwise hang).
 async fn read_all(reader: ChunkedReader, max: usize) -> Vec<ReadFrame> {
+    read_all_peeking(reader, max, false).await
+}
+
+/// [`read_all`], asking before each frame whether one is buffered when `peek` (as the
+/// connection's reader does before it waits for more bytes): one said to be buffered is
+/// never the end of the stream.
+async fn read_all_peeking(reader: ChunkedReader, max: usize, peek: bool) -> Vec<ReadFrame> {
     let limit = reader.data.len() + 2;
     let mut frames = FrameReader::with_limit(reader, max);
     let mut out = Vec::new();
     for _ in 0..=limit {
+        let buffered = peek && frames.has_buffered_frame();
         let frame = frames
             .next_frame()
             .await
             .expect("an in-memory reader never fails")
             .to_owned();
         let done = matches!(frame, ReadFrame::Eof { .. });
+        assert!(
+            !(buffered && done),
+            "a frame was said to be buffered, then the stream ended"
+        );
         out.push(frame);
         if done {
             // Eof is sticky and carries nothing more.
@@ -152,13 +164,16 @@ async fn arbitrary_bytes_at_arbitrary_chunk_boundaries_frame_exactly_as_the_mode
         let expected = model(&input, max);
         for _ in 0..3 {
             let (chunks, pending) = random_chunking(&mut rng, len);
-            let got = read_all(ChunkedReader::new(input.clone(), chunks.clone(), pending), max).await;
-            assert_eq!(
-                got,
-                expected,
-                "seed {seed}, max {max}, chunks {chunks:?}, input {:?}",
-                String::from_utf8_lossy(&input)
-            );
+            for peek in [false, true] {
+                let reader = ChunkedReader::new(input.clone(), chunks.clone(), pending.clone());
+                let got = read_all_peeking(reader, max, peek).await;
+                assert_eq!(
+                    got,
+                    expected,
+                    "seed {seed}, max {max}, chunks {chunks:?}, peek {peek}, input {:?}",
+                    String::from_utf8_lossy(&input)
+                );
+            }
         }
     }
 }
