@@ -29,6 +29,28 @@ pub const MAX_GROUP_EVENTS: usize = 4096;
 /// connections.
 pub const GROUPS_IN_FLIGHT: usize = 4;
 
+/// Arrays `events::bind_event_columns!` binds.
+pub(super) const EVENT_ARRAYS: usize = 11;
+
+/// `INSERT INTO events … SELECT a.* FROM UNNEST(…) AS a (…)` over the arrays
+/// `events::bind_event_columns!` binds as parameters `$first` onwards; a condition on `a` may
+/// follow.
+pub(super) fn insert_events_from_arrays(first: usize) -> String {
+    const COLUMNS: &str = "execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload";
+    const TYPES: [&str; EVENT_ARRAYS] = [
+        "text", "int8", "text", "int8", "text", "text", "text", "int8", "int8", "int8", "text",
+    ];
+    let arrays: Vec<String> = TYPES
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+        .collect();
+    format!(
+        "INSERT INTO events ({COLUMNS}) SELECT a.* FROM UNNEST({}) AS a ({COLUMNS})",
+        arrays.join(", ")
+    )
+}
+
 /// How a member's append ended in its group.
 #[derive(Debug)]
 pub(super) enum Grouped {
@@ -62,13 +84,11 @@ impl AppendGroups {
         let owned = dialect.owned_rows("SELECT * FROM UNNEST($13::text[], $14::int8[])", "$1");
         Self {
             statement: format!(
-                "WITH owned AS ({owned}), inserted AS (\
-                 INSERT INTO events (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) \
-                 SELECT a.* FROM UNNEST($2::text[], $3::int8[], $4::text[], $5::int8[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::text[]) \
-                 AS a (execution_id, sequence, event_id, generation, turn_id, item_id, event_type, priority, schema_version, emitted_at_ms, payload) \
+                "WITH owned AS ({owned}), inserted AS ({insert} \
                  JOIN owned ON owned.id = a.execution_id AND owned.generation = a.generation \
                  RETURNING execution_id) \
-                 SELECT execution_id, COUNT(*) FROM inserted GROUP BY execution_id"
+                 SELECT execution_id, COUNT(*) FROM inserted GROUP BY execution_id",
+                insert = insert_events_from_arrays(2)
             ),
             waiting: Mutex::default(),
             slots: Arc::new(Semaphore::new(GROUPS_IN_FLIGHT)),

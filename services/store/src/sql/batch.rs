@@ -1,17 +1,44 @@
-//! [`Batch`]es: one transaction of compare-and-set writes and the fenced event append.
+//! [`Batch`]es: one transaction of compare-and-set writes and the fenced event append, or
+//! one statement for an answer's batches on PostgreSQL (`sql::one_statement`).
 
-use super::connection::{SqlStore, on_pool};
-use super::events::append_events_on;
+use super::connection::{Pool, SqlStore, on_pool};
+use super::events::{append_events_on, bind_event_columns};
 use super::executions::update_execution_on;
-use super::idempotency::{claim_idempotency_on, complete_idempotency_on};
-use super::interactions::{insert_interaction_on, transition_interaction_on};
+use super::idempotency::{
+    bind_claim_idempotency, bind_complete_idempotency, claim_idempotency_on, complete_idempotency_on,
+};
+use super::interactions::{bind_transition_interaction, insert_interaction_on, transition_interaction_on};
+use super::one_statement::{Shape, refused_write};
 use super::turns::{insert_turn_on, settle_turn_on};
 use crate::batch::{Batch, Write};
 use crate::contract::*;
 
+/// How a batch committed as one statement ended.
+enum OneCommit {
+    Landed,
+    /// The write at this index (in the batch's order) changed no row: nothing landed.
+    Refused(usize),
+}
+
 impl SqlStore {
     pub(super) async fn commit(&self, batch: &Batch) -> StoreResult<bool> {
         let fence = one_execution_and_generation(&batch.events)?;
+        // An attempt that failed in transit may have committed: the transaction below then
+        // looks for the batch as after its own such attempt.
+        let mut tried_in_one_statement = false;
+        if let Some(outcome) = self.commit_in_one_statement(batch).await {
+            match outcome {
+                Ok(OneCommit::Landed) => return Ok(true),
+                Ok(OneCommit::Refused(index)) => {
+                    return match batch.writes[index] {
+                        Write::ClaimIdempotency { .. } => Err(StoreError::KeyTaken),
+                        _ => Ok(false),
+                    };
+                }
+                Err(e) if e.is_transient() => tried_in_one_statement = true,
+                Err(e) => return Err(e),
+            }
+        }
         let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
         let claimant = self.shared.identity.me();
         let (outcome, retried) = on_pool!(@owner_write self, |pool| {
@@ -57,6 +84,7 @@ impl SqlStore {
             }
             landed
         });
+        let retried = retried || tried_in_one_statement;
         match outcome {
             // The attempt that failed may have committed: then this one found its rows
             // moved on by itself.
@@ -68,6 +96,45 @@ impl SqlStore {
             },
             other => other,
         }
+    }
+
+    /// `batch` as one statement (`sql::one_statement`) when it has one of the shapes and
+    /// the store is PostgreSQL; `None` when it goes through a transaction.
+    async fn commit_in_one_statement(&self, batch: &Batch) -> Option<StoreResult<OneCommit>> {
+        let (Pool::Postgres(pool), Some(statements)) = (&self.shared.pool, &self.shared.one_statement) else {
+            return None;
+        };
+        let shape = Shape::of(batch)?;
+        let (Write::Interaction { expected_state, record }, Ok(Some((execution_id, generation)))) =
+            (&batch.writes[0], one_execution_and_generation(&batch.events))
+        else {
+            return None;
+        };
+        let started = std::time::Instant::now();
+        let outcome = async {
+            self.shared.fence.owner_write_allowed()?;
+            let (me, claimant) = (self.shared.identity.fence_owner(), self.shared.identity.me());
+            let query = sqlx::query(sqlx::AssertSqlSafe(statements.of(&shape)));
+            let query = bind_transition_interaction!(query, expected_state, record, me);
+            let query = match &shape {
+                Shape::Claim { key, digest } => bind_claim_idempotency!(query, key, *digest, claimant),
+                Shape::Complete { key, response } => bind_complete_idempotency!(query, key, response, claimant),
+            };
+            let rows = || batch.events.iter();
+            let query = bind_event_columns!(query, rows)
+                .bind(execution_id)
+                .bind(generation.get());
+            match query.execute(pool).await {
+                Ok(_) => Ok(OneCommit::Landed),
+                Err(e) => match refused_write(&e) {
+                    Some(index) => Ok(OneCommit::Refused(index)),
+                    None => Err(StoreError::from(e)),
+                },
+            }
+        }
+        .await;
+        self.observe("commit", started.elapsed(), outcome.is_ok());
+        Some(outcome)
     }
 
     /// Whether `batch` is in the store already: its first event, or else its first write.

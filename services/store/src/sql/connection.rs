@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::append_group::AppendGroups;
 use super::fence::{Dialect, Statements};
 use super::identity::Identity;
+use super::one_statement::OneStatements;
 use crate::contract::*;
 use crate::notify::UnannouncedHeads;
 use crate::replica::OwnerFence;
@@ -110,6 +111,8 @@ pub(super) struct Shared {
     /// Where event appends wait to be committed in groups (PostgreSQL only;
     /// `sql::append_group`).
     pub(super) appends: Option<Arc<AppendGroups>>,
+    /// The batches committed as one statement (PostgreSQL only; `sql::one_statement`).
+    pub(super) one_statement: Option<OneStatements>,
 }
 
 impl Drop for Shared {
@@ -168,15 +171,18 @@ impl SqlStore {
         let postgres = matches!(pool, Pool::Postgres(_));
         let unannounced = postgres.then(Arc::<UnannouncedHeads>::default);
         let appends = postgres.then(|| Arc::new(AppendGroups::new(dialect)));
+        let statements = Statements::new(dialect);
+        let one_statement = postgres.then(|| OneStatements::new(&statements, dialect));
         let store = Self {
             shared: Arc::new(Shared {
                 pool,
                 observer: std::sync::OnceLock::new(),
                 identity,
-                statements: Statements::new(dialect),
+                statements,
                 fence: OwnerFence::default(),
                 unannounced,
                 appends,
+                one_statement,
             }),
             patience: Patience::None,
         };

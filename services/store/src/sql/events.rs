@@ -40,6 +40,29 @@ macro_rules! append_events_on {
 }
 pub(super) use append_events_on;
 
+/// The columns of the events `$rows()` yields bound onto `$query`, one array each, in the
+/// order of `INSERT INTO events (execution_id, sequence, event_id, generation, turn_id,
+/// item_id, event_type, priority, schema_version, emitted_at_ms, payload)`: the rows of an
+/// `UNNEST` (PostgreSQL).
+macro_rules! bind_event_columns {
+    ($query:expr, $rows:expr) => {{
+        let rows = $rows;
+        $query
+            .bind(rows().map(|e| e.execution_id.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.sequence).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.event_id.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.generation.get()).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.turn_id.as_deref()).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.item_id.as_deref()).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.priority).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.schema_version).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.emitted_at_ms).collect::<Vec<_>>())
+            .bind(rows().map(|e| e.payload.as_str()).collect::<Vec<_>>())
+    }};
+}
+pub(super) use bind_event_columns;
+
 impl SqlStore {
     /// With other executions' appends in one group statement where there is one
     /// (`sql::append_group`), else (or after the group failed) alone.
@@ -272,19 +295,8 @@ impl SqlStore {
             return Ok(HashMap::from([(execution_id.to_owned(), rows as i64)]));
         }
         let rows = || group.iter().flat_map(|member| member.events.iter());
-        let landed: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(groups.statement()))
-            .bind(self.shared.identity.fence_owner())
-            .bind(rows().map(|e| e.execution_id.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.sequence).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.event_id.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.generation.get()).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.turn_id.as_deref()).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.item_id.as_deref()).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.priority).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.schema_version).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.emitted_at_ms).collect::<Vec<_>>())
-            .bind(rows().map(|e| e.payload.as_str()).collect::<Vec<_>>())
+        let query = sqlx::query_as(sqlx::AssertSqlSafe(groups.statement())).bind(self.shared.identity.fence_owner());
+        let landed: Vec<(String, i64)> = bind_event_columns!(query, rows)
             .bind(
                 group
                     .iter()

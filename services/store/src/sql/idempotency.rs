@@ -5,18 +5,28 @@ use super::connection::{SqlStore, on_pool};
 use crate::contract::*;
 use crate::records::*;
 
-/// The claim of a free key for `$me`, run on `$executor` (a pool or an open transaction);
-/// evaluates to the rows affected (0: the key, or the tenant's request id, is taken).
-macro_rules! claim_idempotency_on {
-    ($executor:expr, $sql:expr, $key:expr, $digest:expr, $me:expr) => {{
+/// A claim's parameters (`Statements::claim_idempotency`), bound onto `$query` in their
+/// order: `$key` with the request's `$digest`, for `$me`.
+macro_rules! bind_claim_idempotency {
+    ($query:expr, $key:expr, $digest:expr, $me:expr) => {{
         let key: &$crate::records::IdempotencyKey = $key;
-        sqlx::query(sqlx::AssertSqlSafe($sql.claim_idempotency.as_str()))
+        $query
             .bind(&key.tenant_id)
             .bind(&key.operation)
             .bind(&key.request_id)
             .bind($digest)
             .bind($crate::records::now_ms())
             .bind($me)
+    }};
+}
+pub(super) use bind_claim_idempotency;
+
+/// The claim of a free key for `$me`, run on `$executor` (a pool or an open transaction);
+/// evaluates to the rows affected (0: the key, or the tenant's request id, is taken).
+macro_rules! claim_idempotency_on {
+    ($executor:expr, $sql:expr, $key:expr, $digest:expr, $me:expr) => {{
+        let query = sqlx::query(sqlx::AssertSqlSafe($sql.claim_idempotency.as_str()));
+        $crate::sql::idempotency::bind_claim_idempotency!(query, $key, $digest, $me)
             .execute($executor)
             .await?
             .rows_affected()
@@ -24,18 +34,28 @@ macro_rules! claim_idempotency_on {
 }
 pub(super) use claim_idempotency_on;
 
-/// The completion of `$me`'s own claim while its lease is live, run on `$executor`;
-/// evaluates to the rows affected (0: not `$me`'s to complete).
-macro_rules! complete_idempotency_on {
-    ($executor:expr, $sql:expr, $key:expr, $response:expr, $me:expr) => {{
+/// A completion's parameters (`Statements::complete_idempotency`), bound onto `$query` in
+/// their order: `$key` completed with `$response` by `$me`.
+macro_rules! bind_complete_idempotency {
+    ($query:expr, $key:expr, $response:expr, $me:expr) => {{
         let key: &$crate::records::IdempotencyKey = $key;
         let response: &serde_json::Value = $response;
-        sqlx::query(sqlx::AssertSqlSafe($sql.complete_idempotency.as_str()))
+        $query
             .bind(&key.tenant_id)
             .bind(&key.operation)
             .bind(&key.request_id)
             .bind(response.to_string())
             .bind($me)
+    }};
+}
+pub(super) use bind_complete_idempotency;
+
+/// The completion of `$me`'s own claim while its lease is live, run on `$executor`;
+/// evaluates to the rows affected (0: not `$me`'s to complete).
+macro_rules! complete_idempotency_on {
+    ($executor:expr, $sql:expr, $key:expr, $response:expr, $me:expr) => {{
+        let query = sqlx::query(sqlx::AssertSqlSafe($sql.complete_idempotency.as_str()));
+        $crate::sql::idempotency::bind_complete_idempotency!(query, $key, $response, $me)
             .execute($executor)
             .await?
             .rows_affected()

@@ -6,13 +6,12 @@ use crate::contract::*;
 use crate::records::*;
 use cursor_runner_domain::state::InteractionState;
 
-/// The interaction compare-and-set (on its state and generation, behind the owner fence)
-/// run on `$executor`, a pool or an open transaction, as `$me`; evaluates to the rows
-/// affected.
-macro_rules! transition_interaction_on {
-    ($executor:expr, $sql:expr, $expected_state:expr, $i:expr, $me:expr) => {{
+/// The interaction compare-and-set's parameters (`Statements::transition_interaction`),
+/// bound onto `$query` in their order: the transition of `$i` from `$expected_state`, as `$me`.
+macro_rules! bind_transition_interaction {
+    ($query:expr, $expected_state:expr, $i:expr, $me:expr) => {{
         let i: &$crate::records::InteractionRecord = $i;
-        sqlx::query(sqlx::AssertSqlSafe($sql.transition_interaction.as_str()))
+        $query
             .bind(i.state.as_str())
             .bind(i.outcome.as_ref().map($crate::sql::rows::json_text))
             .bind(&i.answer_request_id)
@@ -25,6 +24,17 @@ macro_rules! transition_interaction_on {
             .bind(i.generation.get())
             .bind($expected_state.as_str())
             .bind($me)
+    }};
+}
+pub(super) use bind_transition_interaction;
+
+/// The interaction compare-and-set (on its state and generation, behind the owner fence)
+/// run on `$executor`, a pool or an open transaction, as `$me`; evaluates to the rows
+/// affected.
+macro_rules! transition_interaction_on {
+    ($executor:expr, $sql:expr, $expected_state:expr, $i:expr, $me:expr) => {{
+        let query = sqlx::query(sqlx::AssertSqlSafe($sql.transition_interaction.as_str()));
+        $crate::sql::interactions::bind_transition_interaction!(query, $expected_state, $i, $me)
             .execute($executor)
             .await?
             .rows_affected()

@@ -14,6 +14,7 @@ mod fence;
 mod idempotency;
 mod identity;
 mod interactions;
+mod one_statement;
 mod replica;
 mod rows;
 mod sessions;

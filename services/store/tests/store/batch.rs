@@ -16,6 +16,9 @@ on_every_backend!(
     a_batch_insert_of_a_superseded_generation_writes_nothing,
     a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later,
     a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken,
+    an_answer_and_its_delivery_each_land_their_transition_key_and_events_together,
+    an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the_key_free,
+    a_delivery_completing_a_key_it_never_claimed_writes_nothing,
 );
 
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
@@ -301,4 +304,120 @@ async fn a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken(s
         ["ready", "running", "pending"]
     );
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event either");
+}
+
+/// `i` moved on from `from` to `to` at `at`.
+fn moved(i: &InteractionRecord, from: InteractionState, to: InteractionState, at: i64) -> Write {
+    Write::Interaction {
+        expected_state: from,
+        record: InteractionRecord {
+            state: to,
+            updated_at_ms: at,
+            ..i.clone()
+        },
+    }
+}
+
+// An answer's two batches (`answered` + claim, `delivered` + completion) are one statement
+// each on PostgreSQL (`sql::one_statement`) and a transaction on SQLite: the same outcomes.
+async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_together(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let key = call_key("AnswerInteraction", "r-1");
+    let answered = Batch {
+        writes: vec![
+            answered(&i),
+            Write::ClaimIdempotency {
+                key: key.clone(),
+                digest: "d".into(),
+            },
+        ],
+        events: events(&e.id, e.generation, 1..=1),
+    };
+    assert!(store.commit(&answered).await.unwrap());
+    assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 1);
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::InFlight
+    );
+    let answered_row = InteractionRecord {
+        state: InteractionState::Answered,
+        updated_at_ms: T0 + 1,
+        ..i.clone()
+    };
+    let delivered = Batch {
+        writes: vec![
+            moved(
+                &answered_row,
+                InteractionState::Answered,
+                InteractionState::Delivered,
+                T0 + 2,
+            ),
+            Write::CompleteIdempotency {
+                key: key.clone(),
+                response: serde_json::json!({"interactionId": i.id}),
+            },
+        ],
+        events: events(&e.id, e.generation, 2..=3),
+    };
+    assert!(store.commit(&delivered).await.unwrap());
+    assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "delivered");
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 3);
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::Completed(serde_json::json!({"interactionId": i.id}))
+    );
+}
+
+async fn an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let expired = moved(&i, InteractionState::Pending, InteractionState::Expired, T0 + 1);
+    assert!(
+        store
+            .commit(&Batch {
+                writes: vec![expired],
+                events: vec![]
+            })
+            .await
+            .unwrap()
+    );
+    let key = call_key("AnswerInteraction", "r-1");
+    let batch = Batch {
+        writes: vec![
+            answered(&i),
+            Write::ClaimIdempotency {
+                key: key.clone(),
+                digest: "d".into(),
+            },
+        ],
+        events: events(&e.id, e.generation, 1..=1),
+    };
+    assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
+    assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "expired");
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::Claimed,
+        "the key was free: this claim is the first"
+    );
+}
+
+async fn a_delivery_completing_a_key_it_never_claimed_writes_nothing(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let batch = Batch {
+        writes: vec![
+            answered(&i),
+            Write::CompleteIdempotency {
+                key: call_key("AnswerInteraction", "never-claimed"),
+                response: serde_json::json!({}),
+            },
+        ],
+        events: events(&e.id, e.generation, 1..=1),
+    };
+    assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
 }

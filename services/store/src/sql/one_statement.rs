@@ -1,0 +1,158 @@
+//! A batch that moves an interaction and claims or completes a call's key, beside its
+//! events — an answer's `answered` and `delivered` commits — as one statement on
+//! PostgreSQL: one round trip and its commit, where a transaction takes `BEGIN`, one per
+//! write and `COMMIT` (five). Each write is a data-modifying CTE with the very text of its
+//! own statement (`Statements`), renumbered; the events go in as arrays behind the owner
+//! fence. The CTEs all run, so when one changed no row the statement calls
+//! `cr_refuse_batch` (migration `0014`), which aborts it — nothing lands — naming the
+//! first such write in the batch's order, as the transaction would have stopped there.
+//! (No transaction is open at any moment here, so the `holding_a_batch_open` crash window
+//! is a transaction's only.)
+
+use super::append_group::{EVENT_ARRAYS, insert_events_from_arrays};
+use super::fence::{Dialect, Statements};
+use crate::batch::{Batch, Write};
+use crate::records::IdempotencyKey;
+
+/// The SQLSTATE `cr_refuse_batch` raises.
+const BATCH_REFUSED: &str = "CRB01";
+
+/// Parameters of `Statements::transition_interaction`, of `claim_idempotency` and of
+/// `complete_idempotency`.
+const TRANSITION_PARAMETERS: usize = 12;
+const CLAIM_PARAMETERS: usize = 6;
+const COMPLETE_PARAMETERS: usize = 5;
+/// `$12` of the transition: the fence's owner, which the events' fence takes too.
+const FENCE_OWNER: usize = 12;
+
+/// The two shapes' statements.
+pub(super) struct OneStatements {
+    answered: String,
+    delivered: String,
+}
+
+/// What a batch of one of the shapes writes beside its interaction's transition, borrowed.
+pub(super) enum Shape<'b> {
+    /// The claim of the call's key.
+    Claim { key: &'b IdempotencyKey, digest: &'b str },
+    /// The completion of the call's key.
+    Complete {
+        key: &'b IdempotencyKey,
+        response: &'b serde_json::Value,
+    },
+}
+
+impl OneStatements {
+    pub(super) fn new(statements: &Statements, dialect: Dialect) -> Self {
+        let compose = |key_write: &str, key_parameters: usize| {
+            let first_array = TRANSITION_PARAMETERS + key_parameters + 1;
+            let execution = format!("${}", first_array + EVENT_ARRAYS);
+            let generation = format!("${}", first_array + EVENT_ARRAYS + 1);
+            format!(
+                "WITH w0 AS ({transition} RETURNING 1), w1 AS ({key} RETURNING 1), \
+                 ev AS ({insert} WHERE {owned} RETURNING 1) \
+                 SELECT CASE WHEN (SELECT COUNT(*) FROM w0) <> 1 THEN cr_refuse_batch(0) \
+                 WHEN (SELECT COUNT(*) FROM w1) <> 1 THEN cr_refuse_batch(1) \
+                 WHEN NOT EXISTS (SELECT 1 FROM ev) THEN cr_refuse_batch(2) ELSE 0 END",
+                transition = statements.transition_interaction,
+                key = renumbered(key_write, TRANSITION_PARAMETERS),
+                insert = insert_events_from_arrays(first_array),
+                owned = dialect.owned(&execution, &generation, &format!("${FENCE_OWNER}")),
+            )
+        };
+        Self {
+            answered: compose(&statements.claim_idempotency, CLAIM_PARAMETERS),
+            delivered: compose(&statements.complete_idempotency, COMPLETE_PARAMETERS),
+        }
+    }
+
+    /// The statement of `shape`: the transition's parameters, the key write's, the event
+    /// arrays ([`super::events::bind_event_columns`]), then the events' execution and
+    /// generation.
+    pub(super) fn of(&self, shape: &Shape<'_>) -> &str {
+        match shape {
+            Shape::Claim { .. } => &self.answered,
+            Shape::Complete { .. } => &self.delivered,
+        }
+    }
+}
+
+impl<'b> Shape<'b> {
+    /// `batch`'s shape, when it has one of them and events (whose fence the statement
+    /// checks); `None` sends it through a transaction.
+    pub(super) fn of(batch: &'b Batch) -> Option<Self> {
+        if batch.events.is_empty() {
+            return None;
+        }
+        match batch.writes.as_slice() {
+            [Write::Interaction { .. }, Write::ClaimIdempotency { key, digest }] => Some(Shape::Claim { key, digest }),
+            [Write::Interaction { .. }, Write::CompleteIdempotency { key, response }] => {
+                Some(Shape::Complete { key, response })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The index `cr_refuse_batch` named, when `e` is its refusal.
+pub(super) fn refused_write(e: &sqlx::Error) -> Option<usize> {
+    let database = e.as_database_error()?;
+    if database.code().as_deref() != Some(BATCH_REFUSED) {
+        return None;
+    }
+    let pg = database.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()?;
+    pg.detail()?.parse().ok()
+}
+
+/// `sql` with every parameter `$n` numbered `$(n + by)`.
+fn renumbered(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 {
+            let n: usize = rest[..digits].parse().expect("ASCII digits");
+            out.push_str(&(n + by).to_string());
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The highest parameter number `sql` uses.
+#[cfg(test)]
+fn parameters_in(sql: &str) -> usize {
+    sql.split('$')
+        .skip(1)
+        .filter_map(|after| {
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            after[..digits].parse().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_renumbered_whatever_their_width_and_nothing_else_changes() {
+        assert_eq!(
+            renumbered("VALUES ($1, $2, $10) WHERE a = $1 AND b = 'x$'", 12),
+            "VALUES ($13, $14, $22) WHERE a = $13 AND b = 'x$'"
+        );
+        assert_eq!(renumbered("no parameters", 3), "no parameters");
+    }
+
+    #[test]
+    fn the_key_writes_take_the_parameters_the_statement_numbers_after_them() {
+        let statements = Statements::new(Dialect::POSTGRES);
+        assert_eq!(parameters_in(&statements.transition_interaction), TRANSITION_PARAMETERS);
+        assert_eq!(parameters_in(&statements.claim_idempotency), CLAIM_PARAMETERS);
+        assert_eq!(parameters_in(&statements.complete_idempotency), COMPLETE_PARAMETERS);
+    }
+}
