@@ -306,6 +306,20 @@ async fn a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken(s
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event either");
 }
 
+/// `i` answered with `key` claimed, and the answer's event (sequence 1).
+fn answer(e: &ExecutionRecord, i: &InteractionRecord, key: &IdempotencyKey) -> Batch {
+    Batch {
+        writes: vec![
+            answered(i),
+            Write::ClaimIdempotency {
+                key: key.clone(),
+                digest: "d".into(),
+            },
+        ],
+        events: events(&e.id, e.generation, 1..=1),
+    }
+}
+
 /// `i` moved on from `from` to `to` at `at`.
 fn moved(i: &InteractionRecord, from: InteractionState, to: InteractionState, at: i64) -> Write {
     Write::Interaction {
@@ -323,17 +337,7 @@ fn moved(i: &InteractionRecord, from: InteractionState, to: InteractionState, at
 async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_together(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
     let key = call_key("AnswerInteraction", "r-1");
-    let answered = Batch {
-        writes: vec![
-            answered(&i),
-            Write::ClaimIdempotency {
-                key: key.clone(),
-                digest: "d".into(),
-            },
-        ],
-        events: events(&e.id, e.generation, 1..=1),
-    };
-    assert!(store.commit(&answered).await.unwrap());
+    assert!(store.commit(&answer(&e, &i, &key)).await.unwrap());
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 1);
     assert_eq!(
@@ -382,17 +386,7 @@ async fn an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the
             .unwrap()
     );
     let key = call_key("AnswerInteraction", "r-1");
-    let batch = Batch {
-        writes: vec![
-            answered(&i),
-            Write::ClaimIdempotency {
-                key: key.clone(),
-                digest: "d".into(),
-            },
-        ],
-        events: events(&e.id, e.generation, 1..=1),
-    };
-    assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
+    assert!(!store.commit(&answer(&e, &i, &key)).await.unwrap(), "nothing landed");
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "expired");
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
     assert_eq!(
