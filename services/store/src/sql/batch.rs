@@ -13,11 +13,13 @@ use super::turns::{insert_turn_on, settle_turn_on};
 use crate::batch::{Batch, Write};
 use crate::contract::*;
 
-/// How a batch committed as one statement ended.
-enum OneCommit {
-    Landed,
-    /// The write at this index (in the batch's order) changed no row: nothing landed.
-    Refused(usize),
+/// How an attempt to commit a batch as one statement ended.
+enum OneStatement {
+    /// The batch's outcome, as the transaction would have given it.
+    Done(StoreResult<bool>),
+    /// A transient failure, left to the transaction and its patience; `maybe_committed`
+    /// when the connection was lost with the statement in flight.
+    Failed { maybe_committed: bool },
 }
 
 impl SqlStore {
@@ -25,20 +27,11 @@ impl SqlStore {
         let fence = one_execution_and_generation(&batch.events)?;
         // An attempt that failed in transit may have committed: the transaction below then
         // looks for the batch as after its own such attempt.
-        let mut tried_in_one_statement = false;
-        if let Some(outcome) = self.commit_in_one_statement(batch).await {
-            match outcome {
-                Ok(OneCommit::Landed) => return Ok(true),
-                Ok(OneCommit::Refused(index)) => {
-                    return match batch.writes[index] {
-                        Write::ClaimIdempotency { .. } => Err(StoreError::KeyTaken),
-                        _ => Ok(false),
-                    };
-                }
-                Err(e) if e.is_transient() => tried_in_one_statement = true,
-                Err(e) => return Err(e),
-            }
-        }
+        let tried_in_one_statement = match self.commit_in_one_statement(batch).await {
+            Some(OneStatement::Done(outcome)) => return outcome,
+            Some(OneStatement::Failed { maybe_committed }) => maybe_committed,
+            None => false,
+        };
         let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
         let claimant = self.shared.identity.me();
         let (outcome, retried) = on_pool!(@owner_write self, |pool| {
@@ -100,7 +93,7 @@ impl SqlStore {
 
     /// `batch` as one statement (`sql::one_statement`) when it has one of the shapes and
     /// the store is PostgreSQL; `None` when it goes through a transaction.
-    async fn commit_in_one_statement(&self, batch: &Batch) -> Option<StoreResult<OneCommit>> {
+    async fn commit_in_one_statement(&self, batch: &Batch) -> Option<OneStatement> {
         let (Pool::Postgres(pool), Some(statements)) = (&self.shared.pool, &self.shared.one_statement) else {
             return None;
         };
@@ -111,6 +104,7 @@ impl SqlStore {
             return None;
         };
         let started = std::time::Instant::now();
+        let mut maybe_committed = false;
         let outcome = async {
             self.shared.fence.owner_write_allowed()?;
             let (me, claimant) = (self.shared.identity.fence_owner(), self.shared.identity.me());
@@ -125,16 +119,31 @@ impl SqlStore {
                 .bind(execution_id)
                 .bind(generation.get());
             match query.execute(pool).await {
-                Ok(_) => Ok(OneCommit::Landed),
+                Ok(_) => Ok(true),
                 Err(e) => match refused_write(&e) {
-                    Some(index) => Ok(OneCommit::Refused(index)),
-                    None => Err(StoreError::from(e)),
+                    // The transaction would have stopped at this write: a claim found taken
+                    // is the key's, anything else (the events' fence included) lands nothing.
+                    Some(index) => match batch.writes.get(index) {
+                        Some(Write::ClaimIdempotency { .. }) => Err(StoreError::KeyTaken),
+                        _ => Ok(false),
+                    },
+                    None => {
+                        maybe_committed = connection_lost(&e);
+                        Err(StoreError::from(e))
+                    }
                 },
             }
         }
         .await;
         self.observe("commit", started.elapsed(), outcome.is_ok());
-        Some(outcome)
+        Some(match outcome {
+            // Sure not to have landed and no patience to spend: the caller hears it now, as
+            // from the transaction's own first attempt.
+            Err(e) if e.is_transient() && (maybe_committed || self.patience != Patience::None) => {
+                OneStatement::Failed { maybe_committed }
+            }
+            other => OneStatement::Done(other),
+        })
     }
 
     /// Whether `batch` is in the store already: its first event, or else its first write.
@@ -165,4 +174,9 @@ impl SqlStore {
             Some(Write::ClaimIdempotency { .. } | Write::CompleteIdempotency { .. }) => false,
         })
     }
+}
+
+/// Whether `e` lost the connection, so that what was sent may have committed.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed)
 }

@@ -7,7 +7,10 @@
 //! `cr_refuse_batch` (migration `0014`), which aborts it — nothing lands — naming the
 //! first such write in the batch's order, as the transaction would have stopped there.
 //! (No transaction is open at any moment here, so the `holding_a_batch_open` crash window
-//! is a transaction's only.)
+//! is a transaction's only.) A refusal is a server-side error: PostgreSQL logs it at its
+//! default `log_min_error_statement`, where a transaction's write that changed nothing was
+//! silent. It comes from races only (an interaction that moved on between the actor's look
+//! and the commit, a call's key claimed by a concurrent retry, a fenced owner).
 
 use super::append_group::{EVENT_ARRAYS, insert_events_from_arrays};
 use super::fence::{Dialect, Statements};
@@ -154,5 +157,11 @@ mod tests {
         assert_eq!(parameters_in(&statements.transition_interaction), TRANSITION_PARAMETERS);
         assert_eq!(parameters_in(&statements.claim_idempotency), CLAIM_PARAMETERS);
         assert_eq!(parameters_in(&statements.complete_idempotency), COMPLETE_PARAMETERS);
+        assert!(
+            statements
+                .transition_interaction
+                .contains(&format!("r.incarnation = ${FENCE_OWNER}")),
+            "the transition's fence takes its owner as ${FENCE_OWNER}"
+        );
     }
 }

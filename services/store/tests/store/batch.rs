@@ -19,6 +19,7 @@ on_every_backend!(
     an_answer_and_its_delivery_each_land_their_transition_key_and_events_together,
     an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the_key_free,
     a_delivery_completing_a_key_it_never_claimed_writes_nothing,
+    an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_free,
 );
 
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
@@ -414,4 +415,24 @@ async fn a_delivery_completing_a_key_it_never_claimed_writes_nothing(store: Arc<
         ["ready", "running", "pending"]
     );
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
+}
+
+// The transition and the claim would land; the events, of a generation the execution is not
+// at, are fenced: nothing lands (on PostgreSQL the statement's third write is refused).
+async fn an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let key = call_key("AnswerInteraction", "r-1");
+    let mut batch = answer(&e, &i, &key);
+    batch.events = events(&e.id, e.generation.next(), 1..=1);
+    assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::Claimed,
+        "the key was free"
+    );
 }
