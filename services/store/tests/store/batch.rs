@@ -20,6 +20,8 @@ on_every_backend!(
     an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the_key_free,
     a_delivery_completing_a_key_it_never_claimed_writes_nothing,
     an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_free,
+    an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_free,
+    an_answer_whose_event_is_already_there_writes_nothing_and_says_so,
 );
 
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
@@ -430,6 +432,51 @@ async fn an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_fre
         ["ready", "running", "pending"]
     );
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::Claimed,
+        "the key was free"
+    );
+}
+
+async fn an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    assert!(
+        store
+            .advance_generation(TENANT, &e.id, Generation::new(1))
+            .await
+            .unwrap()
+    );
+    let key = call_key("AnswerInteraction", "r-1");
+    assert!(!store.commit(&answer(&e, &i, &key)).await.unwrap(), "nothing landed");
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::Claimed,
+        "the key was free"
+    );
+}
+
+async fn an_answer_whose_event_is_already_there_writes_nothing_and_says_so(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    store
+        .append_events(events(&e.id, e.generation, 1..=1).into())
+        .await
+        .unwrap();
+    let key = call_key("AnswerInteraction", "r-1");
+    assert!(matches!(
+        store.commit(&answer(&e, &i, &key)).await,
+        Err(StoreError::Duplicate)
+    ));
+    assert_eq!(
+        rows_as_they_are(&*store, &e, &t, &i).await,
+        ["ready", "running", "pending"]
+    );
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 1);
     assert_eq!(
         store.claim_idempotency(&key, "d").await.unwrap(),
         IdempotencyClaim::Claimed,

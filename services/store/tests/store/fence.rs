@@ -80,6 +80,24 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
         writes: vec![Write::SettleTurn(settled.clone())],
         events: vec![event("e", 1, 1)],
     };
+    // An answer's batch: one statement on PostgreSQL (`sql::one_statement`).
+    let answer = Batch {
+        writes: vec![
+            Write::Interaction {
+                expected_state: InteractionState::Pending,
+                record: answered.clone(),
+            },
+            Write::ClaimIdempotency {
+                key: IdempotencyKey {
+                    tenant_id: TENANT.into(),
+                    operation: "AnswerInteraction".into(),
+                    request_id: "answer-1".into(),
+                },
+                digest: "d".into(),
+            },
+        ],
+        events: vec![event("e", 1, 1)],
+    };
     let unit = |()| true;
     let cas = |written: bool| written;
     vec![
@@ -124,6 +142,10 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
             ),
         ),
         ("commit", landed("commit", store.commit(&batch).await, cas)),
+        (
+            "commit an answer",
+            landed("commit an answer", store.commit(&answer).await, cas),
+        ),
         (
             "save_session_checkpoint",
             landed(
