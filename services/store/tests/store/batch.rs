@@ -270,15 +270,7 @@ async fn a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later(
         key: key.clone(),
         response: serde_json::json!({"interactionId": i.id}),
     };
-    assert!(
-        store
-            .commit(&Batch {
-                writes: vec![complete],
-                events: vec![]
-            })
-            .await
-            .unwrap()
-    );
+    assert!(commit_alone(&*store, complete).await);
     assert_eq!(
         store.claim_idempotency(&key, "d").await.unwrap(),
         IdempotencyClaim::Completed(serde_json::json!({"interactionId": i.id}))
@@ -321,6 +313,38 @@ fn answer(e: &ExecutionRecord, i: &InteractionRecord, key: &IdempotencyKey) -> B
         ],
         events: events(&e.id, e.generation, 1..=1),
     }
+}
+
+/// Nothing of an answer to `i` landed: the rows as `live_execution` left them, the head still
+/// at `head`, and `key` free (the claim made here is the first).
+async fn nothing_of_the_answer_landed(
+    store: &dyn Store,
+    (e, t, i): (&ExecutionRecord, &TurnRecord, &InteractionRecord),
+    key: &IdempotencyKey,
+    head: i64,
+) {
+    assert_eq!(rows_as_they_are(store, e, t, i).await, ["ready", "running", "pending"]);
+    assert_eq!(
+        store.head_sequence(&e.id).await.unwrap(),
+        head,
+        "no event of the answer"
+    );
+    assert_eq!(
+        store.claim_idempotency(key, "d").await.unwrap(),
+        IdempotencyClaim::Claimed,
+        "the key was free"
+    );
+}
+
+/// `write` committed in a batch of its own, without events; whether it landed.
+async fn commit_alone(store: &dyn Store, write: Write) -> bool {
+    store
+        .commit(&Batch {
+            writes: vec![write],
+            events: vec![],
+        })
+        .await
+        .unwrap()
 }
 
 /// `i` moved on from `from` to `to` at `at`.
@@ -379,15 +403,7 @@ async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_to
 async fn an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
     let expired = moved(&i, InteractionState::Pending, InteractionState::Expired, T0 + 1);
-    assert!(
-        store
-            .commit(&Batch {
-                writes: vec![expired],
-                events: vec![]
-            })
-            .await
-            .unwrap()
-    );
+    assert!(commit_alone(&*store, expired).await);
     let key = call_key("AnswerInteraction", "r-1");
     assert!(!store.commit(&answer(&e, &i, &key)).await.unwrap(), "nothing landed");
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "expired");
@@ -427,16 +443,7 @@ async fn an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_fre
     let mut batch = answer(&e, &i, &key);
     batch.events = events(&e.id, e.generation.next(), 1..=1);
     assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
-    assert_eq!(
-        rows_as_they_are(&*store, &e, &t, &i).await,
-        ["ready", "running", "pending"]
-    );
-    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
-    assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
-        IdempotencyClaim::Claimed,
-        "the key was free"
-    );
+    nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 0).await;
 }
 
 async fn an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
@@ -449,16 +456,7 @@ async fn an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_
     );
     let key = call_key("AnswerInteraction", "r-1");
     assert!(!store.commit(&answer(&e, &i, &key)).await.unwrap(), "nothing landed");
-    assert_eq!(
-        rows_as_they_are(&*store, &e, &t, &i).await,
-        ["ready", "running", "pending"]
-    );
-    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
-    assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
-        IdempotencyClaim::Claimed,
-        "the key was free"
-    );
+    nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 0).await;
 }
 
 async fn an_answer_whose_event_is_already_there_writes_nothing_and_says_so(store: Arc<dyn Store>) {
@@ -472,14 +470,5 @@ async fn an_answer_whose_event_is_already_there_writes_nothing_and_says_so(store
         store.commit(&answer(&e, &i, &key)).await,
         Err(StoreError::Duplicate)
     ));
-    assert_eq!(
-        rows_as_they_are(&*store, &e, &t, &i).await,
-        ["ready", "running", "pending"]
-    );
-    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 1);
-    assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
-        IdempotencyClaim::Claimed,
-        "the key was free"
-    );
+    nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 1).await;
 }
