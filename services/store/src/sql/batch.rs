@@ -98,7 +98,7 @@ impl SqlStore {
             return None;
         };
         let shape = Shape::of(batch)?;
-        let (Write::Interaction { expected_state, record }, Ok(Some((execution_id, generation)))) =
+        let (Write::Interaction { expected_state, record }, Ok(fence)) =
             (&batch.writes[0], one_execution_and_generation(&batch.events))
         else {
             return None;
@@ -108,16 +108,21 @@ impl SqlStore {
         let outcome = async {
             self.shared.fence.owner_write_allowed()?;
             let (me, claimant) = (self.shared.identity.fence_owner(), self.shared.identity.me());
-            let query = sqlx::query(sqlx::AssertSqlSafe(statements.of(&shape)));
+            let query = sqlx::query(sqlx::AssertSqlSafe(statements.of(&shape, fence.is_some())));
             let query = bind_transition_interaction!(query, expected_state, record, me);
             let query = match &shape {
                 Shape::Claim { key, digest } => bind_claim_idempotency!(query, key, *digest, claimant),
                 Shape::Complete { key, response } => bind_complete_idempotency!(query, key, response, claimant),
             };
-            let rows = || batch.events.iter();
-            let query = bind_event_columns!(query, rows)
-                .bind(execution_id)
-                .bind(generation.get());
+            let query = match fence {
+                Some((execution_id, generation)) => {
+                    let rows = || batch.events.iter();
+                    bind_event_columns!(query, rows)
+                        .bind(execution_id)
+                        .bind(generation.get())
+                }
+                None => query,
+            };
             match query.execute(pool).await {
                 Ok(_) => Ok(true),
                 Err(e) => match refused_write(&e) {

@@ -285,15 +285,10 @@ async fn a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken(s
         store.claim_idempotency(&taken, "d").await.unwrap(),
         IdempotencyClaim::Claimed
     );
-    let claim = Write::ClaimIdempotency {
-        key: call_key("AnswerInteraction", "r-1"),
-        digest: "d".into(),
-    };
-    let batch = Batch {
-        writes: vec![answered(&i), claim],
-        events: events(&e.id, e.generation, 1..=1),
-    };
-    assert!(matches!(store.commit(&batch).await, Err(StoreError::KeyTaken)));
+    let key = call_key("AnswerInteraction", "r-1");
+    for batch in [answer(&i, &key), answer_with_event(&e, &i, &key)] {
+        assert!(matches!(store.commit(&batch).await, Err(StoreError::KeyTaken)));
+    }
     assert_eq!(
         rows_as_they_are(&*store, &e, &t, &i).await,
         ["ready", "running", "pending"]
@@ -301,8 +296,8 @@ async fn a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken(s
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event either");
 }
 
-/// `i` answered with `key` claimed, and the answer's event (sequence 1).
-fn answer(e: &ExecutionRecord, i: &InteractionRecord, key: &IdempotencyKey) -> Batch {
+/// `i` answered with `key` claimed, as the interaction machine commits it: without events.
+fn answer(i: &InteractionRecord, key: &IdempotencyKey) -> Batch {
     Batch {
         writes: vec![
             answered(i),
@@ -311,7 +306,15 @@ fn answer(e: &ExecutionRecord, i: &InteractionRecord, key: &IdempotencyKey) -> B
                 digest: "d".into(),
             },
         ],
+        events: vec![],
+    }
+}
+
+/// [`answer`] with an event of `e` (sequence 1) beside it.
+fn answer_with_event(e: &ExecutionRecord, i: &InteractionRecord, key: &IdempotencyKey) -> Batch {
+    Batch {
         events: events(&e.id, e.generation, 1..=1),
+        ..answer(i, key)
     }
 }
 
@@ -364,9 +367,9 @@ fn moved(i: &InteractionRecord, from: InteractionState, to: InteractionState, at
 async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_together(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
     let key = call_key("AnswerInteraction", "r-1");
-    assert!(store.commit(&answer(&e, &i, &key)).await.unwrap());
+    assert!(store.commit(&answer(&i, &key)).await.unwrap());
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
-    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 1);
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
     assert_eq!(
         store.claim_idempotency(&key, "d").await.unwrap(),
         IdempotencyClaim::InFlight
@@ -389,11 +392,11 @@ async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_to
                 response: serde_json::json!({"interactionId": i.id}),
             },
         ],
-        events: events(&e.id, e.generation, 2..=3),
+        events: events(&e.id, e.generation, 1..=2),
     };
     assert!(store.commit(&delivered).await.unwrap());
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "delivered");
-    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 3);
+    assert_eq!(store.head_sequence(&e.id).await.unwrap(), 2);
     assert_eq!(
         store.claim_idempotency(&key, "d").await.unwrap(),
         IdempotencyClaim::Completed(serde_json::json!({"interactionId": i.id}))
@@ -405,7 +408,9 @@ async fn an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the
     let expired = moved(&i, InteractionState::Pending, InteractionState::Expired, T0 + 1);
     assert!(commit_alone(&*store, expired).await);
     let key = call_key("AnswerInteraction", "r-1");
-    assert!(!store.commit(&answer(&e, &i, &key)).await.unwrap(), "nothing landed");
+    for batch in [answer(&i, &key), answer_with_event(&e, &i, &key)] {
+        assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
+    }
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "expired");
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
     assert_eq!(
@@ -440,7 +445,7 @@ async fn a_delivery_completing_a_key_it_never_claimed_writes_nothing(store: Arc<
 async fn an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
     let key = call_key("AnswerInteraction", "r-1");
-    let mut batch = answer(&e, &i, &key);
+    let mut batch = answer(&i, &key);
     batch.events = events(&e.id, e.generation.next(), 1..=1);
     assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
     nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 0).await;
@@ -455,7 +460,9 @@ async fn an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_
             .unwrap()
     );
     let key = call_key("AnswerInteraction", "r-1");
-    assert!(!store.commit(&answer(&e, &i, &key)).await.unwrap(), "nothing landed");
+    for batch in [answer(&i, &key), answer_with_event(&e, &i, &key)] {
+        assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
+    }
     nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 0).await;
 }
 
@@ -467,7 +474,7 @@ async fn an_answer_whose_event_is_already_there_writes_nothing_and_says_so(store
         .unwrap();
     let key = call_key("AnswerInteraction", "r-1");
     assert!(matches!(
-        store.commit(&answer(&e, &i, &key)).await,
+        store.commit(&answer_with_event(&e, &i, &key)).await,
         Err(StoreError::Duplicate)
     ));
     nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 1).await;

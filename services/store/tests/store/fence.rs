@@ -98,6 +98,11 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
         ],
         events: vec![event("e", 1, 1)],
     };
+    // As the interaction machine writes `answered`: without events.
+    let answer_without_events = Batch {
+        events: vec![],
+        ..answer.clone()
+    };
     let unit = |()| true;
     let cas = |written: bool| written;
     vec![
@@ -145,6 +150,14 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
         (
             "commit an answer",
             landed("commit an answer", store.commit(&answer).await, cas),
+        ),
+        (
+            "commit an answer without events",
+            landed(
+                "commit an answer without events",
+                store.commit(&answer_without_events).await,
+                cas,
+            ),
         ),
         (
             "save_session_checkpoint",
