@@ -22,7 +22,9 @@ pub use memory::MemoryStore;
 pub use notify::{EVENTS_CHANNEL, HeadListener, HeadNotice};
 pub use records::*;
 pub use replica::*;
-pub use sql::{CLAIM_LOCK_WAIT, GROUPS_IN_FLIGHT, IDLE_IN_TRANSACTION_LIMIT, MAX_GROUP_EVENTS, SqlStore};
+pub use sql::{
+    CLAIM_LOCK_WAIT, GROUPS_IN_FLIGHT, IDLE_IN_TRANSACTION_LIMIT, MAX_GROUP_EVENTS, PING_AFTER_IDLE, SqlStore,
+};
 
 /// Opens the store a URL names and runs its migrations.
 pub async fn connect(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {

@@ -35,6 +35,18 @@ const PG_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2
 /// (2 s), so it is gone before the lease ends on the database's clock. A live process
 /// stalled this long mid-transaction loses the connection and retries the transaction.
 pub const IDLE_IN_TRANSACTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a pooled connection may have sat idle and still be handed out without a ping.
+/// The pool's default pings before every use: one more round trip (and two wake-ups of
+/// each side) in front of every statement, on an answer's way to the agent too. A session
+/// the server ended (a restart, a terminated backend) is found by that ping only once its
+/// connection idled this long; one used more recently fails its next statement instead,
+/// which a caller with patience retries on a fresh connection.
+pub const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a connection idle for `idle_for` is pinged before it is handed out.
+fn pinged_before_use(idle_for: std::time::Duration) -> bool {
+    idle_for >= PING_AFTER_IDLE
+}
 
 pub(super) enum Pool {
     Postgres(PgPool),
@@ -139,6 +151,15 @@ impl SqlStore {
                 PgPoolOptions::new()
                     .max_connections(PG_MAX_CONNECTIONS)
                     .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+                    .test_before_acquire(false)
+                    .before_acquire(|connection, meta| {
+                        Box::pin(async move {
+                            if pinged_before_use(meta.idle_for) {
+                                connection.ping().await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .connect_with(options.options([("idle_in_transaction_session_timeout", idle_limit.as_str())]))
                     .await?,
             )
@@ -235,7 +256,15 @@ fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{operation_name, redact_url};
+    use super::{PING_AFTER_IDLE, operation_name, pinged_before_use, redact_url};
+    use std::time::Duration;
+
+    #[test]
+    fn a_connection_is_pinged_once_it_idled_the_bound_and_not_before() {
+        assert!(!pinged_before_use(Duration::ZERO));
+        assert!(!pinged_before_use(PING_AFTER_IDLE - Duration::from_nanos(1)));
+        assert!(pinged_before_use(PING_AFTER_IDLE));
+    }
 
     #[test]
     fn an_operation_is_named_by_its_store_method() {

@@ -345,3 +345,31 @@ async fn an_update_without_a_lease_or_a_configuration_keeps_the_recorded_ones(st
     let read = store.get_execution(TENANT, &"exec-1".into()).await.unwrap().unwrap();
     assert_eq!((read.lease, read.session_config), (leased.lease, leased.session_config));
 }
+
+/// A pooled connection is handed out without a ping while it is busy; one that idled
+/// [`PING_AFTER_IDLE`] is pinged first, so a session the server ended meanwhile (a restart,
+/// a terminated backend) is replaced before a caller without patience uses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_pooled_session_the_server_ended_while_it_idled_is_replaced_before_use() {
+    use sqlx::Connection;
+    let (scratch, url) = crate::backends::Scratch::postgres().await;
+    let store = SqlStore::connect(&url).await.unwrap();
+    store.insert_execution(&execution("exec-1")).await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let ended: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "the store's pooled session was ended");
+    tokio::time::sleep(PING_AFTER_IDLE + Duration::from_millis(100)).await;
+    assert!(
+        store.get_execution(TENANT, &"exec-1".into()).await.unwrap().is_some(),
+        "read on a fresh connection"
+    );
+    admin.close().await.unwrap();
+    drop(store);
+    scratch.remove().await;
+}
