@@ -26,8 +26,13 @@ pub struct AnswerReport {
     /// `AnswerInteraction` as the client sees it (ends after the flushed write and the
     /// `delivered` commit).
     pub answer: Percentiles,
-    /// One single-row `INSERT` in its own transaction, same server, same run.
+    /// One single-row `INSERT` in its own transaction, same server, same run: one before
+    /// each answer, while the service waits for it, so the anchor and the answers share the
+    /// machine's moments (its disk's slow flushes, the sandbox's bursts) over the same span.
     pub single_row_commit: Percentiles,
+    /// The same commits, back to back after the answers (the anchor before stop 45): a span
+    /// of a few hundred ms that the machine's once-a-second stalls may miss.
+    pub single_row_commit_back_to_back: Percentiles,
     /// Store operations per question, by operation (from `store_operation_duration_seconds`).
     pub store_operations_per_question: BTreeMap<String, f64>,
 }
@@ -75,9 +80,12 @@ pub async fn measure(questions: usize) -> AnswerReport {
     let mut client = service.client().await;
     let (_, _, mut events) = begin_turn(&mut client, &service).await;
     let before = store_operations(&service.metrics());
+    let mut anchor = anchor_table(&service.database().url).await;
     let (mut answers, mut to_stdin) = (Vec::with_capacity(questions), Vec::with_capacity(questions));
+    let mut commits = Vec::with_capacity(questions);
     for i in 0..questions {
         let created = payload(events.events_until("runtime_request.created").await.last().unwrap());
+        commits.push(single_row_commit(&mut anchor, i).await);
         let answer = one_question_answer(&created, &format!("answer-{i}"), "option-1");
         let called_at = unix_nanos(SystemTime::now());
         let started = Instant::now();
@@ -105,19 +113,20 @@ pub async fn measure(questions: usize) -> AnswerReport {
         })
         .filter(|(_, n)| *n > 0.0)
         .collect();
-    let commits = single_row_commits(&service.database().url, questions).await;
+    let mut back_to_back = single_row_commits(&service.database().url, questions).await;
     service.shutdown().await;
     AnswerReport {
         questions,
         answer_to_stdin: Percentiles::of(&mut to_stdin),
         answer: Percentiles::of(&mut answers),
-        single_row_commit: Percentiles::of(&mut commits.clone()),
+        single_row_commit: Percentiles::of(&mut commits),
+        single_row_commit_back_to_back: Percentiles::of(&mut back_to_back),
         store_operations_per_question: per_question,
     }
 }
 
-/// `n` single-row INSERT commits on the database at `url`, each timed.
-pub(crate) async fn single_row_commits(url: &str, n: usize) -> Vec<Duration> {
+/// The bench's own connection to the database at `url`, with the anchor's table.
+async fn anchor_table(url: &str) -> sqlx::PgConnection {
     let mut connection = sqlx::PgConnection::connect(url)
         .await
         .expect("the bench's own connection");
@@ -125,15 +134,26 @@ pub(crate) async fn single_row_commits(url: &str, n: usize) -> Vec<Duration> {
         .execute(&mut connection)
         .await
         .unwrap();
+    connection
+}
+
+/// One single-row INSERT commit (the `i`th), timed.
+async fn single_row_commit(connection: &mut sqlx::PgConnection, i: usize) -> Duration {
+    let started = Instant::now();
+    sqlx::query("INSERT INTO bench_single_row (body) VALUES ($1)")
+        .bind(format!("row {i}"))
+        .execute(connection)
+        .await
+        .unwrap();
+    started.elapsed()
+}
+
+/// `n` single-row INSERT commits on the database at `url`, one after another, each timed.
+pub(crate) async fn single_row_commits(url: &str, n: usize) -> Vec<Duration> {
+    let mut connection = anchor_table(url).await;
     let mut samples = Vec::with_capacity(n);
     for i in 0..n {
-        let started = Instant::now();
-        sqlx::query("INSERT INTO bench_single_row (body) VALUES ($1)")
-            .bind(format!("row {i}"))
-            .execute(&mut connection)
-            .await
-            .unwrap();
-        samples.push(started.elapsed());
+        samples.push(single_row_commit(&mut connection, i).await);
     }
     samples
 }
