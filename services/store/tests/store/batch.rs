@@ -22,6 +22,8 @@ on_every_backend!(
     an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_free,
     an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_free,
     an_answer_whose_event_is_already_there_writes_nothing_and_says_so,
+    one_answer_sent_twice_at_once_lands_once,
+    two_answers_claiming_one_key_at_once_land_one_and_leave_the_other_pending,
 );
 
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
@@ -478,4 +480,60 @@ async fn an_answer_whose_event_is_already_there_writes_nothing_and_says_so(store
         Err(StoreError::Duplicate)
     ));
     nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 1).await;
+}
+
+/// The same answer batch committed twice at once (a retry racing its original): it lands
+/// once; the other attempt finds the interaction moved on (or the key taken) and writes
+/// nothing.
+async fn one_answer_sent_twice_at_once_lands_once(store: Arc<dyn Store>) {
+    let (e, t, i) = live_execution(&*store).await;
+    let key = call_key("AnswerInteraction", "r-1");
+    let batch = answer(&i, &key);
+    let (first, second) = tokio::join!(store.commit(&batch), store.commit(&batch));
+    let outcomes = [first, second];
+    assert_eq!(
+        outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
+        1,
+        "one lands: {outcomes:?}"
+    );
+    assert!(
+        outcomes.iter().all(|o| matches!(o, Ok(_) | Err(StoreError::KeyTaken))),
+        "the other writes nothing: {outcomes:?}"
+    );
+    assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::InFlight
+    );
+}
+
+/// Two pending questions answered at once under one request id: the key is claimed once,
+/// and the answer that lost the claim leaves its question pending.
+async fn two_answers_claiming_one_key_at_once_land_one_and_leave_the_other_pending(store: Arc<dyn Store>) {
+    let (_, t, i) = live_execution(&*store).await;
+    let other = interaction(&t, "question-2", "1");
+    store.insert_interaction(&other).await.unwrap();
+    let key = call_key("AnswerInteraction", "r-1");
+    let (one, another) = (answer(&i, &key), answer(&other, &key));
+    let (first, second) = tokio::join!(store.commit(&one), store.commit(&another));
+    let outcomes = [first, second];
+    assert_eq!(
+        outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
+        1,
+        "one lands: {outcomes:?}"
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| matches!(o, Err(StoreError::KeyTaken)))
+            .count(),
+        1,
+        "the other finds the key taken: {outcomes:?}"
+    );
+    let mut states = Vec::new();
+    for id in [&i.id, &other.id] {
+        states.push(store.get_interaction(TENANT, id).await.unwrap().unwrap().state);
+    }
+    states.sort_by_key(|s| s.as_str());
+    assert_eq!(states, [InteractionState::Answered, InteractionState::Pending]);
 }
