@@ -537,3 +537,54 @@ async fn two_answers_claiming_one_key_at_once_land_one_and_leave_the_other_pendi
     states.sort_by_key(|s| s.as_str());
     assert_eq!(states, [InteractionState::Answered, InteractionState::Pending]);
 }
+
+/// An answer's one statement whose connection is lost while it waits (here on a row lock
+/// another session holds, until its backend is terminated) may have committed as far as the
+/// store can tell: it is retried as a transaction, which lands it once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_answer_whose_connection_is_lost_mid_statement_lands_through_the_transaction() {
+    use sqlx::Connection;
+    let (scratch, url) = crate::backends::Scratch::postgres().await;
+    let store = SqlStore::connect(&url).await.unwrap();
+    let (e, t, i) = live_execution(&store).await;
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM interactions WHERE id = $1 FOR UPDATE")
+        .bind(i.id.as_str())
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let key = call_key("AnswerInteraction", "r-1");
+    let patient = store.with_patience(Patience::For(std::time::Duration::from_secs(10)));
+    let batch = answer(&i, &key);
+    let committing = tokio::spawn(async move { patient.commit(&batch).await });
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let waiting = loop {
+        let waiting: Option<(i32,)> = sqlx::query_as(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'WITH w0 AS%'",
+        )
+        .fetch_optional(&mut admin)
+        .await
+        .unwrap();
+        match waiting {
+            Some((pid,)) => break pid,
+            None => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+        }
+    };
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(waiting)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert!(committing.await.unwrap().unwrap(), "landed on the retry");
+    assert_eq!(rows_as_they_are(&store, &e, &t, &i).await[2], "answered");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::InFlight,
+        "claimed once, by the answer"
+    );
+    drop((holder, admin, store));
+    scratch.remove().await;
+}
