@@ -27,9 +27,9 @@
 //! `PERF_DUMP_SAMPLES=FILE` writes the last P1b / P4 measurement's every chunk as
 //! `sent arrived` (nanoseconds since the Unix epoch), one per line: to see where in the run
 //! a tail comes from.
-//! `PERF_DUMP_METRICS=FILE` writes the service's metrics scrape at the end of each P1b / P4
-//! measurement to `FILE.N` (N its executions): the store's per-operation latency
-//! histograms, to tell the store's share of a tail from the rest.
+//! `PERF_DUMP_METRICS=FILE` writes the service's metrics scrape at the start and the end of
+//! each P1b / P4 measurement to `FILE.N.before` and `FILE.N` (N its executions): the store's
+//! per-operation latency histograms, whose difference tells the store's share of a tail.
 
 use std::time::Duration;
 

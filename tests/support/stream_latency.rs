@@ -131,7 +131,8 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
     }
     let steady_from = unix_nanos(SystemTime::now());
     let (init_before, steady_started) = (InitCpu::now(), std::time::Instant::now());
-    let operations_before = store_operations(&scrape_metrics(service.metrics_address()));
+    let scrape_before = scrape_metrics(service.metrics_address());
+    let operations_before = store_operations(&scrape_before);
     let mut rss_peak_kib = rss_kib(pid);
     let mut stamps = Vec::new();
     // When the first execution sent its last chunk.
@@ -154,6 +155,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
     let (init_after, streamed_secs) = (InitCpu::now(), steady_started.elapsed().as_secs_f64());
     let scrape = scrape_metrics(service.metrics_address());
     if let Ok(path) = std::env::var("PERF_DUMP_METRICS") {
+        std::fs::write(format!("{path}.{executions}.before"), &scrape_before).unwrap();
         std::fs::write(format!("{path}.{executions}"), &scrape).unwrap();
     }
     let operations_after = store_operations(&scrape);
