@@ -482,6 +482,18 @@ async fn an_answer_whose_event_is_already_there_writes_nothing_and_says_so(store
     nothing_of_the_answer_landed(&*store, (&e, &t, &i), &key, 1).await;
 }
 
+/// `one` and `another` committed at once; exactly one of them landed.
+async fn committed_at_once(store: &dyn Store, one: &Batch, another: &Batch) -> [StoreResult<bool>; 2] {
+    let (first, second) = tokio::join!(store.commit(one), store.commit(another));
+    let outcomes = [first, second];
+    assert_eq!(
+        outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
+        1,
+        "one lands: {outcomes:?}"
+    );
+    outcomes
+}
+
 /// The same answer batch committed twice at once (a retry racing its original): it lands
 /// once; the other attempt finds the interaction moved on (or the key taken) and writes
 /// nothing.
@@ -489,13 +501,7 @@ async fn one_answer_sent_twice_at_once_lands_once(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
     let key = call_key("AnswerInteraction", "r-1");
     let batch = answer(&i, &key);
-    let (first, second) = tokio::join!(store.commit(&batch), store.commit(&batch));
-    let outcomes = [first, second];
-    assert_eq!(
-        outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
-        1,
-        "one lands: {outcomes:?}"
-    );
+    let outcomes = committed_at_once(&*store, &batch, &batch).await;
     assert!(
         outcomes.iter().all(|o| matches!(o, Ok(_) | Err(StoreError::KeyTaken))),
         "the other writes nothing: {outcomes:?}"
@@ -515,13 +521,7 @@ async fn two_answers_claiming_one_key_at_once_land_one_and_leave_the_other_pendi
     store.insert_interaction(&other).await.unwrap();
     let key = call_key("AnswerInteraction", "r-1");
     let (one, another) = (answer(&i, &key), answer(&other, &key));
-    let (first, second) = tokio::join!(store.commit(&one), store.commit(&another));
-    let outcomes = [first, second];
-    assert_eq!(
-        outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
-        1,
-        "one lands: {outcomes:?}"
-    );
+    let outcomes = committed_at_once(&*store, &one, &another).await;
     assert_eq!(
         outcomes
             .iter()
