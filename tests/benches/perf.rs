@@ -312,35 +312,38 @@ async fn p2(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
 async fn p3(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
     eprintln!("P3: {} questions answered", sizes.questions);
     let report = answer_latency::measure(sizes.questions).await;
-    let commit = format!(
+    let back_to_back = format!(
+        "one single-row INSERT commit p99: {:.2} ms (back to back after the answers)",
+        report.single_row_commit_back_to_back.p99_ms
+    );
+    let beside = format!(
         "one single-row INSERT commit p99: {:.2} ms (one before each answer)",
         report.single_row_commit.p99_ms
     );
+    // The goal is read against the commits back to back: those taken beside the answers
+    // meet the leftovers of each question's own commits (their p50 is higher), so they favour us.
     rows.push(Row::new(
         "P3 AnswerInteraction → the agent read it off stdin (PostgreSQL), p99",
         format!(
             "{:.2} ms (p50 {:.2})",
             report.answer_to_stdin.p99_ms, report.answer_to_stdin.p50_ms
         ),
-        commit.clone(),
-        Some(report.answer_to_stdin.p99_ms / report.single_row_commit.p99_ms),
+        back_to_back.clone(),
+        Some(report.answer_to_stdin.p99_ms / report.single_row_commit_back_to_back.p99_ms),
         Goal::AtMost(5.0, "≤ 5×"),
     ));
     rows.push(Row::new(
-        "P3 same, against the commits back to back after the answers, p99",
+        "P3 same, against commits taken beside the answers, p99",
         format!("{:.2} ms", report.answer_to_stdin.p99_ms),
-        format!(
-            "single-row commits back to back: p99 {:.2} ms",
-            report.single_row_commit_back_to_back.p99_ms
-        ),
-        Some(report.answer_to_stdin.p99_ms / report.single_row_commit_back_to_back.p99_ms),
+        beside,
+        Some(report.answer_to_stdin.p99_ms / report.single_row_commit.p99_ms),
         Goal::None,
     ));
     rows.push(Row::new(
         "P3 AnswerInteraction round trip (returns once `delivered` is committed), p99",
         format!("{:.2} ms (p50 {:.2})", report.answer.p99_ms, report.answer.p50_ms),
-        commit,
-        Some(report.answer.p99_ms / report.single_row_commit.p99_ms),
+        back_to_back,
+        Some(report.answer.p99_ms / report.single_row_commit_back_to_back.p99_ms),
         Goal::None,
     ));
     json!(report)

@@ -27,11 +27,13 @@ pub struct AnswerReport {
     /// `delivered` commit).
     pub answer: Percentiles,
     /// One single-row `INSERT` in its own transaction, same server, same run: one before
-    /// each answer, while the service waits for it, so the anchor and the answers share the
-    /// machine's moments (its disk's slow flushes, the sandbox's bursts) over the same span.
+    /// each answer, while the service waits for it, so that they span the same seconds as
+    /// the answers (the machine's once-a-second stalls, its disk's slow flushes). They also
+    /// meet what is left of each question's own commits, so they run slower than an idle
+    /// server's: a diagnostic beside the goal's anchor, not the anchor.
     pub single_row_commit: Percentiles,
-    /// The same commits, back to back after the answers (the anchor before stop 45): a span
-    /// of a few hundred ms that the machine's once-a-second stalls may miss.
+    /// The same commits back to back after the answers: the goal's anchor. They span
+    /// ~100 ms, which the machine's once-a-second stalls may miss.
     pub single_row_commit_back_to_back: Percentiles,
     /// Store operations per question, by operation (from `store_operation_duration_seconds`).
     pub store_operations_per_question: BTreeMap<String, f64>,

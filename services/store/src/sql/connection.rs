@@ -37,10 +37,12 @@ const PG_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2
 pub const IDLE_IN_TRANSACTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long a pooled connection may have sat idle and still be handed out without a ping.
 /// The pool's default pings before every use: one more round trip (and two wake-ups of
-/// each side) in front of every statement, on an answer's way to the agent too. A session
-/// the server ended (a restart, a terminated backend) is found by that ping only once its
-/// connection idled this long; one used more recently fails its next statement instead,
-/// which a caller with patience retries on a fresh connection.
+/// each side) in front of every statement, on an answer's way to the agent too. (sqlx still
+/// pings each connection as it is released, off the caller's path.) A session the server
+/// ended (a restart, a terminated backend) is found before use only once its connection
+/// idled this long; one released less than this before fails its next statement instead:
+/// a caller with patience (an execution's own writes) retries it on a fresh connection, one
+/// without (an RPC's reads) answers `UNAVAILABLE` once, at most once per pooled connection.
 pub const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether a connection idle for `idle_for` is pinged before it is handed out.
