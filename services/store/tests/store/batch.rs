@@ -26,6 +26,16 @@ on_every_backend!(
     two_answers_claiming_one_key_at_once_land_one_and_leave_the_other_pending,
 );
 
+/// `e` taken over: its generation advanced past the one its batches carry.
+async fn supersede(store: &dyn Store, e: &ExecutionRecord) {
+    assert!(
+        store
+            .advance_generation(TENANT, &e.id, Generation::new(1))
+            .await
+            .unwrap()
+    );
+}
+
 /// exec-1 `ready` with turn-1 `running` (its active turn) and a pending question on it.
 async fn live_execution(store: &dyn Store) -> (ExecutionRecord, TurnRecord, InteractionRecord) {
     let (mut e, t) = execution_with_turn(store, "exec-1").await;
@@ -132,12 +142,7 @@ async fn a_batch_with_one_stale_write_writes_nothing(store: Arc<dyn Store>) {
 
 async fn a_batch_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
-    assert!(
-        store
-            .advance_generation(TENANT, &e.id, Generation::new(1))
-            .await
-            .unwrap()
-    );
+    supersede(&*store, &e).await;
     assert!(!store.commit(&settlement(&e, &t, &i)).await.unwrap());
     assert_eq!(
         rows_as_they_are(&*store, &e, &t, &i).await,
@@ -214,12 +219,7 @@ async fn a_batch_inserting_a_taken_identity_writes_nothing(store: Arc<dyn Store>
 
 async fn a_batch_insert_of_a_superseded_generation_writes_nothing(store: Arc<dyn Store>) {
     let (e, _) = execution_with_turn(&*store, "exec-1").await;
-    assert!(
-        store
-            .advance_generation(TENANT, &e.id, Generation::new(1))
-            .await
-            .unwrap()
-    );
+    supersede(&*store, &e).await;
     assert!(!store.commit(&start_turn(&e, 0)).await.unwrap());
     assert_eq!(store.get_turn(TENANT, &"turn-2".into()).await.unwrap(), None);
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
@@ -455,12 +455,7 @@ async fn an_answer_whose_events_are_fenced_writes_nothing_and_leaves_the_key_fre
 
 async fn an_answer_of_a_superseded_generation_writes_nothing_and_leaves_the_key_free(store: Arc<dyn Store>) {
     let (e, t, i) = live_execution(&*store).await;
-    assert!(
-        store
-            .advance_generation(TENANT, &e.id, Generation::new(1))
-            .await
-            .unwrap()
-    );
+    supersede(&*store, &e).await;
     let key = call_key("AnswerInteraction", "r-1");
     for batch in [answer(&i, &key), answer_with_event(&e, &i, &key)] {
         assert!(!store.commit(&batch).await.unwrap(), "nothing landed");
