@@ -98,18 +98,39 @@ static STDIN_READING_STOPPED: AtomicBool = AtomicBool::new(false);
 /// Set by the reader thread once stdin is closed.
 static STDIN_CLOSED: AtomicBool = AtomicBool::new(false);
 
+/// Written to when a flag above is set, so the reader thread, blocked in `poll` on stdin and
+/// this pipe, wakes to read it. It never polls on a timer: hundreds of idle agents (the
+/// benches run 500) waking every few milliseconds would load the machine they measure.
+static WAKE_READER: std::sync::OnceLock<(io::PipeReader, io::PipeWriter)> = std::sync::OnceLock::new();
+
+fn wake_pipe() -> &'static (io::PipeReader, io::PipeWriter) {
+    WAKE_READER.get_or_init(|| io::pipe().expect("create the reader's wake pipe"))
+}
+
+/// Sets `flag` and wakes the reader thread to see it.
+fn tell_reader(flag: &AtomicBool) {
+    flag.store(true, Ordering::SeqCst);
+    // One byte is enough: the reader checks every flag whenever it wakes.
+    let _ = (&wake_pipe().1).write_all(b"!");
+}
+
 /// Waits until stdin has input (or EOF). `false`: a `close_stdin` was requested first.
 fn wait_readable(input: &io::BufReader<File>) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use std::os::fd::AsFd;
+    let wake = &wake_pipe().0;
     loop {
         if STDIN_CLOSE_REQUESTED.load(Ordering::SeqCst) {
             return false;
         }
-        let mut fds = [PollFd::new(input.get_ref().as_fd(), PollFlags::POLLIN)];
-        let ready = match poll(&mut fds, PollTimeout::from(50u8)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => false,
-            Ok(_) | Err(_) => true,
+        let mut fds = [
+            PollFd::new(input.get_ref().as_fd(), PollFlags::POLLIN),
+            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+        ];
+        let ready = match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => fds[0].any().unwrap_or(true),
+            Err(nix::errno::Errno::EINTR) => false,
+            Err(_) => true,
         };
         // Checked after the poll too: input arriving after the stop is never read.
         while STDIN_READING_STOPPED.load(Ordering::SeqCst) {
@@ -129,7 +150,7 @@ pub fn log(msg: &str) {
 
 /// Closes stdin (the client's next write fails) and returns once the reader thread did.
 pub fn close_stdin() {
-    STDIN_CLOSE_REQUESTED.store(true, Ordering::SeqCst);
+    tell_reader(&STDIN_CLOSE_REQUESTED);
     while !STDIN_CLOSED.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_millis(10));
     }
@@ -139,7 +160,7 @@ pub fn close_stdin() {
 pub fn stop_reading_stdin_if(asked: bool) {
     if asked {
         log("no longer reading stdin");
-        STDIN_READING_STOPPED.store(true, Ordering::SeqCst);
+        tell_reader(&STDIN_READING_STOPPED);
     }
 }
 
