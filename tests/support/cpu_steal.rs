@@ -2,7 +2,7 @@
 //! shared VM a busy run can lose a third of its CPU to steal, which shows as latency
 //! tails that belong to the host, not to the service. The benches print it beside their
 //! figures so a reader can tell the two apart. Likewise the CPU the machine's own PID 1
-//! took ([`InitCpu`]).
+//! took, and the kernel's memory monitor ([`MachineCpu`]).
 
 /// The machine's CPU time counters (`/proc/stat`'s `cpu` line), in clock ticks.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -44,28 +44,52 @@ impl CpuTimes {
 /// Clock ticks per second of `/proc`'s CPU times (`USER_HZ`, fixed by the kernel's ABI).
 pub const USER_HZ: u64 = 100;
 
-/// The CPU time the machine's PID 1 had used, and how many processes the machine ran, at
-/// one moment. On the sandboxes these benches run on, PID 1 is the sandbox's own agent,
-/// which walks every process about once a second, its burst growing with the process
-/// count: 11–18 ms of one core at a time while P4's 100 agents and their inits run (seen
-/// with `perf record -e sched:sched_switch`: the chunks in flight queue behind it).
+/// The CPU time the machine's own busy neighbours of the service had used, and how many
+/// processes the machine ran, at one moment. On the sandboxes these benches run on, PID 1
+/// is the sandbox's own agent, which walks every process about once a second, its burst
+/// growing with the process count: 11–18 ms of one core at a time while P4's 100 agents
+/// and their inits run (seen with `perf record -e sched:sched_switch`: the chunks in flight
+/// queue behind it). The kernel's DAMON threads (`kdamond.N`, proactive reclaim over
+/// physical memory) run 3–4 ms at a time on one core every half second while P4's 500
+/// agents map the same binary: the other core sits idle meanwhile, and the chunks whose
+/// tasks were queued on the busy core wait for it (seen the same way).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct InitCpu {
+pub struct MachineCpu {
     /// `utime + stime` of `/proc/1/stat`, in [`USER_HZ`] ticks.
-    pub ticks: u64,
+    pub init_ticks: u64,
+    /// The same summed over the `kdamond.*` kernel threads; `None` when none runs.
+    pub memory_monitor_ticks: Option<u64>,
     pub processes: usize,
 }
 
-impl InitCpu {
+impl MachineCpu {
     /// Now; `None` where `/proc/1/stat` cannot be read.
     pub fn now() -> Option<Self> {
-        let ticks = Self::parse_ticks(&std::fs::read_to_string("/proc/1/stat").ok()?)?;
-        let processes = std::fs::read_dir("/proc")
-            .ok()?
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
-            .count();
-        Some(Self { ticks, processes })
+        let init_ticks = Self::parse_ticks(&std::fs::read_to_string("/proc/1/stat").ok()?)?;
+        let (mut processes, mut memory_monitor_ticks) = (0, None);
+        for entry in std::fs::read_dir("/proc").ok()?.filter_map(Result::ok) {
+            if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            processes += 1;
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            if Self::is_memory_monitor(&stat) {
+                *memory_monitor_ticks.get_or_insert(0) += Self::parse_ticks(&stat).unwrap_or(0);
+            }
+        }
+        Some(Self {
+            init_ticks,
+            memory_monitor_ticks,
+            processes,
+        })
+    }
+
+    /// A `/proc/PID/stat` line of one of the kernel's DAMON threads.
+    pub fn is_memory_monitor(stat: &str) -> bool {
+        stat.split_once(" (")
+            .is_some_and(|(_, rest)| rest.starts_with("kdamond."))
     }
 
     /// `utime + stime` of a `/proc/PID/stat` line: the 14th and 15th fields, counted after
@@ -79,10 +103,19 @@ impl InitCpu {
     }
 
     /// Milliseconds of CPU PID 1 used per second since `earlier`, `seconds` ago.
-    pub fn ms_per_sec_since(&self, earlier: &InitCpu, seconds: f64) -> Option<f64> {
-        let ticks = self.ticks.checked_sub(earlier.ticks)?;
-        (seconds > 0.0).then(|| ticks as f64 * 1000.0 / USER_HZ as f64 / seconds)
+    pub fn init_ms_per_sec_since(&self, earlier: &MachineCpu, seconds: f64) -> Option<f64> {
+        ms_per_sec(self.init_ticks.checked_sub(earlier.init_ticks)?, seconds)
     }
+
+    /// Milliseconds of CPU the kernel's DAMON threads used per second since `earlier`.
+    pub fn memory_monitor_ms_per_sec_since(&self, earlier: &MachineCpu, seconds: f64) -> Option<f64> {
+        let ticks = self.memory_monitor_ticks?.checked_sub(earlier.memory_monitor_ticks?)?;
+        ms_per_sec(ticks, seconds)
+    }
+}
+
+fn ms_per_sec(ticks: u64, seconds: f64) -> Option<f64> {
+    (seconds > 0.0).then(|| ticks as f64 * 1000.0 / USER_HZ as f64 / seconds)
 }
 
 #[cfg(test)]
@@ -108,24 +141,33 @@ mod tests {
     #[test]
     fn init_cpu_is_utime_plus_stime_counted_after_the_command_name() {
         let stat = "1 (process api (x)) S 0 1 1 0 -1 4194560 100 0 0 0 700 250 0 0 20 0 40 0 1 0 0";
-        assert_eq!(InitCpu::parse_ticks(stat), Some(950));
-        assert_eq!(InitCpu::parse_ticks("1 (init) S 0 1"), None);
+        assert_eq!(MachineCpu::parse_ticks(stat), Some(950));
+        assert_eq!(MachineCpu::parse_ticks("1 (init) S 0 1"), None);
     }
 
     #[test]
-    fn init_cpu_per_second_needs_time_passed_and_counters_that_grew() {
-        let (before, after) = (
-            InitCpu {
-                ticks: 10,
-                processes: 3,
-            },
-            InitCpu {
-                ticks: 25,
-                processes: 3,
-            },
-        );
-        assert_eq!(after.ms_per_sec_since(&before, 10.0), Some(15.0));
-        assert_eq!(after.ms_per_sec_since(&before, 0.0), None);
-        assert_eq!(before.ms_per_sec_since(&after, 10.0), None);
+    fn cpu_per_second_needs_time_passed_and_counters_that_grew() {
+        let at = |init_ticks, memory_monitor_ticks| MachineCpu {
+            init_ticks,
+            memory_monitor_ticks,
+            processes: 3,
+        };
+        let (before, after) = (at(10, Some(4)), at(25, Some(9)));
+        assert_eq!(after.init_ms_per_sec_since(&before, 10.0), Some(15.0));
+        assert_eq!(after.memory_monitor_ms_per_sec_since(&before, 10.0), Some(5.0));
+        assert_eq!(after.init_ms_per_sec_since(&before, 0.0), None);
+        assert_eq!(before.init_ms_per_sec_since(&after, 10.0), None);
+        assert_eq!(at(25, None).memory_monitor_ms_per_sec_since(&before, 10.0), None);
+    }
+
+    #[test]
+    fn the_memory_monitor_is_the_kernels_damon_threads_by_name() {
+        assert!(MachineCpu::is_memory_monitor(
+            "107 (kdamond.0) S 2 0 0 0 -1 2129984 0 0 0 0 9 700"
+        ));
+        assert!(!MachineCpu::is_memory_monitor(
+            "1 (process_api) S 0 1 1 0 -1 4194560 100"
+        ));
+        assert!(!MachineCpu::is_memory_monitor("42 (kdamond) S 2 0 0"));
     }
 }

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::answer_latency::store_operations;
-use crate::cpu_steal::InitCpu;
+use crate::cpu_steal::MachineCpu;
 use crate::lease_latency::Percentiles;
 use crate::throughput::{CHUNK_TEXT, flood_scenario};
 use crate::{
@@ -51,8 +51,10 @@ pub struct LatencyReport {
     /// (peak − before) / executions.
     pub rss_per_execution_kib: f64,
     /// CPU the machine's PID 1 (not the service) used per second while the executions
-    /// streamed, and the processes the machine ran then ([`InitCpu`]).
+    /// streamed, and the processes the machine ran then ([`MachineCpu`]).
     pub machine_init_cpu_ms_per_sec: Option<f64>,
+    /// CPU the kernel's memory monitor (DAMON's `kdamond` threads) used per second then.
+    pub machine_memory_monitor_cpu_ms_per_sec: Option<f64>,
     pub machine_processes: usize,
     /// The store operations the service made while the executions streamed, by operation,
     /// per update streamed.
@@ -137,7 +139,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         }
     }
     let steady_from = unix_nanos(SystemTime::now());
-    let (init_before, steady_started) = (InitCpu::now(), std::time::Instant::now());
+    let (machine_before, steady_started) = (MachineCpu::now(), std::time::Instant::now());
     let scrape_before = scrape_metrics(service.metrics_address());
     let operations_before = store_operations(&scrape_before);
     let mut rss_peak_kib = rss_kib(pid);
@@ -159,7 +161,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
             () = tokio::time::sleep(Duration::from_millis(100)) => rss_peak_kib = rss_peak_kib.max(rss_kib(pid)),
         }
     }
-    let (init_after, streamed_secs) = (InitCpu::now(), steady_started.elapsed().as_secs_f64());
+    let (machine_after, streamed_secs) = (MachineCpu::now(), steady_started.elapsed().as_secs_f64());
     let scrape = scrape_metrics(service.metrics_address());
     if let Ok(path) = std::env::var("PERF_DUMP_METRICS") {
         std::fs::write(format!("{path}.{executions}.before"), &scrape_before).unwrap();
@@ -207,10 +209,13 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         rss_before_kib,
         rss_idle_kib,
         rss_peak_kib,
-        machine_init_cpu_ms_per_sec: init_after
-            .zip(init_before)
-            .and_then(|(after, before)| after.ms_per_sec_since(&before, streamed_secs)),
-        machine_processes: init_before.map_or(0, |init| init.processes),
+        machine_init_cpu_ms_per_sec: machine_after
+            .zip(machine_before)
+            .and_then(|(after, before)| after.init_ms_per_sec_since(&before, streamed_secs)),
+        machine_memory_monitor_cpu_ms_per_sec: machine_after
+            .zip(machine_before)
+            .and_then(|(after, before)| after.memory_monitor_ms_per_sec_since(&before, streamed_secs)),
+        machine_processes: machine_before.map_or(0, |machine| machine.processes),
         rss_per_execution_kib: rss_peak_kib.saturating_sub(rss_before_kib) as f64 / executions as f64,
         store_operations_per_update,
     }
