@@ -26,8 +26,10 @@ impl From<StoreError> for EngineError {
             ),
             StoreError::AnotherService => Self::precondition(Reason::AnotherService, e.to_string()),
             StoreError::ReplicaNameInUse(_) => Self::precondition(Reason::ReplicaNameInUse, e.to_string()),
-            StoreError::Unavailable(_) => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
-                .retry_after(STORE_RETRY_AFTER),
+            StoreError::Unavailable(_) | StoreError::SessionLost(_) => {
+                Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string())
+                    .retry_after(STORE_RETRY_AFTER)
+            }
             _ => Self::new(ErrorKind::Unavailable, Reason::StoreUnavailable, e.to_string()),
         }
     }

@@ -20,6 +20,10 @@ pub enum StoreError {
     /// the database asked for the transaction to be retried.
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    /// A transient failure of one pooled session: the server ended it (a restart, a
+    /// terminated backend) or its link was reset. Another connection may serve at once.
+    #[error("the store is unavailable: its database session was lost: {0}")]
+    SessionLost(String),
     #[error("a row with this identity already exists")]
     Duplicate,
     /// The write carried a generation that is no longer the execution's: another
@@ -63,6 +67,7 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::ColumnDecode { index, .. } => Self::Database(format!(
                 "column `{index}` holds a value this version does not know (written by a newer version?)"
             )),
+            _ if transient::is_lost_session(&e) => Self::SessionLost(e.to_string()),
             _ if transient::is_transient(&e) => Self::Unavailable(e.to_string()),
             _ => Self::Database(e.to_string()),
         }
@@ -72,7 +77,7 @@ impl From<sqlx::Error> for StoreError {
 impl StoreError {
     /// Whether the same operation may succeed if tried again later.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Unavailable(_))
+        matches!(self, Self::Unavailable(_) | Self::SessionLost(_))
     }
 }
 

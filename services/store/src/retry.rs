@@ -2,7 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::contract::{Patience, RETRY_FIRST_DELAY, RETRY_MAX_DELAY};
+use crate::contract::{Patience, RETRY_FIRST_DELAY, RETRY_MAX_DELAY, StoreError};
+
+/// How many lost sessions one operation tries past at once, whatever its patience: each
+/// failed attempt spends one pooled connection whose session the server had ended (the pool
+/// closes it as it comes back), so as many as the pool holds leave only fresh ones. A
+/// session is found lost before use only once it idled `PING_AFTER_IDLE`.
+pub(crate) const LOST_SESSION_RETRIES: u32 = crate::sql::PG_MAX_CONNECTIONS;
 
 /// Tracks one operation's attempts: whether a transient failure may be retried, after
 /// which pause, and whether one happened (an attempt that failed transiently may still
@@ -12,6 +18,7 @@ pub(crate) struct Attempts {
     patient: bool,
     next_delay: Duration,
     retried: bool,
+    lost_sessions: u32,
 }
 
 impl Attempts {
@@ -26,12 +33,20 @@ impl Attempts {
             patient,
             next_delay: RETRY_FIRST_DELAY,
             retried: false,
+            lost_sessions: 0,
         }
     }
 
-    /// After a transient failure at `now`: the pause before the next attempt, or `None`
-    /// when patience is spent (the failure is then reported).
-    pub(crate) fn after_transient_failure(&mut self, now: Instant) -> Option<Duration> {
+    /// After `failure`, a transient one, at `now`: the pause before the next attempt, or
+    /// `None` when patience is spent (the failure is then reported). A lost session is tried
+    /// past at once, up to [`LOST_SESSION_RETRIES`] times, even without patience: it says
+    /// nothing of the database, only of one pooled connection.
+    pub(crate) fn after_transient_failure(&mut self, now: Instant, failure: &StoreError) -> Option<Duration> {
+        if matches!(failure, StoreError::SessionLost(_)) && self.lost_sessions < LOST_SESSION_RETRIES {
+            self.lost_sessions += 1;
+            self.retried = true;
+            return Some(Duration::ZERO);
+        }
         if !self.patient || self.give_up_at.is_some_and(|at| now >= at) {
             return None;
         }
@@ -54,11 +69,50 @@ impl Attempts {
 mod tests {
     use super::*;
 
+    fn unavailable() -> StoreError {
+        StoreError::Unavailable("connection refused".into())
+    }
+
+    fn session_lost() -> StoreError {
+        StoreError::SessionLost("terminating connection due to administrator command".into())
+    }
+
+    #[test]
+    fn lost_sessions_are_tried_past_at_once_up_to_the_bound_even_without_patience() {
+        let now = Instant::now();
+        let mut attempts = Attempts::new(Patience::None, now);
+        for _ in 0..LOST_SESSION_RETRIES {
+            assert_eq!(
+                attempts.after_transient_failure(now, &session_lost()),
+                Some(Duration::ZERO)
+            );
+        }
+        assert!(attempts.retried());
+        assert_eq!(attempts.after_transient_failure(now, &session_lost()), None);
+        assert_eq!(
+            Attempts::new(Patience::None, now).after_transient_failure(now, &unavailable()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_patient_operation_past_its_lost_sessions_backs_off_as_usual() {
+        let now = Instant::now();
+        let mut attempts = Attempts::new(Patience::UntilBack, now);
+        for _ in 0..LOST_SESSION_RETRIES {
+            attempts.after_transient_failure(now, &session_lost());
+        }
+        assert_eq!(
+            attempts.after_transient_failure(now, &session_lost()),
+            Some(RETRY_FIRST_DELAY)
+        );
+    }
+
     #[test]
     fn without_patience_the_first_failure_is_reported() {
         let now = Instant::now();
         let mut attempts = Attempts::new(Patience::None, now);
-        assert_eq!(attempts.after_transient_failure(now), None);
+        assert_eq!(attempts.after_transient_failure(now, &unavailable()), None);
         assert!(!attempts.retried());
     }
 
@@ -68,7 +122,7 @@ mod tests {
         let mut attempts = Attempts::new(Patience::UntilBack, now);
         let mut pauses = Vec::new();
         for _ in 0..8 {
-            pauses.push(attempts.after_transient_failure(now).unwrap());
+            pauses.push(attempts.after_transient_failure(now, &unavailable()).unwrap());
         }
         assert_eq!(pauses[0], RETRY_FIRST_DELAY);
         assert_eq!(pauses[1], RETRY_FIRST_DELAY * 2);
@@ -81,12 +135,15 @@ mod tests {
         let now = Instant::now();
         let limit = Duration::from_millis(120);
         let mut attempts = Attempts::new(Patience::For(limit), now);
-        assert_eq!(attempts.after_transient_failure(now), Some(RETRY_FIRST_DELAY));
         assert_eq!(
-            attempts.after_transient_failure(now + Duration::from_millis(100)),
+            attempts.after_transient_failure(now, &unavailable()),
+            Some(RETRY_FIRST_DELAY)
+        );
+        assert_eq!(
+            attempts.after_transient_failure(now + Duration::from_millis(100), &unavailable()),
             Some(Duration::from_millis(20)),
             "the last pause ends at the limit"
         );
-        assert_eq!(attempts.after_transient_failure(now + limit), None);
+        assert_eq!(attempts.after_transient_failure(now + limit, &unavailable()), None);
     }
 }

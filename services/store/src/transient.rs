@@ -26,6 +26,29 @@ const TRANSIENT_PG_CODES: [&str; 8] = [
 const SQLITE_BUSY: i64 = 5;
 const SQLITE_LOCKED: i64 = 6;
 
+/// Whether `e` says the connection's session is gone (ended by the server, or the link
+/// reset) rather than that the database refuses work: the next connection may well serve.
+pub(crate) fn is_lost_session(e: &sqlx::Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        sqlx::Error::Io(io) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof
+                | ErrorKind::NotConnected
+        ),
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<PgDatabaseError>()
+            .is_some_and(|pg| SESSION_ENDED_PG_CODES.contains(&pg.code())),
+        _ => false,
+    }
+}
+
+/// The SQLSTATEs with which the server ends a session it had accepted.
+const SESSION_ENDED_PG_CODES: [&str; 2] = ["57P01", "57P02"];
+
 pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
@@ -55,6 +78,23 @@ mod tests {
             std::io::ErrorKind::ConnectionRefused
         ))));
         assert!(is_transient(&sqlx::Error::PoolTimedOut));
+    }
+
+    #[test]
+    fn a_reset_or_closed_link_is_a_lost_session_and_a_refused_connection_is_not() {
+        use std::io::{Error, ErrorKind};
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(is_lost_session(&sqlx::Error::Io(Error::from(kind))), "{kind:?}");
+        }
+        assert!(!is_lost_session(&sqlx::Error::Io(Error::from(
+            ErrorKind::ConnectionRefused
+        ))));
+        assert!(!is_lost_session(&sqlx::Error::PoolTimedOut));
+        assert!(!is_lost_session(&sqlx::Error::RowNotFound));
     }
 
     #[test]

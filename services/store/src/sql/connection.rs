@@ -21,7 +21,7 @@ static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/p
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// Connections a service opens to PostgreSQL.
-const PG_MAX_CONNECTIONS: u32 = 8;
+pub const PG_MAX_CONNECTIONS: u32 = 8;
 
 /// How long an operation waits for a connection before it fails `Unavailable`: while the
 /// database is down, a caller gets a typed answer it can retry instead of its own deadline.
@@ -41,8 +41,8 @@ pub const IDLE_IN_TRANSACTION_LIMIT: std::time::Duration = std::time::Duration::
 /// pings each connection as it is released, off the caller's path.) A session the server
 /// ended (a restart, a terminated backend) is found before use only once its connection
 /// idled this long; one released less than this before fails its next statement instead:
-/// a caller with patience (an execution's own writes) retries it on a fresh connection, one
-/// without (an RPC's reads) answers `UNAVAILABLE` once, at most once per pooled connection.
+/// the operation is tried again at once on the next connection, patience or not
+/// (`retry::LOST_SESSION_RETRIES`).
 pub const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether a connection idle for `idle_for` is pinged before it is handed out.
@@ -85,7 +85,7 @@ macro_rules! on_pool {
             $self.observe(operation, started.elapsed(), outcome.is_ok());
             if let Err(e) = &outcome
                 && e.is_transient()
-                && let Some(pause) = attempts.after_transient_failure(std::time::Instant::now())
+                && let Some(pause) = attempts.after_transient_failure(std::time::Instant::now(), e)
             {
                 tracing::warn!(operation, error = %e, retry_in_ms = pause.as_millis() as u64, "store unavailable; retrying");
                 tokio::time::sleep(pause).await;

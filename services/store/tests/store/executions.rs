@@ -373,3 +373,42 @@ async fn postgres_a_pooled_session_the_server_ended_while_it_idled_is_replaced_b
     drop(store);
     scratch.remove().await;
 }
+
+/// A session the server ended less than [`PING_AFTER_IDLE`] after its last use is handed out
+/// unpinged and fails; the read is tried again at once on the next connection, so a caller
+/// without patience gets its row and not `UNAVAILABLE`, however many of the pool's sessions
+/// were ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_read_on_sessions_the_server_just_ended_is_answered_from_a_fresh_one() {
+    use sqlx::Connection;
+    let (scratch, url) = crate::backends::Scratch::postgres().await;
+    let store = SqlStore::connect(&url).await.unwrap();
+    store.insert_execution(&execution("exec-1")).await.unwrap();
+    // Several pooled sessions, each used a moment ago.
+    let id = "exec-1".into();
+    let (a, b, c, d) = tokio::join!(
+        store.get_execution(TENANT, &id),
+        store.get_execution(TENANT, &id),
+        store.get_execution(TENANT, &id),
+        store.get_execution(TENANT, &id),
+    );
+    for read in [a, b, c, d] {
+        assert!(read.unwrap().is_some());
+    }
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let ended: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "the store's pooled sessions were ended");
+    for n in 0..4 {
+        let read = store.get_execution(TENANT, &id).await;
+        assert!(matches!(read, Ok(Some(_))), "read {n}: {read:?}");
+    }
+    admin.close().await.unwrap();
+    drop(store);
+    scratch.remove().await;
+}
