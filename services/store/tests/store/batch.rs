@@ -556,23 +556,7 @@ async fn postgres_an_answer_whose_session_is_ended_mid_statement_lands_through_t
     let batch = answer(&i, &key);
     let committing = tokio::spawn(async move { patient.commit(&batch).await });
     let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let waiting = loop {
-        let waiting: Option<(i32,)> = sqlx::query_as(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE 'WITH w0 AS%'",
-        )
-        .fetch_optional(&mut admin)
-        .await
-        .unwrap();
-        match waiting {
-            Some((pid,)) => break pid,
-            None if std::time::Instant::now() < give_up => {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await
-            }
-            None => panic!("the answer's statement never waited on the held row"),
-        }
-    };
+    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
     sqlx::query("SELECT pg_terminate_backend($1)")
         .bind(waiting)
         .execute(&mut admin)
@@ -588,4 +572,64 @@ async fn postgres_an_answer_whose_session_is_ended_mid_statement_lands_through_t
     );
     drop((holder, admin, store));
     scratch.remove().await;
+}
+
+/// An answer's statement whose connection is lost in transit, without the server's word,
+/// may have committed: here it did (the server ran it to its end once the held row was
+/// free). The transaction tried next finds the interaction moved on, looks for the batch,
+/// finds it, and reports the answer landed, so the answer reaches the agent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_committed_is_reported_landed() {
+    use sqlx::Connection;
+    let (scratch, url) = crate::backends::Scratch::postgres().await;
+    let link = crate::link::Link::to(&url).await;
+    let store = SqlStore::connect(&link.url).await.unwrap();
+    let (e, t, i) = live_execution(&store).await;
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM interactions WHERE id = $1 FOR UPDATE")
+        .bind(i.id.as_str())
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let key = call_key("AnswerInteraction", "r-1");
+    let batch = answer(&i, &key);
+    // No patience: only a failure that may have committed is tried again.
+    let impatient = store.with_patience(Patience::None);
+    let committing = tokio::spawn(async move { impatient.commit(&batch).await });
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
+    link.cut_the_latest();
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert!(committing.await.unwrap().unwrap(), "reported landed");
+    assert_eq!(rows_as_they_are(&store, &e, &t, &i).await[2], "answered");
+    assert_eq!(
+        store.claim_idempotency(&key, "d").await.unwrap(),
+        IdempotencyClaim::InFlight,
+        "claimed once, by the answer"
+    );
+    drop((holder, admin, store, link));
+    scratch.remove().await;
+}
+
+/// The pid of the backend running a statement like `query` that waits on a lock.
+async fn wait_for_a_statement_waiting_on_a_lock(admin: &mut sqlx::PgConnection, query: &str) -> i32 {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: Option<(i32,)> = sqlx::query_as(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(query)
+        .fetch_optional(&mut *admin)
+        .await
+        .unwrap();
+        match waiting {
+            Some((pid,)) => return pid,
+            None if std::time::Instant::now() < give_up => {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await
+            }
+            None => panic!("no statement like {query} waited on a lock"),
+        }
+    }
 }

@@ -30,6 +30,7 @@ mod fence;
 mod fixtures;
 mod idempotency;
 mod interactions;
+mod link;
 mod notify;
 mod replicas;
 mod schema;
