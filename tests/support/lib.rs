@@ -128,6 +128,14 @@ impl TestDatabase {
         self.terminate_connections(&mut admin).await;
     }
 
+    /// Ends every session the service holds open to the database, as an operator's
+    /// `pg_terminate_backend` or a pooler's recycling does; the database stays up (Postgres
+    /// only).
+    pub async fn end_sessions(&self) {
+        let mut admin = self.admin().await;
+        self.terminate_connections(&mut admin).await;
+    }
+
     async fn admin(&self) -> sqlx::PgConnection {
         let admin_url = self
             .admin_url

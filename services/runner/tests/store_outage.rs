@@ -587,6 +587,38 @@ async fn an_append_lost_past_the_outage_limit_fails_the_execution_even_when_an_a
     database.drop_database().await;
 }
 
+/// Sessions the database ends under a live service (an operator's `pg_terminate_backend`, a
+/// pooler recycling them) are replaced without a caller hearing of it: reads right after,
+/// on connections used a moment before, are answered, not refused `UNAVAILABLE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_right_after_the_database_ended_the_services_sessions_are_answered() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let dirs = ServiceDirs::new();
+    let service = serve(&database.url, &dirs, &scenario("demo.json"), &[]);
+    let mut client = service.client().await;
+    let execution = create_execution_in(&mut client, &dirs.workspace, "create-1").await;
+    let read = || {
+        let mut client = client.clone();
+        let execution_id = execution.execution_id.clone();
+        async move { client.get_execution(proto::GetExecutionRequest { execution_id }).await }
+    };
+    // Several of the pool's sessions, each used a moment ago.
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        reads.spawn(read());
+    }
+    for answered in reads.join_all().await {
+        answered.expect("read before");
+    }
+    database.end_sessions().await;
+    for n in 0..4 {
+        let answered = read().await;
+        assert!(answered.is_ok(), "read {n} after the sessions ended: {answered:?}");
+    }
+    service.kill();
+    database.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_a_stopped_postgres_and_calls_fail_fast_with_a_typed_retryable_status() {
     let pg = PrivatePostgres::start();

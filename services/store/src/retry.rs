@@ -6,9 +6,10 @@ use crate::contract::{Patience, RETRY_FIRST_DELAY, RETRY_MAX_DELAY, StoreError};
 
 /// How many lost sessions one operation tries past at once, whatever its patience: each
 /// failed attempt spends one pooled connection whose session the server had ended (the pool
-/// closes it as it comes back), so as many as the pool holds leave only fresh ones. A
-/// session is found lost before use only once it idled `PING_AFTER_IDLE`.
-pub(crate) const LOST_SESSION_RETRIES: u32 = crate::sql::PG_MAX_CONNECTIONS;
+/// closes it as it comes back), so as many as the pool holds (`PG_MAX_CONNECTIONS`, which
+/// checks it is not more) leave only fresh ones. A session is found lost before use only
+/// once it idled `PING_AFTER_IDLE`.
+pub(crate) const LOST_SESSION_RETRIES: u32 = 8;
 
 /// Tracks one operation's attempts: whether a transient failure may be retried, after
 /// which pause, and whether one happened (an attempt that failed transiently may still

@@ -21,7 +21,9 @@ static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/p
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// Connections a service opens to PostgreSQL.
-pub const PG_MAX_CONNECTIONS: u32 = 8;
+const PG_MAX_CONNECTIONS: u32 = 8;
+// An operation tries past every pooled session the server may have ended.
+const _: () = assert!(crate::retry::LOST_SESSION_RETRIES >= PG_MAX_CONNECTIONS);
 
 /// How long an operation waits for a connection before it fails `Unavailable`: while the
 /// database is down, a caller gets a typed answer it can retry instead of its own deadline.

@@ -21,7 +21,7 @@ mod sessions;
 mod turns;
 
 pub use append_group::{GROUPS_IN_FLIGHT, MAX_GROUP_EVENTS};
-pub use connection::{IDLE_IN_TRANSACTION_LIMIT, PG_MAX_CONNECTIONS, PING_AFTER_IDLE, SqlStore};
+pub use connection::{IDLE_IN_TRANSACTION_LIMIT, PING_AFTER_IDLE, SqlStore};
 pub use fence::CLAIM_LOCK_WAIT;
 
 use async_trait::async_trait;
