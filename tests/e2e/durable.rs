@@ -139,6 +139,13 @@ fn responses(service: &TestService) -> Vec<(Value, Value)> {
         .collect()
 }
 
+/// Waits until the agent read `n` answers, then checks it read no more: `Delivered` means
+/// the answer is on the agent's pipe, and the agent records a line only once it reads it.
+async fn the_agent_got(service: &TestService, n: usize, what: &str) {
+    eventually(what, || responses(service).len() >= n).await;
+    assert_eq!(responses(service).len(), n, "{what}");
+}
+
 fn policy(policy: proto::ApprovalPolicy) -> proto::CreateExecutionRequest {
     proto::CreateExecutionRequest {
         approval_policy: policy as i32,
@@ -420,7 +427,7 @@ async fn one_answer_per_agent_request_racing_answers_deliver_exactly_once(backen
         }
     }
     assert_eq!(delivered, 1);
-    assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    the_agent_got(&service, 1, "the agent got one answer").await;
     service.shutdown().await;
 }
 
@@ -458,7 +465,7 @@ async fn one_request_id_racing_with_two_answers_delivers_one_and_refuses_the_oth
         assert_eq!(delivered.len(), 2, "round {round}: the two calls of the winning answer");
         assert_eq!(delivered[0], delivered[1], "round {round}: one request id, one result");
     }
-    assert_eq!(responses(&service).len(), CONFLICT_ROUNDS, "one answer per question");
+    the_agent_got(&service, CONFLICT_ROUNDS, "one answer per question").await;
     service.shutdown().await;
 }
 
@@ -484,7 +491,7 @@ async fn the_same_answer_retried_concurrently_under_one_request_id_is_delivered_
         let interaction = retry.await.unwrap().expect("a retry gets the stored result");
         assert_eq!(interaction.state, proto::InteractionState::Delivered as i32);
     }
-    assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    the_agent_got(&service, 1, "the agent got one answer").await;
     service.shutdown().await;
 }
 
@@ -517,7 +524,7 @@ async fn an_answer_under_a_request_id_another_call_used_reaches_no_agent_and_the
         .interaction
         .unwrap();
     assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
-    assert_eq!(responses(&service).len(), 1, "the agent got one answer");
+    the_agent_got(&service, 1, "the agent got one answer").await;
     service.shutdown().await;
 }
 
