@@ -544,13 +544,7 @@ async fn postgres_an_answer_whose_session_is_ended_mid_statement_lands_through_t
     let (scratch, url) = crate::backends::Scratch::postgres().await;
     let store = SqlStore::connect(&url).await.unwrap();
     let (e, t, i) = live_execution(&store).await;
-    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM interactions WHERE id = $1 FOR UPDATE")
-        .bind(i.id.as_str())
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = holding_its_row(&url, &i).await;
     let key = call_key("AnswerInteraction", "r-1");
     let patient = store.with_patience(Patience::For(std::time::Duration::from_secs(10)));
     let batch = answer(&i, &key);
@@ -585,13 +579,7 @@ async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_
     let link = crate::link::Link::to(&url).await;
     let store = SqlStore::connect(&link.url).await.unwrap();
     let (e, t, i) = live_execution(&store).await;
-    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM interactions WHERE id = $1 FOR UPDATE")
-        .bind(i.id.as_str())
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = holding_its_row(&url, &i).await;
     let key = call_key("AnswerInteraction", "r-1");
     let batch = answer(&i, &key);
     // No patience: only a failure that may have committed is tried again.
@@ -610,6 +598,19 @@ async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_
     );
     drop((holder, admin, store, link));
     scratch.remove().await;
+}
+
+/// A session of its own holding `interaction`'s row locked in an open transaction.
+async fn holding_its_row(url: &str, interaction: &InteractionRecord) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut holder = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM interactions WHERE id = $1 FOR UPDATE")
+        .bind(interaction.id.as_str())
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
 }
 
 /// The pid of the backend running a statement like `query` that waits on a lock.

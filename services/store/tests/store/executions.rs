@@ -355,15 +355,7 @@ async fn postgres_a_pooled_session_the_server_ended_while_it_idled_is_replaced_b
     let (scratch, url) = crate::backends::Scratch::postgres().await;
     let store = SqlStore::connect(&url).await.unwrap();
     store.insert_execution(&execution("exec-1")).await.unwrap();
-    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let ended: Vec<(bool,)> = sqlx::query_as(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .fetch_all(&mut admin)
-    .await
-    .unwrap();
-    assert!(!ended.is_empty(), "the store's pooled session was ended");
+    let admin = ending_every_other_session(&url).await;
     tokio::time::sleep(PING_AFTER_IDLE + Duration::from_millis(100)).await;
     assert!(
         store.get_execution(TENANT, &"exec-1".into()).await.unwrap().is_some(),
@@ -395,7 +387,21 @@ async fn postgres_a_read_on_sessions_the_server_just_ended_is_answered_from_a_fr
     for read in [a, b, c, d] {
         assert!(read.unwrap().is_some());
     }
-    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let admin = ending_every_other_session(&url).await;
+    for n in 0..4 {
+        let read = store.get_execution(TENANT, &id).await;
+        assert!(matches!(read, Ok(Some(_))), "read {n}: {read:?}");
+    }
+    admin.close().await.unwrap();
+    drop(store);
+    scratch.remove().await;
+}
+
+/// Ends every session of the database but its own, as a restart or an operator would, and
+/// returns itself, still open.
+async fn ending_every_other_session(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
     let ended: Vec<(bool,)> = sqlx::query_as(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid()",
@@ -404,11 +410,5 @@ async fn postgres_a_read_on_sessions_the_server_just_ended_is_answered_from_a_fr
     .await
     .unwrap();
     assert!(!ended.is_empty(), "the store's pooled sessions were ended");
-    for n in 0..4 {
-        let read = store.get_execution(TENANT, &id).await;
-        assert!(matches!(read, Ok(Some(_))), "read {n}: {read:?}");
-    }
-    admin.close().await.unwrap();
-    drop(store);
-    scratch.remove().await;
+    admin
 }
