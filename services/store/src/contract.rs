@@ -20,8 +20,8 @@ pub enum StoreError {
     /// the database asked for the transaction to be retried.
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
-    /// A transient failure of one pooled session: the server ended it (a restart, a
-    /// terminated backend) or its link was reset. Another connection may serve at once.
+    /// A transient failure of one pooled session: the server said it ended it (a restart, a
+    /// terminated backend), rolling back what it ran. Another connection may serve at once.
     #[error("the store is unavailable: its database session was lost: {0}")]
     SessionLost(String),
     #[error("a row with this identity already exists")]

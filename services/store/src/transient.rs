@@ -26,19 +26,12 @@ const TRANSIENT_PG_CODES: [&str; 8] = [
 const SQLITE_BUSY: i64 = 5;
 const SQLITE_LOCKED: i64 = 6;
 
-/// Whether `e` says the connection's session is gone (ended by the server, or the link
-/// reset) rather than that the database refuses work: the next connection may well serve.
+/// Whether `e` is the server's word that it ended the connection's session (a restart, a
+/// terminated backend): whatever the session was running was rolled back, and the next
+/// connection may well serve. A link lost without that word is not one: what was sent may
+/// have committed.
 pub(crate) fn is_lost_session(e: &sqlx::Error) -> bool {
-    use std::io::ErrorKind;
     match e {
-        sqlx::Error::Io(io) => matches!(
-            io.kind(),
-            ErrorKind::ConnectionReset
-                | ErrorKind::ConnectionAborted
-                | ErrorKind::BrokenPipe
-                | ErrorKind::UnexpectedEof
-                | ErrorKind::NotConnected
-        ),
         sqlx::Error::Database(db) => db
             .try_downcast_ref::<PgDatabaseError>()
             .is_some_and(|pg| SESSION_ENDED_PG_CODES.contains(&pg.code())),
@@ -81,18 +74,15 @@ mod tests {
     }
 
     #[test]
-    fn a_reset_or_closed_link_is_a_lost_session_and_a_refused_connection_is_not() {
+    fn a_link_lost_without_the_servers_word_is_not_a_lost_session() {
         use std::io::{Error, ErrorKind};
         for kind in [
             ErrorKind::ConnectionReset,
             ErrorKind::BrokenPipe,
             ErrorKind::UnexpectedEof,
         ] {
-            assert!(is_lost_session(&sqlx::Error::Io(Error::from(kind))), "{kind:?}");
+            assert!(!is_lost_session(&sqlx::Error::Io(Error::from(kind))), "{kind:?}");
         }
-        assert!(!is_lost_session(&sqlx::Error::Io(Error::from(
-            ErrorKind::ConnectionRefused
-        ))));
         assert!(!is_lost_session(&sqlx::Error::PoolTimedOut));
         assert!(!is_lost_session(&sqlx::Error::RowNotFound));
     }

@@ -143,8 +143,13 @@ impl SqlStore {
         self.observe("commit", started.elapsed(), outcome.is_ok());
         Some(match outcome {
             // Sure not to have landed and no patience to spend: the caller hears it now, as
-            // from the transaction's own first attempt.
-            Err(e) if e.is_transient() && (maybe_committed || self.patience != Patience::None) => {
+            // from the transaction's own first attempt (which tries past a lost session).
+            Err(e)
+                if e.is_transient()
+                    && (maybe_committed
+                        || self.patience != Patience::None
+                        || matches!(e, StoreError::SessionLost(_))) =>
+            {
                 OneStatement::Failed { maybe_committed }
             }
             other => OneStatement::Done(other),

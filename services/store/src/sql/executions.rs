@@ -255,7 +255,7 @@ impl SqlStore {
         expected: Generation,
     ) -> StoreResult<bool> {
         let (sql, me) = (&self.shared.statements, self.shared.identity.fence_owner());
-        let (outcome, _) = on_pool!(@owner_write self, |pool| {
+        let (outcome, retried) = on_pool!(@owner_write self, |pool| {
             sqlx::query(sqlx::AssertSqlSafe(sql.advance_generation.as_str()))
             .bind(tenant_id)
             .bind(execution_id)
@@ -267,7 +267,14 @@ impl SqlStore {
             .await?
             .rows_affected()
         });
-        Ok(outcome? == 1)
+        match outcome? {
+            1 => Ok(true),
+            // The attempt that failed may have committed: then the next generation is ours.
+            _ if retried => {
+                Ok(self.owner_at(execution_id, expected.next()).await?.as_deref() == Some(self.shared.identity.me()))
+            }
+            _ => Ok(false),
+        }
     }
 
     pub(super) async fn claim_execution(

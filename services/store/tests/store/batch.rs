@@ -544,7 +544,7 @@ async fn postgres_an_answer_whose_session_is_ended_mid_statement_lands_through_t
     let (scratch, url) = crate::backends::Scratch::postgres().await;
     let store = SqlStore::connect(&url).await.unwrap();
     let (e, t, i) = live_execution(&store).await;
-    let mut holder = holding_its_row(&url, &i).await;
+    let mut holder = holding_row(&url, "interactions", i.id.as_str()).await;
     let key = call_key("AnswerInteraction", "r-1");
     let patient = store.with_patience(Patience::For(std::time::Duration::from_secs(10)));
     let batch = answer(&i, &key);
@@ -579,15 +579,15 @@ async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_
     let link = crate::link::Link::to(&url).await;
     let store = SqlStore::connect(&link.url).await.unwrap();
     let (e, t, i) = live_execution(&store).await;
-    let mut holder = holding_its_row(&url, &i).await;
+    let mut holder = holding_row(&url, "interactions", i.id.as_str()).await;
     let key = call_key("AnswerInteraction", "r-1");
     let batch = answer(&i, &key);
     // No patience: only a failure that may have committed is tried again.
     let impatient = store.with_patience(Patience::None);
     let committing = tokio::spawn(async move { impatient.commit(&batch).await });
     let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
-    link.cut_the_latest();
+    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
+    cut_the_session(&link, &mut admin, waiting).await;
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     assert!(committing.await.unwrap().unwrap(), "reported landed");
     assert_eq!(rows_as_they_are(&store, &e, &t, &i).await[2], "answered");
@@ -600,17 +600,54 @@ async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_
     scratch.remove().await;
 }
 
-/// A session of its own holding `interaction`'s row locked in an open transaction.
-async fn holding_its_row(url: &str, interaction: &InteractionRecord) -> sqlx::PgConnection {
+/// A session of its own holding the row of `table` whose id is `id` locked in an open
+/// transaction.
+async fn holding_row(url: &str, table: &str, id: &str) -> sqlx::PgConnection {
     use sqlx::Connection;
     let mut holder = sqlx::PgConnection::connect(url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM interactions WHERE id = $1 FOR UPDATE")
-        .bind(interaction.id.as_str())
-        .execute(&mut holder)
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM {table} WHERE id = $1 FOR UPDATE"
+    )))
+    .bind(id)
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    holder
+}
+
+/// Cuts the link's connection of the session `pid`.
+async fn cut_the_session(link: &crate::link::Link, admin: &mut sqlx::PgConnection, pid: i32) {
+    let (port,): (i32,) = sqlx::query_as("SELECT client_port FROM pg_stat_activity WHERE pid = $1")
+        .bind(pid)
+        .fetch_one(admin)
         .await
         .unwrap();
-    holder
+    link.cut(u16::try_from(port).unwrap());
+}
+
+/// A generation advance (a takeover's fence) whose connection is lost in transit after it
+/// committed is reported made: its retry finds the generation moved on, by this replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_generation_advance_lost_in_transit_after_it_committed_is_reported_made() {
+    use sqlx::Connection;
+    let (scratch, url) = crate::backends::Scratch::postgres().await;
+    let link = crate::link::Link::to(&url).await;
+    let store = SqlStore::connect(&link.url).await.unwrap();
+    let (e, _, _) = live_execution(&store).await;
+    let mut holder = holding_row(&url, "executions", e.id.as_str()).await;
+    let patient = store.with_patience(Patience::For(std::time::Duration::from_secs(10)));
+    let id = e.id.clone();
+    let advancing = tokio::spawn(async move { patient.advance_generation(TENANT, &id, Generation::new(1)).await });
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "UPDATE executions SET generation%").await;
+    cut_the_session(&link, &mut admin, waiting).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert!(advancing.await.unwrap().unwrap(), "reported made");
+    let now = store.get_execution(TENANT, &e.id).await.unwrap().unwrap();
+    assert_eq!(now.generation, Generation::new(2), "advanced once");
+    drop((holder, admin, store, link));
+    scratch.remove().await;
 }
 
 /// The pid of the backend running a statement like `query` that waits on a lock.

@@ -1,13 +1,11 @@
 //! A TCP link to PostgreSQL the test can cut: the store connects through it, and
-//! [`Link::cut_the_latest`] drops the connection that last carried the store's bytes, both
-//! ways at once, without a word from the server — a connection lost in transit. The server
-//! side learns of it only when it next writes, so a statement in flight still runs to its end.
+//! [`Link::cut`] drops one of its connections, both ways at once, without a word from the
+//! server — a connection lost in transit. The server side learns of it only when it next
+//! writes, so a statement in flight still runs to its end.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
@@ -18,9 +16,10 @@ pub struct Link {
     accepting: AbortHandle,
 }
 
-/// One connection through the link: when the store last sent on it, and its pumps.
+/// One connection through the link: the port it has on the server's side (the server's
+/// `client_port` for its session), and its pumps.
 struct Carried {
-    last_sent: Arc<Mutex<Instant>>,
+    server_side_port: u16,
     pumps: AbortHandle,
 }
 
@@ -38,9 +37,12 @@ impl Link {
             loop {
                 let (client, _) = listener.accept().await.unwrap();
                 let upstream = TcpStream::connect(&server).await.unwrap();
-                let last_sent = Arc::new(Mutex::new(Instant::now()));
-                let pumps = tokio::spawn(pump(client, upstream, last_sent.clone())).abort_handle();
-                accepted.lock().push(Carried { last_sent, pumps });
+                let server_side_port = upstream.local_addr().unwrap().port();
+                let pumps = tokio::spawn(pump(client, upstream)).abort_handle();
+                accepted.lock().push(Carried {
+                    server_side_port,
+                    pumps,
+                });
             }
         })
         .abort_handle();
@@ -51,13 +53,14 @@ impl Link {
         }
     }
 
-    /// Drops the connection that last carried the store's bytes.
-    pub fn cut_the_latest(&self) {
+    /// Drops the connection of the server's session whose `client_port` is `port`.
+    pub fn cut(&self, port: u16) {
         let mut connections = self.connections.lock();
-        let latest = (0..connections.len())
-            .max_by_key(|&i| *connections[i].last_sent.lock())
-            .expect("a connection through the link");
-        connections.remove(latest).pumps.abort();
+        let at = connections
+            .iter()
+            .position(|carried| carried.server_side_port == port)
+            .expect("a connection through the link from that port");
+        connections.remove(at).pumps.abort();
     }
 }
 
@@ -70,24 +73,12 @@ impl Drop for Link {
     }
 }
 
-/// Carries bytes both ways until either side closes, noting when the client last sent.
-async fn pump(client: TcpStream, upstream: TcpStream, last_sent: Arc<Mutex<Instant>>) {
+/// Carries bytes both ways until either side closes.
+async fn pump(client: TcpStream, upstream: TcpStream) {
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = upstream.into_split();
-    let sending = async {
-        let mut buf = vec![0; 64 * 1024];
-        while let Ok(n @ 1..) = from_client.read(&mut buf).await {
-            *last_sent.lock() = Instant::now();
-            if to_server.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-    };
-    let receiving = async {
-        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
-    };
     tokio::select! {
-        () = sending => {}
-        () = receiving => {}
+        _ = tokio::io::copy(&mut from_client, &mut to_server) => {}
+        _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
     }
 }
