@@ -63,22 +63,37 @@ pub struct MachineCpu {
 }
 
 impl MachineCpu {
-    /// Now; `None` where `/proc/1/stat` cannot be read.
-    pub fn now() -> Option<Self> {
+    /// The kernel's DAMON threads running now, found once before a measure: reading every
+    /// process's `stat` while one runs would take a core for milliseconds.
+    pub fn memory_monitors() -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| Self::is_memory_monitor(&stat))
+            })
+            .collect()
+    }
+
+    /// Now, with the CPU of `monitors` (from [`Self::memory_monitors`]); `None` where
+    /// `/proc/1/stat` cannot be read.
+    pub fn now(monitors: &[u32]) -> Option<Self> {
         let init_ticks = Self::parse_ticks(&std::fs::read_to_string("/proc/1/stat").ok()?)?;
-        let (mut processes, mut memory_monitor_ticks) = (0, None);
-        for entry in std::fs::read_dir("/proc").ok()?.filter_map(Result::ok) {
-            if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            processes += 1;
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            if Self::is_memory_monitor(&stat) {
-                *memory_monitor_ticks.get_or_insert(0) += Self::parse_ticks(&stat).unwrap_or(0);
-            }
-        }
+        let processes = std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+            .count();
+        let memory_monitor_ticks = (!monitors.is_empty()).then(|| {
+            monitors
+                .iter()
+                .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+                .filter_map(|stat| Self::parse_ticks(&stat))
+                .sum()
+        });
         Some(Self {
             init_ticks,
             memory_monitor_ticks,

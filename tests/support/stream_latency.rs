@@ -100,6 +100,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         clients.push(service.client().await);
     }
     let rss_before_kib = rss_kib(pid);
+    let memory_monitors = MachineCpu::memory_monitors();
 
     let admitted = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_CREATES));
     let mut created = JoinSet::new();
@@ -139,7 +140,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         }
     }
     let steady_from = unix_nanos(SystemTime::now());
-    let (machine_before, steady_started) = (MachineCpu::now(), std::time::Instant::now());
+    let (machine_before, steady_started) = (MachineCpu::now(&memory_monitors), std::time::Instant::now());
     let scrape_before = scrape_metrics(service.metrics_address());
     let operations_before = store_operations(&scrape_before);
     let mut rss_peak_kib = rss_kib(pid);
@@ -161,7 +162,10 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
             () = tokio::time::sleep(Duration::from_millis(100)) => rss_peak_kib = rss_peak_kib.max(rss_kib(pid)),
         }
     }
-    let (machine_after, streamed_secs) = (MachineCpu::now(), steady_started.elapsed().as_secs_f64());
+    let (machine_after, streamed_secs) = (
+        MachineCpu::now(&memory_monitors),
+        steady_started.elapsed().as_secs_f64(),
+    );
     let scrape = scrape_metrics(service.metrics_address());
     if let Ok(path) = std::env::var("PERF_DUMP_METRICS") {
         std::fs::write(format!("{path}.{executions}.before"), &scrape_before).unwrap();
