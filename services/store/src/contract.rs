@@ -16,8 +16,9 @@ pub enum StoreError {
     #[error("database error: {0}")]
     Database(String),
     /// A failure that says nothing about the request and may pass: the connection was
-    /// refused, reset or shut down by the server, the pool had no connection in time, or
-    /// the database asked for the transaction to be retried.
+    /// refused or reset, the server is shutting down, the pool had no connection in time, or
+    /// the database asked for the transaction to be retried. (A session the server says it
+    /// ended is [`StoreError::SessionLost`].)
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
     /// A transient failure of one pooled session: the server said it ended it (a restart, a
