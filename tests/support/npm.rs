@@ -22,7 +22,11 @@ pub fn install_once(
     ready: impl Fn(&Path) -> bool,
     prepare: impl FnOnce(),
 ) -> Result<(), String> {
-    if ready(dir) {
+    // Not `ready(dir)` alone: npm writes the tree file by file, so a package's entry point can
+    // be there while its dependencies are still half-written by another test's install.
+    let installed = dir.join("node_modules").join(INSTALLED_MARKER);
+    let done = || installed.is_file() && ready(dir);
+    if done() {
         return Ok(());
     }
     let key = hex::encode(Sha256::digest(dir.as_os_str().as_encoded_bytes()));
@@ -31,10 +35,11 @@ pub fn install_once(
     let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| e)
         .expect("the install lock");
-    if ready(dir) {
+    if done() {
         return Ok(());
     }
     prepare();
+    let _ = std::fs::remove_file(&installed);
     let output = Command::new("npm")
         .args(command)
         .args(["--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
@@ -42,8 +47,13 @@ pub fn install_once(
         .output()
         .map_err(|e| format!("npm: {e}"))?;
     if output.status.success() && ready(dir) {
+        std::fs::write(&installed, b"").map_err(|e| format!("marking {} installed: {e}", dir.display()))?;
         Ok(())
     } else {
         Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
 }
+
+/// Written in an install's `node_modules` once its npm command has finished and the tree is
+/// ready (`npm ci` removes `node_modules` as it starts, and with it the mark).
+const INSTALLED_MARKER: &str = ".cursor-runner-installed";
