@@ -1,5 +1,5 @@
 //! Durable interactions of every kind: questions, plans and permissions, the approval
-//! policy, cancellation by kind, hand-off, and racing answers.
+//! policy, cancellation by kind, and hand-off (racing answers: `racing_answers`).
 
 use std::time::Duration;
 
@@ -16,10 +16,6 @@ on_both_backends!(
     cancelling_answers_a_pending_permission_and_question_once_and_records_each_by_its_kind,
     two_pending_questions_are_answered_independently_in_any_order,
     a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settles,
-    one_answer_per_agent_request_racing_answers_deliver_exactly_once,
-    the_same_answer_retried_concurrently_under_one_request_id_is_delivered_once_and_returned_to_all,
-    one_request_id_racing_with_two_answers_delivers_one_and_refuses_the_other_as_a_conflict,
-    an_answer_under_a_request_id_another_call_used_reaches_no_agent_and_the_question_waits_for_its_answer,
     an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_goes_on,
     a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once,
     an_answer_the_agent_can_no_longer_read_expires_with_delivery_unknown_never_delivered,
@@ -69,7 +65,7 @@ async fn an_oversized_plan_is_refused_on_the_wire_never_truncated_and_the_turn_g
     service.shutdown().await;
 }
 
-async fn send(
+pub(crate) async fn send(
     client: &mut Client,
     request_id: &str,
     created: &Value,
@@ -113,7 +109,7 @@ fn decline() -> Answer {
 }
 
 /// The payloads of the next `n` `runtime_request.created` events.
-async fn created(events: &mut Subscriber, n: usize) -> Vec<Value> {
+pub(crate) async fn created(events: &mut Subscriber, n: usize) -> Vec<Value> {
     let mut out = Vec::new();
     while out.len() < n {
         let event = events.next_event().await;
@@ -125,7 +121,7 @@ async fn created(events: &mut Subscriber, n: usize) -> Vec<Value> {
 }
 
 /// Every response the agent received, by its request id.
-fn responses(service: &TestService) -> Vec<(Value, Value)> {
+pub(crate) fn responses(service: &TestService) -> Vec<(Value, Value)> {
     service
         .agent_received()
         .into_iter()
@@ -141,7 +137,7 @@ fn responses(service: &TestService) -> Vec<(Value, Value)> {
 
 /// Waits until the agent read `n` answers, then checks it read no more: `Delivered` means
 /// the answer is on the agent's pipe, and the agent records a line only once it reads it.
-async fn the_agent_got(service: &TestService, n: usize, what: &str) {
+pub(crate) async fn the_agent_got(service: &TestService, n: usize, what: &str) {
     eventually(what, || responses(service).len() >= n).await;
     assert_eq!(responses(service).len(), n, "{what}");
 }
@@ -392,140 +388,6 @@ async fn a_question_past_the_wait_limit_is_handed_off_durably_and_the_turn_settl
 
 fn prost_types_duration(d: Duration) -> ::prost_types::Duration {
     ::prost_types::Duration::try_from(d).unwrap()
-}
-
-async fn one_answer_per_agent_request_racing_answers_deliver_exactly_once(backend: Backend) {
-    let service = TestService::start(backend, "demo.json").await;
-    let mut client = service.client().await;
-    let (_, _, mut events) = begin_turn(&mut client, &service).await;
-    let question = created(&mut events, 1).await.remove(0);
-    let pick = || {
-        Answer::Questions(proto::QuestionAnswer {
-            selections: vec![proto::QuestionSelection {
-                question_id: "question-1".into(),
-                option_ids: vec!["option-1".into()],
-            }],
-        })
-    };
-    let mut racers = Vec::new();
-    for n in 0..4 {
-        let mut client = service.client().await;
-        let question = question.clone();
-        let answer = pick();
-        racers.push(tokio::spawn(async move {
-            send(&mut client, &format!("racer-{n}"), &question, answer).await
-        }));
-    }
-    let mut delivered = 0;
-    for racer in racers {
-        match racer.await.unwrap() {
-            Ok(interaction) => {
-                assert_eq!(interaction.state, proto::InteractionState::Delivered as i32);
-                delivered += 1;
-            }
-            Err(status) => assert_eq!(reason(&status), "INTERACTION_NOT_PENDING"),
-        }
-    }
-    assert_eq!(delivered, 1);
-    the_agent_got(&service, 1, "the agent got one answer").await;
-    service.shutdown().await;
-}
-
-/// Rounds of the race below: each racer's arrival relative to the winner's commit varies,
-/// and every arrival must give the same refusal.
-const CONFLICT_ROUNDS: usize = 3;
-
-async fn one_request_id_racing_with_two_answers_delivers_one_and_refuses_the_other_as_a_conflict(backend: Backend) {
-    let service = TestService::start(backend, "demo.json").await;
-    let mut client = service.client().await;
-    for round in 0..CONFLICT_ROUNDS {
-        let (_, _, question) = question_asked(&mut client, &service.workspace, &format!("conflict-{round}")).await;
-        let mut racers = Vec::new();
-        for option_id in ["option-1", "option-2", "option-1", "option-2"] {
-            let mut client = service.client().await;
-            let request = one_question_answer(&question, &format!("one-id-{round}"), option_id);
-            racers.push(tokio::spawn(async move {
-                client
-                    .answer_interaction(request)
-                    .await
-                    .map(|r| r.into_inner().interaction.unwrap())
-            }));
-        }
-        let mut delivered = Vec::new();
-        for racer in racers {
-            match racer.await.unwrap() {
-                Ok(interaction) => delivered.push(interaction.outcome),
-                Err(status) => assert_eq!(
-                    (status.code(), reason(&status).as_str()),
-                    (Code::Aborted, "ANSWER_CONFLICT"),
-                    "round {round}: {status:?}"
-                ),
-            }
-        }
-        assert_eq!(delivered.len(), 2, "round {round}: the two calls of the winning answer");
-        assert_eq!(delivered[0], delivered[1], "round {round}: one request id, one result");
-    }
-    the_agent_got(&service, CONFLICT_ROUNDS, "one answer per question").await;
-    service.shutdown().await;
-}
-
-async fn the_same_answer_retried_concurrently_under_one_request_id_is_delivered_once_and_returned_to_all(
-    backend: Backend,
-) {
-    let service = TestService::start(backend, "demo.json").await;
-    let mut client = service.client().await;
-    let (_, _, mut events) = begin_turn(&mut client, &service).await;
-    let question = created(&mut events, 1).await.remove(0);
-    let mut retries = Vec::new();
-    for _ in 0..3 {
-        let mut client = service.client().await;
-        let request = one_question_answer(&question, "one-id", "option-1");
-        retries.push(tokio::spawn(async move {
-            client
-                .answer_interaction(request)
-                .await
-                .map(|r| r.into_inner().interaction.unwrap())
-        }));
-    }
-    for retry in retries {
-        let interaction = retry.await.unwrap().expect("a retry gets the stored result");
-        assert_eq!(interaction.state, proto::InteractionState::Delivered as i32);
-    }
-    the_agent_got(&service, 1, "the agent got one answer").await;
-    service.shutdown().await;
-}
-
-/// The answer's key is claimed in the same transaction that records it `answered`: a key
-/// found taken there rolls the record back, so nothing reaches the agent and the question
-/// is still pending for the answer that follows.
-async fn an_answer_under_a_request_id_another_call_used_reaches_no_agent_and_the_question_waits_for_its_answer(
-    backend: Backend,
-) {
-    let service = TestService::start(backend, "demo.json").await;
-    let mut client = service.client().await;
-    let (_, _, mut events) = begin_turn(&mut client, &service).await;
-    let question = created(&mut events, 1).await.remove(0);
-    // `turn-1` is the request id `begin_turn` started the turn with.
-    let reused = client
-        .answer_interaction(one_question_answer(&question, "turn-1", "option-1"))
-        .await;
-    assert_refused(reused, Code::Aborted, "REQUEST_ID_REUSED");
-    assert!(responses(&service).is_empty(), "the agent got no answer");
-    let id = question["interactionId"].as_str().unwrap();
-    assert_eq!(
-        get_interaction(&mut client, id).await.state,
-        proto::InteractionState::Pending as i32
-    );
-    let answered = client
-        .answer_interaction(one_question_answer(&question, "answer-1", "option-1"))
-        .await
-        .expect("the next answer is taken")
-        .into_inner()
-        .interaction
-        .unwrap();
-    assert_eq!(answered.state, proto::InteractionState::Delivered as i32);
-    the_agent_got(&service, 1, "the agent got one answer").await;
-    service.shutdown().await;
 }
 
 async fn a_question_still_pending_when_its_turn_ends_expires_and_the_agent_gets_cancelled_once(backend: Backend) {

@@ -48,6 +48,7 @@ mod pool;
 mod process;
 mod profiles;
 mod prompts;
+mod racing_answers;
 mod session;
 mod stalls;
 mod statements;
