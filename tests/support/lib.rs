@@ -33,6 +33,7 @@ pub use processes::*;
 pub mod acp_peers;
 pub mod agent_users;
 pub mod answer_latency;
+pub mod pg_link;
 pub mod pki;
 pub mod private_postgres;
 pub mod promtool;

@@ -550,7 +550,7 @@ async fn postgres_an_answer_whose_session_is_ended_mid_statement_lands_through_t
     let batch = answer(&i, &key);
     let committing = tokio::spawn(async move { patient.commit(&batch).await });
     let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
+    let waiting = crate::link::wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
     sqlx::query("SELECT pg_terminate_backend($1)")
         .bind(waiting)
         .execute(&mut admin)
@@ -586,8 +586,8 @@ async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_
     let impatient = store.with_patience(Patience::None);
     let committing = tokio::spawn(async move { impatient.commit(&batch).await });
     let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
-    cut_the_session(&link, &mut admin, waiting).await;
+    let waiting = crate::link::wait_for_a_statement_waiting_on_a_lock(&mut admin, "WITH w0 AS%").await;
+    link.cut_the_session(&mut admin, waiting).await;
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     assert!(committing.await.unwrap().unwrap(), "reported landed");
     assert_eq!(rows_as_they_are(&store, &e, &t, &i).await[2], "answered");
@@ -616,16 +616,6 @@ async fn holding_row(url: &str, table: &str, id: &str) -> sqlx::PgConnection {
     holder
 }
 
-/// Cuts the link's connection of the session `pid`.
-async fn cut_the_session(link: &crate::link::Link, admin: &mut sqlx::PgConnection, pid: i32) {
-    let (port,): (i32,) = sqlx::query_as("SELECT client_port FROM pg_stat_activity WHERE pid = $1")
-        .bind(pid)
-        .fetch_one(admin)
-        .await
-        .unwrap();
-    link.cut(u16::try_from(port).unwrap());
-}
-
 /// A generation advance (a takeover's fence) whose connection is lost in transit after it
 /// committed is reported made: its retry finds the generation moved on, by this replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -640,34 +630,13 @@ async fn postgres_a_generation_advance_lost_in_transit_after_it_committed_is_rep
     let id = e.id.clone();
     let advancing = tokio::spawn(async move { patient.advance_generation(TENANT, &id, Generation::new(1)).await });
     let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "UPDATE executions SET generation%").await;
-    cut_the_session(&link, &mut admin, waiting).await;
+    let waiting =
+        crate::link::wait_for_a_statement_waiting_on_a_lock(&mut admin, "UPDATE executions SET generation%").await;
+    link.cut_the_session(&mut admin, waiting).await;
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     assert!(advancing.await.unwrap().unwrap(), "reported made");
     let now = store.get_execution(TENANT, &e.id).await.unwrap().unwrap();
     assert_eq!(now.generation, Generation::new(2), "advanced once");
     drop((holder, admin, store, link));
     scratch.remove().await;
-}
-
-/// The pid of the backend running a statement like `query` that waits on a lock.
-async fn wait_for_a_statement_waiting_on_a_lock(admin: &mut sqlx::PgConnection, query: &str) -> i32 {
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let waiting: Option<(i32,)> = sqlx::query_as(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE $1",
-        )
-        .bind(query)
-        .fetch_optional(&mut *admin)
-        .await
-        .unwrap();
-        match waiting {
-            Some((pid,)) => return pid,
-            None if std::time::Instant::now() < give_up => {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await
-            }
-            None => panic!("no statement like {query} waited on a lock"),
-        }
-    }
 }

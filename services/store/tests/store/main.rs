@@ -30,6 +30,8 @@ mod fence;
 mod fixtures;
 mod idempotency;
 mod interactions;
+/// The store's tests and the service's share one cuttable link.
+#[path = "../../../../tests/support/pg_link.rs"]
 mod link;
 mod notify;
 mod replicas;

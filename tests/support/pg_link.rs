@@ -3,9 +3,8 @@
 //! server — a connection lost in transit. The server side learns of it only when it next
 //! writes, so a statement in flight still runs to its end.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
@@ -39,7 +38,7 @@ impl Link {
                 let upstream = TcpStream::connect(&server).await.unwrap();
                 let server_side_port = upstream.local_addr().unwrap().port();
                 let pumps = tokio::spawn(pump(client, upstream)).abort_handle();
-                accepted.lock().push(Carried {
+                accepted.lock().unwrap().push(Carried {
                     server_side_port,
                     pumps,
                 });
@@ -53,9 +52,20 @@ impl Link {
         }
     }
 
+    /// Drops the connection of the server's session `pid`, asking `admin` (a session of
+    /// its own, not through the link) which of the link's connections carries it.
+    pub async fn cut_the_session(&self, admin: &mut sqlx::PgConnection, pid: i32) {
+        let (port,): (i32,) = sqlx::query_as("SELECT client_port FROM pg_stat_activity WHERE pid = $1")
+            .bind(pid)
+            .fetch_one(admin)
+            .await
+            .unwrap();
+        self.cut(u16::try_from(port).unwrap());
+    }
+
     /// Drops the connection of the server's session whose `client_port` is `port`.
     pub fn cut(&self, port: u16) {
-        let mut connections = self.connections.lock();
+        let mut connections = self.connections.lock().unwrap();
         let at = connections
             .iter()
             .position(|carried| carried.server_side_port == port)
@@ -67,7 +77,7 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         self.accepting.abort();
-        for carried in self.connections.lock().drain(..) {
+        for carried in self.connections.lock().unwrap().drain(..) {
             carried.pumps.abort();
         }
     }
@@ -80,5 +90,27 @@ async fn pump(client: TcpStream, upstream: TcpStream) {
     tokio::select! {
         _ = tokio::io::copy(&mut from_client, &mut to_server) => {}
         _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
+    }
+}
+
+/// The pid of the backend running a statement like `query` that waits on a lock.
+pub async fn wait_for_a_statement_waiting_on_a_lock(admin: &mut sqlx::PgConnection, query: &str) -> i32 {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: Option<(i32,)> = sqlx::query_as(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(query)
+        .fetch_optional(&mut *admin)
+        .await
+        .unwrap();
+        match waiting {
+            Some((pid,)) => return pid,
+            None if std::time::Instant::now() < give_up => {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await
+            }
+            None => panic!("no statement like {query} waited on a lock"),
+        }
     }
 }
