@@ -144,6 +144,10 @@ pub enum IdempotencyClaim {
     Claimed,
     /// Another call with the same key and body is still running.
     InFlight,
+    /// The key is held in flight, with the same body, by a claim of this store's own
+    /// registered incarnation: a call of this process's, running or over (its claim
+    /// committed, and the reply that would have told it so was lost).
+    InFlightHere,
     /// The same key and body completed before; here is its stored response.
     Completed(serde_json::Value),
     /// The key was used with a different request body: `held` is the digest it holds (its

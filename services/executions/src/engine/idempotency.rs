@@ -197,9 +197,18 @@ impl KeyedCall {
     {
         let progress = match claim {
             KeyClaim::InFirstCommit => KeyProgress::Unclaimed,
-            KeyClaim::Before => match self.claim().await? {
-                None => KeyProgress::Claimed,
-                Some(taken) => return taken,
+            KeyClaim::Before => match self.claim().await {
+                Ok(None) => KeyProgress::Claimed,
+                Ok(Some(taken)) => return taken,
+                // A claim the store did not confirm may have committed, its reply lost: let
+                // the key go now if the store answers, so a retry through another replica
+                // finds it free. If it does not, this process's next call under the key
+                // takes the claim on (`IdempotencyClaim::InFlightHere`).
+                Err(e) if e.is_transient() => {
+                    let _ = self.store.release_idempotency(&self.key).await;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
             },
         };
         let call_key = CallKey::new(self.key.clone(), self.digest.clone(), progress);
@@ -243,6 +252,10 @@ impl KeyedCall {
     async fn claim(&self) -> Result<Option<Result<Value, EngineError>>, EngineError> {
         Ok(match self.store.claim_idempotency(&self.key, &self.digest).await? {
             IdempotencyClaim::Claimed => None,
+            // This is the process's one call under the key (`Engine::in_flight`), so a claim
+            // of this incarnation's is an earlier call's that is over: one whose claim
+            // committed as its reply was lost, so it ran nothing. This call takes it on.
+            IdempotencyClaim::InFlightHere => None,
             held => Some(held_outcome(held, &self.digest)),
         })
     }
@@ -277,11 +290,13 @@ fn held_outcome(held: IdempotencyClaim, mine: &str) -> Result<Value, EngineError
     match held {
         IdempotencyClaim::Completed(stored) => EngineError::from_json(&stored).map_or(Ok(stored), Err),
         IdempotencyClaim::DigestMismatch { held } => Err(mismatch(&held, mine)),
-        IdempotencyClaim::InFlight | IdempotencyClaim::Claimed => Err(EngineError::new(
-            ErrorKind::Aborted,
-            Reason::RequestInFlight,
-            "a call with this request_id is in flight elsewhere; retry later",
-        )),
+        IdempotencyClaim::InFlight | IdempotencyClaim::InFlightHere | IdempotencyClaim::Claimed => {
+            Err(EngineError::new(
+                ErrorKind::Aborted,
+                Reason::RequestInFlight,
+                "a call with this request_id is in flight elsewhere; retry later",
+            ))
+        }
     }
 }
 

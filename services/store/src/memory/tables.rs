@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::batch::{Batch, Write};
 use crate::contract::*;
 use crate::records::*;
+use crate::replica::LEGACY_INCARNATION;
 use cursor_runner_domain::state::{ExecutionState, InteractionState, TurnState};
 
 #[derive(Clone, Default)]
@@ -92,6 +93,7 @@ impl Tables {
                 response: Some(response),
                 ..
             } => Some(IdempotencyClaim::Completed(response.clone())),
+            row if row.claimed_by == self.me && self.me != LEGACY_INCARNATION => Some(IdempotencyClaim::InFlightHere),
             _ => Some(IdempotencyClaim::InFlight),
         }
     }

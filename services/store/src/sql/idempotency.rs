@@ -108,25 +108,26 @@ impl SqlStore {
         request_digest: &str,
     ) -> StoreResult<Option<IdempotencyClaim>> {
         // The id is the tenant's, whatever the RPC: used by another one, it is another body.
-        let row: Option<(String, String, String, Option<String>)> = on_pool!(self, |pool| sqlx::query_as(
-            "SELECT operation, request_digest, state, response FROM idempotency_keys \
+        let row: Option<(String, String, String, Option<String>, String)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT operation, request_digest, state, response, claimed_by FROM idempotency_keys \
              WHERE tenant_id = $1 AND request_id = $2"
         )
         .bind(&key.tenant_id)
         .bind(&key.request_id)
         .fetch_optional(pool)
         .await?);
-        Ok(
-            row.map(|(operation, digest, state, response)| match (digest, state, response) {
+        Ok(row.map(
+            |(operation, digest, state, response, claimed_by)| match (digest, state, response) {
                 (held, _, _) if operation != key.operation || held != request_digest => {
                     IdempotencyClaim::DigestMismatch { held }
                 }
                 (_, state, Some(response)) if state == "done" => {
                     IdempotencyClaim::Completed(serde_json::from_str(&response).unwrap_or(serde_json::Value::Null))
                 }
+                _ if self.shared.identity.is_me(&claimed_by) => IdempotencyClaim::InFlightHere,
                 _ => IdempotencyClaim::InFlight,
-            }),
-        )
+            },
+        ))
     }
 
     pub(super) async fn complete_idempotency(

@@ -86,6 +86,14 @@ impl Identity {
             .get()
             .map_or(LEGACY_INCARNATION, |r| r.incarnation.as_str())
     }
+
+    /// Whether `incarnation` is this store's own, registered one (the legacy incarnation is
+    /// every unregistered process's, so no one's own).
+    pub(super) fn is_me(&self, incarnation: &str) -> bool {
+        self.registered
+            .get()
+            .is_some_and(|r| r.incarnation.as_str() == incarnation)
+    }
 }
 
 /// Opens the identity connection, takes both locks on it, and has the server cancel any

@@ -15,6 +15,7 @@ use crate::fixtures::*;
 on_every_backend!(
     an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_generation,
     in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them,
+    a_key_this_incarnation_holds_is_found_in_flight_here_and_another_s_in_flight,
     a_release_lets_go_of_this_incarnation_s_claim_only,
     an_ended_replica_renews_its_lease_no_more,
     an_owner_is_read_with_its_advertised_address_and_whether_it_serves,
@@ -114,6 +115,42 @@ async fn a_release_lets_go_of_this_incarnation_s_claim_only(store: Arc<dyn Store
     assert_eq!(store.find_idempotency(&key("mine"), "d").await.unwrap(), None);
 }
 
+/// A key held in flight by this registered incarnation is found held here (its call may be
+/// one whose claim committed as its reply was lost); held by any other, even the legacy
+/// incarnation every unregistered process writes as, it is in flight elsewhere.
+async fn a_key_this_incarnation_holds_is_found_in_flight_here_and_another_s_in_flight(store: Arc<dyn Store>) {
+    assert_eq!(
+        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        IdempotencyClaim::InFlight,
+        "unregistered, a store is no incarnation of its own"
+    );
+    store.register_replica("replica-a", None, terms()).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("mine"), "d").await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("mine"), "d").await.unwrap(),
+        IdempotencyClaim::InFlightHere
+    );
+    assert_eq!(
+        store.find_idempotency(&key("mine"), "d").await.unwrap(),
+        Some(IdempotencyClaim::InFlightHere)
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("mine"), "another body").await.unwrap(),
+        IdempotencyClaim::DigestMismatch { held: "d".into() }
+    );
+    assert_eq!(
+        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        IdempotencyClaim::InFlight
+    );
+}
+
 async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them(store: Arc<dyn Store>) {
     store.claim_idempotency(&key("legacy"), "d").await.unwrap();
     let me = store.register_replica("replica-a", None, terms()).await.unwrap();
@@ -133,7 +170,7 @@ async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_the
     );
     assert_eq!(
         store.claim_idempotency(&key("mine"), "d").await.unwrap(),
-        IdempotencyClaim::InFlight,
+        IdempotencyClaim::InFlightHere,
         "a live replica's call is never completed for it"
     );
     assert_eq!(

@@ -1,0 +1,176 @@
+//! Statements the database committed whose reply the link lost, through the real binary and
+//! the gRPC API: the service reaches PostgreSQL through a link the test cuts while a
+//! statement waits on a row the test holds; the server runs the statement to its end once
+//! the row is free, and the service never hears that it did. What the client retries must
+//! find what the lost statement did, as the service's own.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cursor_runner_e2e::pg_link::{Link, wait_for_a_statement_waiting_on_a_lock};
+use cursor_runner_e2e::*;
+use sqlx::Connection;
+
+/// How long the client retries a call the service answers as retryable.
+const CALL_PATIENCE: Duration = Duration::from_secs(30);
+/// The replicas' ownership lease.
+const LEASE_MS: u64 = 5_000;
+
+/// The service on `database_url`, with `env` beside its own.
+fn serve(database_url: &str, dirs: &ServiceDirs, env: Vec<(String, String)>) -> ServiceProcess {
+    let scenario = scenario("demo.json");
+    ServiceProcess::start(ServiceSettings {
+        binary: Path::new(env!("CARGO_BIN_EXE_cursor-runner")),
+        database_url,
+        state_dir: dirs.root.path(),
+        scenario: scenario.to_str().unwrap(),
+        record: &dirs.record,
+        env,
+        args: Vec::new(),
+    })
+}
+
+/// A session of its own holding, in an open transaction, an uncommitted claim of the
+/// tenant's `request_id` for `operation`: a claim of the same key waits for it.
+async fn holding_a_claim(url: &str, operation: &str, request_id: &str) -> sqlx::PgConnection {
+    let mut holder = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(
+        "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms, claimed_by) \
+         VALUES ($1, $2, $3, 'held by the test', 'in_flight', 0, 'the test')",
+    )
+    .bind(TENANT)
+    .bind(operation)
+    .bind(request_id)
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    holder
+}
+
+/// `call` until it returns anything but a retryable refusal (`UNAVAILABLE`, or `ABORTED`
+/// while another call holds the request id), within `CALL_PATIENCE`.
+async fn retrying<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let give_up = tokio::time::Instant::now() + CALL_PATIENCE;
+    loop {
+        match call().await {
+            Ok(value) => return value,
+            Err(status) if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Aborted) => {
+                assert!(
+                    tokio::time::Instant::now() < give_up,
+                    "{what}: still refused after {CALL_PATIENCE:?}: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{what}: {status:?}"),
+        }
+    }
+}
+
+/// A `CreateExecution` whose key's claim committed while its reply was lost: the call and
+/// the client's retries under its request id create the execution, once, rather than find
+/// the key held "in flight" by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_claim_committed_with_its_reply_lost_is_created_once_on_retry() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let link = Link::to(&database.url).await;
+    let dirs = ServiceDirs::new();
+    let service = serve(&link.url, &dirs, Vec::new());
+    let mut client = service.client().await;
+    let create = || {
+        let mut client = client.clone();
+        let workspace = dirs.workspace.display().to_string();
+        async move {
+            client
+                .create_execution(proto::CreateExecutionRequest {
+                    request_id: "create-1".into(),
+                    workspace,
+                    ..Default::default()
+                })
+                .await
+        }
+    };
+
+    let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
+    let first = tokio::spawn(create());
+    let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
+    link.cut_the_session(&mut admin, waiting).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    let first = first.await.unwrap();
+
+    let created = match first {
+        Ok(created) => created,
+        Err(_) => retrying("CreateExecution retried", create).await,
+    }
+    .into_inner()
+    .execution
+    .expect("execution");
+    let listed = client
+        .list_executions(proto::ListExecutionsRequest::default())
+        .await
+        .expect("ListExecutions")
+        .into_inner()
+        .executions;
+    let ids: Vec<_> = listed.iter().map(|e| e.execution_id.as_str()).collect();
+    assert_eq!(ids, [created.execution_id.as_str()], "created once");
+    service.kill();
+    drop((holder, admin, link));
+    database.drop_database().await;
+}
+
+/// The same lost reply on one replica, the client's retry through another (both on one
+/// PostgreSQL): the first replica lets the key go as it reports the failure, so the other
+/// creates the execution, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_claim_reply_was_lost_on_one_replica_is_created_once_through_another() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let link = Link::to(&database.url).await;
+    let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
+    let a = serve(&link.url, &dirs_a, replica_env("replica-a", LEASE_MS));
+    let b = serve(&database.url, &dirs_b, replica_env("replica-b", LEASE_MS));
+    let create = |client: &Client, dirs: &ServiceDirs| {
+        let mut client = client.clone();
+        let workspace = dirs.workspace.display().to_string();
+        async move {
+            client
+                .create_execution(proto::CreateExecutionRequest {
+                    request_id: "create-1".into(),
+                    workspace,
+                    ..Default::default()
+                })
+                .await
+        }
+    };
+    let (client_a, client_b) = (a.client().await, b.client().await);
+
+    let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
+    let first = tokio::spawn(create(&client_a, &dirs_a));
+    let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
+    link.cut_the_session(&mut admin, waiting).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    let refused = first.await.unwrap().expect_err("the claim's reply was lost");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    let created = retrying("CreateExecution through the other replica", || {
+        create(&client_b, &dirs_b)
+    })
+    .await
+    .into_inner()
+    .execution
+    .expect("execution");
+    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM executions")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(count, 1, "created once, as {}", created.execution_id);
+    a.kill();
+    b.kill();
+    drop((holder, admin, link));
+    database.drop_database().await;
+}
