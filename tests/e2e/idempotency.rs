@@ -180,7 +180,7 @@ async fn completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never
     );
     assert_eq!(
         store.claim_idempotency(&key("running"), "d").await.unwrap(),
-        IdempotencyClaim::InFlight,
+        IdempotencyClaim::InFlightHere,
         "a key in flight is never pruned"
     );
     service.shutdown().await;

@@ -123,9 +123,9 @@ async fn a_create_whose_claim_committed_with_its_reply_lost_is_created_once_on_r
     database.drop_database().await;
 }
 
-/// The same lost reply on one replica, the client's retry through another (both on one
-/// PostgreSQL): the first replica lets the key go as it reports the failure, so the other
-/// creates the execution, once.
+/// A claim that committed and whose reply was then lost on one replica, the client's retry
+/// through another (both on one PostgreSQL): the first replica lets the key go as it
+/// reports the failure, so the other creates the execution, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_claim_reply_was_lost_on_one_replica_is_created_once_through_another() {
     let database = TestDatabase::create(Backend::Postgres).await;
@@ -133,9 +133,11 @@ async fn a_create_whose_claim_reply_was_lost_on_one_replica_is_created_once_thro
     let (dirs_a, dirs_b) = (ServiceDirs::new(), ServiceDirs::new());
     let a = serve(&link.url, &dirs_a, replica_env("replica-a", LEASE_MS));
     let b = serve(&database.url, &dirs_b, replica_env("replica-b", LEASE_MS));
-    let create = |client: &Client, dirs: &ServiceDirs| {
+    // One request, whichever replica it goes to: one workspace both may use.
+    let workspace = dirs_a.workspace.display().to_string();
+    let create = |client: &Client| {
         let mut client = client.clone();
-        let workspace = dirs.workspace.display().to_string();
+        let workspace = workspace.clone();
         async move {
             client
                 .create_execution(proto::CreateExecutionRequest {
@@ -149,21 +151,21 @@ async fn a_create_whose_claim_reply_was_lost_on_one_replica_is_created_once_thro
     let (client_a, client_b) = (a.client().await, b.client().await);
 
     let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
-    let first = tokio::spawn(create(&client_a, &dirs_a));
+    let first = tokio::spawn(create(&client_a));
     let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
     let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
-    link.cut_the_session(&mut admin, waiting).await;
+    link.swallow_replies(&mut admin, waiting).await;
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    wait_for_the_claim(&mut admin, "create-1").await;
+    link.cut_the_session(&mut admin, waiting).await;
     let refused = first.await.unwrap().expect_err("the claim's reply was lost");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
 
-    let created = retrying("CreateExecution through the other replica", || {
-        create(&client_b, &dirs_b)
-    })
-    .await
-    .into_inner()
-    .execution
-    .expect("execution");
+    let created = retrying("CreateExecution through the other replica", || create(&client_b))
+        .await
+        .into_inner()
+        .execution
+        .expect("execution");
     let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM executions")
         .fetch_one(&mut admin)
         .await
@@ -173,4 +175,23 @@ async fn a_create_whose_claim_reply_was_lost_on_one_replica_is_created_once_thro
     b.kill();
     drop((holder, admin, link));
     database.drop_database().await;
+}
+
+/// Until the tenant's `request_id` is claimed, committed.
+async fn wait_for_the_claim(admin: &mut sqlx::PgConnection, request_id: &str) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (claims,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM idempotency_keys WHERE tenant_id = $1 AND request_id = $2")
+                .bind(TENANT)
+                .bind(request_id)
+                .fetch_one(&mut *admin)
+                .await
+                .unwrap();
+        if claims == 1 {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "{request_id} was never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -32,6 +32,7 @@ mod idempotency;
 mod interactions;
 /// The store's tests and the service's share one cuttable link.
 #[path = "../../../../tests/support/pg_link.rs"]
+#[allow(dead_code, reason = "the service's tests use what these do not")]
 mod link;
 mod notify;
 mod replicas;
