@@ -8,7 +8,8 @@
 //! (as `cargo test --benches` runs it) every size is tiny and the result goes to
 //! `target/perf/perf-smoke.json`. `PERF_ONLY=P1,P5` runs some goals only (P1, P1b, P2, P3,
 //! P4, P5, and S1 / S2, issue 20's cross-replica answer and stream; P4 also measures P1b, its
-//! reference) and
+//! reference, one execution streaming the whole rate beside the others idle, and P1b beside
+//! as many idle `sleep` processes as P4 runs) and
 //! writes `perf-P1-P5.json`. Sizes:
 //!
 //! | variable | default | what |
@@ -28,13 +29,14 @@
 //! `sent arrived` (nanoseconds since the Unix epoch), one per line: to see where in the run
 //! a tail comes from.
 //! `PERF_DUMP_METRICS=FILE` writes the service's metrics scrape at the start and the end of
-//! each P1b / P4 measurement to `FILE.N.before` and `FILE.N` (N its executions): the store's
+//! each P1b / P4 measurement to `FILE.N.before` and `FILE.N` (N its executions, `N-M-idle`
+//! when M of them stayed idle): the store's
 //! per-operation latency histograms, whose difference tells the store's share of a tail.
 
 use std::time::Duration;
 
 use cursor_runner_e2e::client_anchors::{self, NodeClient};
-use cursor_runner_e2e::cpu_steal::CpuTimes;
+use cursor_runner_e2e::cpu_steal::{BareProcesses, CpuTimes};
 use cursor_runner_e2e::lease_latency::{self, FakeStartup, LeaseAgent};
 use cursor_runner_e2e::throughput::{self, rate_without_startup};
 use cursor_runner_e2e::{Backend, answer_latency, fleet_latency, perf_dir, stream_latency, verify_throughput};
@@ -232,7 +234,7 @@ async fn p1(sizes: &Sizes, rows: &mut Vec<Row>) -> Value {
 async fn p1b_p4(sizes: &Sizes, with_p4: bool, rows: &mut Vec<Row>) -> Value {
     let secs = sizes.latency_secs;
     eprintln!("P1b: 1 execution at {STEADY_UPDATES_PER_SEC} updates/s for {secs} s");
-    let single = stream_latency::measure(1, STEADY_UPDATES_PER_SEC, secs).await;
+    let single = stream_latency::measure(1, 1, STEADY_UPDATES_PER_SEC, secs).await;
     rows.push(Row::new(
         "P1b stdout → subscriber latency at 1k updates/s (PostgreSQL), p99",
         format!("{:.2} ms (p50 {:.2})", single.latency.p99_ms, single.latency.p50_ms),
@@ -245,7 +247,18 @@ async fn p1b_p4(sizes: &Sizes, with_p4: bool, rows: &mut Vec<Row>) -> Value {
     }
     let n = sizes.executions;
     eprintln!("P4: {n} executions at {STEADY_UPDATES_PER_SEC} updates/s in all for {secs} s");
-    let many = stream_latency::measure(n, STEADY_UPDATES_PER_SEC, secs).await;
+    let many = stream_latency::measure(n, n, STEADY_UPDATES_PER_SEC, secs).await;
+    eprintln!("P4: 1 of {n} executions at {STEADY_UPDATES_PER_SEC} updates/s for {secs} s, the others idle");
+    let beside_idle = stream_latency::measure(n, 1, STEADY_UPDATES_PER_SEC, secs).await;
+    // P4 runs two processes per execution: its agent and the agent's init.
+    let bare = 2 * n;
+    eprintln!(
+        "P1b: 1 execution at {STEADY_UPDATES_PER_SEC} updates/s for {secs} s beside {bare} idle `sleep` processes"
+    );
+    let beside_bare = {
+        let _sleeping = BareProcesses::start(bare);
+        stream_latency::measure(1, 1, STEADY_UPDATES_PER_SEC, secs).await
+    };
     rows.push(Row::new(
         format!("P4 service RSS per execution, {n} executions streaming"),
         format!("{:.0} KiB", many.rss_per_execution_kib),
@@ -270,16 +283,50 @@ async fn p1b_p4(sizes: &Sizes, with_p4: bool, rows: &mut Vec<Row>) -> Value {
         Some(many.with_the_turns_ending.p99_ms / single.latency.p99_ms),
         Goal::None,
     ));
+    // P4's latency against the same machine: one execution streaming the whole rate while
+    // the other executions' agents run idle. Ours over it is what spreading the load over
+    // the executions costs; it over P1b is what their processes alone cost.
+    rows.push(Row::new(
+        format!(
+            "P4 latency p99, {n} executions sharing 1k updates/s, against 1 streaming beside {} idle",
+            n - 1
+        ),
+        format!("{:.2} ms", many.latency.p99_ms),
+        format!(
+            "1 execution at 1k updates/s, {} idle beside it: {:.2} ms (p50 {:.2})",
+            n - 1,
+            beside_idle.latency.p99_ms,
+            beside_idle.latency.p50_ms
+        ),
+        Some(many.latency.p99_ms / beside_idle.latency.p99_ms),
+        Goal::None,
+    ));
+    rows.push(Row::new(
+        format!("P1b p99 beside {bare} idle `sleep` processes (P4's process count, none the service's)"),
+        format!(
+            "{:.2} ms (p50 {:.2})",
+            beside_bare.latency.p99_ms, beside_bare.latency.p50_ms
+        ),
+        format!("P1b p99, 1 execution: {:.2} ms", single.latency.p99_ms),
+        Some(beside_bare.latency.p99_ms / single.latency.p99_ms),
+        Goal::None,
+    ));
     rows.push(Row::new(
         format!(
             "the machine's PID 1 and kernel memory monitor (not the service), CPU while P4's {n} executions streamed"
         ),
         machine_cpu(&many),
-        format!("while P1b streamed: {}", machine_cpu(&single)),
+        format!(
+            "while P1b streamed: {}; 1 beside {} idle: {}; beside {bare} `sleep`: {}",
+            machine_cpu(&single),
+            n - 1,
+            machine_cpu(&beside_idle),
+            machine_cpu(&beside_bare)
+        ),
         None,
         Goal::None,
     ));
-    json!({"p1b": single, "p4": many})
+    json!({"p1b": single, "p4": many, "p4_one_streaming_beside_idle": beside_idle, "p1b_beside_bare_processes": beside_bare})
 }
 
 /// What the machine's own PID 1 and the kernel's memory monitor took while a steady measure

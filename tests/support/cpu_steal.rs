@@ -133,6 +133,36 @@ fn ms_per_sec(ticks: u64, seconds: f64) -> Option<f64> {
     (seconds > 0.0).then(|| ticks as f64 * 1000.0 / USER_HZ as f64 / seconds)
 }
 
+/// `count` idle processes that are not the service's (`sleep`), for as long as this lives:
+/// the machine's process count without any of the service's work, to tell what P4's
+/// processes cost the machine from what the service does with them.
+pub struct BareProcesses(Vec<std::process::Child>);
+
+impl BareProcesses {
+    pub fn start(count: usize) -> Self {
+        Self(
+            (0..count)
+                .map(|_| {
+                    std::process::Command::new("sleep")
+                        .arg("3600")
+                        .stdin(std::process::Stdio::null())
+                        .spawn()
+                        .expect("sleep")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for BareProcesses {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,9 @@
 //! The latency and memory measurements behind goals P1b and P4 (`benches/perf.rs` prints
 //! them): `cursor-runner serve` as its own process on PostgreSQL, `executions` executions
-//! each with its fake agent and a `StreamEvents` subscriber, together streaming a steady
-//! `updates_per_sec` (each agent paces its share and stamps every chunk with its send
-//! time; the turns start one update's time apart, so the shares interleave evenly). Latency is a chunk's stamp to its arrival at the subscriber, for chunks sent
+//! each with its fake agent and a `StreamEvents` subscriber, the first `streaming` of them
+//! together streaming a steady `updates_per_sec` (each agent paces its share and stamps
+//! every chunk with its send time; the turns start one update's time apart, so the shares
+//! interleave evenly); the others stay open and idle, their agents running. Latency is a chunk's stamp to its arrival at the subscriber, for chunks sent
 //! while every execution streams: once every turn has started and before the first
 //! execution sends its last chunk (the turns all end within one pacing interval, so each
 //! last chunk races every other execution's settlement: that end is reported apart). The
@@ -33,6 +34,8 @@ const CONCURRENT_CREATES: usize = 8;
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LatencyReport {
     pub executions: usize,
+    /// Those of them that streamed; the others were open and idle.
+    pub streaming: usize,
     /// All executions together.
     pub updates_per_sec: u64,
     pub seconds: f64,
@@ -61,15 +64,19 @@ pub struct LatencyReport {
     pub store_operations_per_update: BTreeMap<String, f64>,
 }
 
-/// Streams `updates_per_sec` for `seconds`, spread over `executions` executions.
-pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> LatencyReport {
+/// Streams `updates_per_sec` for `seconds`, spread over `streaming` of `executions`
+/// executions.
+pub async fn measure(executions: usize, streaming: usize, updates_per_sec: u64, seconds: f64) -> LatencyReport {
     let executions = executions.max(1);
-    let chunks = ((seconds * updates_per_sec as f64) / executions as f64).ceil().max(1.0) as u64;
+    let streaming_executions = streaming.clamp(1, executions);
+    let chunks = ((seconds * updates_per_sec as f64) / streaming_executions as f64)
+        .ceil()
+        .max(1.0) as u64;
     let scratch = tempfile::tempdir().expect("temp dir");
     let scenario = flood_scenario(
         scratch.path(),
         json!({"count": chunks, "text": CHUNK_TEXT, "stamp": true,
-               "interval_us": executions as u64 * 1_000_000 / updates_per_sec.max(1)}),
+               "interval_us": streaming_executions as u64 * 1_000_000 / updates_per_sec.max(1)}),
     );
     let database = TestDatabase::create(Backend::Postgres).await;
     let dirs = ServiceDirs::new();
@@ -122,6 +129,9 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
 
     let (started_tx, mut started_rx) = tokio::sync::mpsc::channel(executions);
     let mut streaming = JoinSet::new();
+    let mut created = created;
+    // Held open until the end, as the streaming ones are.
+    let idle = created.split_off(streaming_executions);
     // Each agent sends its first chunk as its turn starts and then one every interval: turns
     // started all at once would send in bursts (500 turns, started within ≈ 270 ms of a
     // 500 ms interval, sent ≈ 1.85k updates/s half the time and none the other half). Turns
@@ -133,7 +143,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         streaming.spawn(stream_one(client, execution_id, events, start_at, started_tx.clone()));
     }
     drop(started_tx);
-    for _ in 0..executions {
+    for _ in 0..streaming_executions {
         if started_rx.recv().await.is_none() {
             let failed = streaming.join_next().await.map(|joined| joined.err());
             panic!("a turn did not start: {failed:?}");
@@ -168,10 +178,15 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
     );
     let scrape = scrape_metrics(service.metrics_address());
     if let Ok(path) = std::env::var("PERF_DUMP_METRICS") {
-        std::fs::write(format!("{path}.{executions}.before"), &scrape_before).unwrap();
-        std::fs::write(format!("{path}.{executions}"), &scrape).unwrap();
+        let label = match executions - streaming_executions {
+            0 => executions.to_string(),
+            idle => format!("{executions}-{idle}-idle"),
+        };
+        std::fs::write(format!("{path}.{label}.before"), &scrape_before).unwrap();
+        std::fs::write(format!("{path}.{label}"), &scrape).unwrap();
     }
     let operations_after = store_operations(&scrape);
+    drop(idle);
     service.stop();
     database.drop_database().await;
 
@@ -190,7 +205,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
         .filter(|(sent, _)| *sent >= steady_from)
         .map(latency)
         .collect();
-    let streamed = (chunks * executions as u64) as f64;
+    let streamed = (chunks * streaming_executions as u64) as f64;
     let store_operations_per_update = operations_after
         .iter()
         .map(|(operation, n)| {
@@ -204,6 +219,7 @@ pub async fn measure(executions: usize, updates_per_sec: u64, seconds: f64) -> L
     let max_ms = latencies.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     LatencyReport {
         executions,
+        streaming: streaming_executions,
         updates_per_sec,
         seconds,
         samples: latencies.len(),
