@@ -1,6 +1,6 @@
 use cursor_runner_e2e::*;
 use cursor_runner_executions::retention::{self, Retention};
-use cursor_runner_store::{IdempotencyClaim, IdempotencyKey};
+use cursor_runner_store::{ClaimToken, IdempotencyClaim, IdempotencyKey};
 use std::time::Duration;
 use tonic::Code;
 
@@ -151,11 +151,17 @@ async fn completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never
     let service = TestService::start(backend, "demo.json").await;
     let store = service.store.as_ref();
     assert_eq!(
-        store.claim_idempotency(&key("running"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("running"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Claimed
     );
     assert_eq!(
-        store.claim_idempotency(&key("done"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("done"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Claimed
     );
     store
@@ -174,12 +180,18 @@ async fn completed_keys_past_their_retention_are_pruned_and_keys_in_flight_never
         "older: pruned"
     );
     assert_eq!(
-        store.claim_idempotency(&key("done"), "another body").await.unwrap(),
+        store
+            .claim_idempotency(&key("done"), "another body", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Claimed,
         "its request id is free again"
     );
     assert_eq!(
-        store.claim_idempotency(&key("running"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("running"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::InFlightHere,
         "a key in flight is never pruned"
     );

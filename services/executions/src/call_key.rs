@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use cursor_runner_store::{IdempotencyKey, Write};
+use cursor_runner_store::{ClaimToken, IdempotencyKey, Write};
 use serde_json::{Value, json};
 
 /// How far a call's key has come in the store.
@@ -26,14 +26,17 @@ pub(crate) enum KeyProgress {
 pub(crate) struct CallKey {
     key: IdempotencyKey,
     digest: String,
+    /// The call's hold on the key, stored with its claim.
+    token: ClaimToken,
     progress: Arc<AtomicU8>,
 }
 
 impl CallKey {
-    pub(crate) fn new(key: IdempotencyKey, digest: String, progress: KeyProgress) -> Self {
+    pub(crate) fn new(key: IdempotencyKey, digest: String, token: ClaimToken, progress: KeyProgress) -> Self {
         Self {
             key,
             digest,
+            token,
             progress: Arc::new(AtomicU8::new(progress as u8)),
         }
     }
@@ -51,6 +54,7 @@ impl CallKey {
         (self.progress() == KeyProgress::Unclaimed).then(|| Write::ClaimIdempotency {
             key: self.key.clone(),
             digest: self.digest.clone(),
+            token: self.token.clone(),
         })
     }
 
@@ -104,7 +108,7 @@ mod tests {
 
     #[test]
     fn an_unclaimed_key_is_claimed_by_the_first_commit_and_completed_by_the_last() {
-        let call = CallKey::new(key(), "d".into(), KeyProgress::Unclaimed);
+        let call = CallKey::new(key(), "d".into(), ClaimToken::new(), KeyProgress::Unclaimed);
         let first = call.claim_write().into_iter().collect::<Vec<_>>();
         assert!(matches!(first.as_slice(), [Write::ClaimIdempotency { digest, .. }] if digest == "d"));
         call.landed(&first);
@@ -117,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_key_claimed_before_the_call_is_only_completed() {
-        let call = CallKey::new(key(), "d".into(), KeyProgress::Claimed);
+        let call = CallKey::new(key(), "d".into(), ClaimToken::new(), KeyProgress::Claimed);
         assert_eq!(call.claim_write(), None);
         call.landed(&[call.completion_write(stored_turn("t-1"))]);
         assert_eq!(call.progress(), KeyProgress::Completed);
@@ -125,13 +129,14 @@ mod tests {
 
     #[test]
     fn a_commit_naming_another_key_changes_nothing() {
-        let call = CallKey::new(key(), "d".into(), KeyProgress::Unclaimed);
+        let call = CallKey::new(key(), "d".into(), ClaimToken::new(), KeyProgress::Unclaimed);
         let other = CallKey::new(
             IdempotencyKey {
                 request_id: "r-2".into(),
                 ..key()
             },
             "d".into(),
+            ClaimToken::new(),
             KeyProgress::Unclaimed,
         );
         call.landed(&[other.claim_write().unwrap(), other.completion_write(Value::Null)]);

@@ -195,3 +195,76 @@ async fn wait_for_the_claim(admin: &mut sqlx::PgConnection, request_id: &str) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// The failing call's release of a claim whose reply was lost, held up on the server until
+/// after the client's retry on the same replica took the claim on: it lets go of nothing
+/// the retry holds, so the retry's execution is the only one, and what every later retry
+/// gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_by_the_call_whose_claim_reply_was_lost_never_frees_the_retry_s_claim() {
+    let database = TestDatabase::create(Backend::Postgres).await;
+    let link = Link::to(&database.url).await;
+    let dirs = ServiceDirs::new();
+    let service = serve(&link.url, &dirs, Vec::new());
+    let client = service.client().await;
+    let create = || {
+        let mut client = client.clone();
+        let workspace = dirs.workspace.display().to_string();
+        async move {
+            client
+                .create_execution(proto::CreateExecutionRequest {
+                    request_id: "create-1".into(),
+                    workspace,
+                    ..Default::default()
+                })
+                .await
+        }
+    };
+
+    let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
+    let first = tokio::spawn(create());
+    let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let claiming = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
+    link.swallow_replies(&mut admin, claiming).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    wait_for_the_claim(&mut admin, "create-1").await;
+    // The claim's row, locked: the failing call's release waits for it.
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM idempotency_keys WHERE request_id = 'create-1' FOR UPDATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    link.cut_the_session(&mut admin, claiming).await;
+    let releasing = wait_for_a_statement_waiting_on_a_lock(&mut admin, "DELETE FROM idempotency_keys%").await;
+    link.cut_the_session(&mut admin, releasing).await;
+    let refused = first.await.unwrap().expect_err("the claim's reply was lost");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    let retry = tokio::spawn(create());
+    wait_for_a_statement_waiting_on_a_lock(&mut admin, "UPDATE idempotency_keys%").await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let created = retry
+        .await
+        .unwrap()
+        .expect("the retry")
+        .into_inner()
+        .execution
+        .expect("execution");
+    let again = retrying("CreateExecution retried again", create)
+        .await
+        .into_inner()
+        .execution
+        .expect("execution");
+    assert_eq!(
+        again.execution_id, created.execution_id,
+        "every retry gets the one execution"
+    );
+    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM executions")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(count, 1, "created once");
+    service.kill();
+    drop((holder, admin, link));
+    database.drop_database().await;
+}

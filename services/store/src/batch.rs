@@ -44,7 +44,11 @@ pub enum Write {
     /// taken (by any operation) fails the whole batch with
     /// [`StoreError::KeyTaken`](crate::StoreError::KeyTaken). It lets a call's first
     /// commit be its claim: nothing the call does is exposed before that commit.
-    ClaimIdempotency { key: IdempotencyKey, digest: String },
+    ClaimIdempotency {
+        key: IdempotencyKey,
+        digest: String,
+        token: ClaimToken,
+    },
     /// Completes this incarnation's claim, as
     /// [`Store::complete_idempotency`](crate::Store::complete_idempotency) does: the
     /// outcome is stored in the transaction that makes it true.

@@ -146,7 +146,8 @@ pub enum IdempotencyClaim {
     InFlight,
     /// The key is held in flight, with the same body, by a claim of this store's own
     /// registered incarnation: a call of this process's, running or over (its claim
-    /// committed, and the reply that would have told it so was lost).
+    /// committed, and the reply that would have told it so was lost). A caller that runs
+    /// one call per key takes it on with [`Store::adopt_idempotency`].
     InFlightHere,
     /// The same key and body completed before; here is its stored response.
     Completed(serde_json::Value),
@@ -208,7 +209,17 @@ pub trait Store: Send + Sync + 'static {
     async fn execution_owner(&self, tenant_id: &str, execution_id: &ExecutionId)
     -> StoreResult<Option<ExecutionOwner>>;
 
-    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim>;
+    /// Claims a free key for the call holding `token`; else says what holds it.
+    async fn claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+        token: &ClaimToken,
+    ) -> StoreResult<IdempotencyClaim>;
+    /// Hands this incarnation's own claim of the key, in flight, to the call holding
+    /// `token` ([`IdempotencyClaim::InFlightHere`]): the call that held it can no longer
+    /// release it. False when there is no such claim (any more).
+    async fn adopt_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<bool>;
     /// What [`Store::claim_idempotency`] would find, without claiming: `None` while the key
     /// is free.
     async fn find_idempotency(
@@ -220,9 +231,10 @@ pub trait Store: Send + Sync + 'static {
     /// survivor may have completed the key, and that outcome stands. False when nothing was
     /// completed (the key is not this incarnation's in flight any more, or its lease ended).
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool>;
-    /// Drops this incarnation's own claim, its call having failed before it changed
-    /// anything, so a retry may run; another's claim, or a completed key, stays.
-    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()>;
+    /// Drops the claim the call holding `token` has, its call having failed before it
+    /// changed anything, so a retry may run; another's claim (another call's of this
+    /// incarnation too), or a completed key, stays.
+    async fn release_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<()>;
     /// Completes every claim `claimed_by` that incarnation still `in_flight` with
     /// `response`, unless its lease is live: the calls that made them died with it (a
     /// predecessor at start-up, a replica taken over). The number completed.

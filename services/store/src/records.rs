@@ -21,6 +21,28 @@ pub struct IdempotencyKey {
     pub request_id: String,
 }
 
+/// One call's hold on an idempotency key, stored with its claim: a release names it, so a
+/// call lets go of its own claim only, never of one another call has since taken on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimToken(String);
+
+impl ClaimToken {
+    /// A token no other claim has.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for ClaimToken {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecutionRecord {
     pub id: ExecutionId,

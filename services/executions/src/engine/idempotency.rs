@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use cursor_runner_store::{
-    ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnId, TurnRecord,
+    ClaimToken, ExecutionRecord, IdempotencyClaim, IdempotencyKey, InteractionRecord, Patience, Store, TurnId,
+    TurnRecord,
 };
 
 use serde_json::Value;
@@ -75,6 +76,7 @@ impl Engine {
                         recorder: self.store.with_patience(Patience::UntilBack),
                         key: key.clone(),
                         digest: meta.request_digest.clone(),
+                        token: ClaimToken::new(),
                     };
                     tokio::spawn(tracing::Instrument::in_current_span(async move {
                         tx.send_replace(Some(call.run(claim, run, fresh_tx).await));
@@ -178,12 +180,18 @@ pub(super) enum KeyClaim {
     InFirstCommit,
 }
 
+/// Claims a call makes before it reports its key in flight: each may find an earlier
+/// call's claim of this process's, gone before it is taken on.
+const CLAIM_ATTEMPTS: usize = 2;
+
 /// The one run of an idempotent call, in its own task.
 struct KeyedCall {
     store: Arc<dyn Store>,
     recorder: Arc<dyn Store>,
     key: IdempotencyKey,
     digest: String,
+    /// This call's hold on the key, whichever way it gets it.
+    token: ClaimToken,
 }
 
 impl KeyedCall {
@@ -205,13 +213,13 @@ impl KeyedCall {
                 // finds it free. If it does not, this process's next call under the key
                 // takes the claim on (`IdempotencyClaim::InFlightHere`).
                 Err(e) if e.is_transient() => {
-                    let _ = self.store.release_idempotency(&self.key).await;
+                    let _ = self.store.release_idempotency(&self.key, &self.token).await;
                     return Err(e);
                 }
                 Err(e) => return Err(e),
             },
         };
-        let call_key = CallKey::new(self.key.clone(), self.digest.clone(), progress);
+        let call_key = CallKey::new(self.key.clone(), self.digest.clone(), self.token.clone(), progress);
         let result = work(call_key.clone()).await;
         let settled = match call_key.progress() {
             KeyProgress::Completed => None,
@@ -219,7 +227,7 @@ impl KeyedCall {
             KeyProgress::Unclaimed => match &result {
                 // The store was unreachable: a first commit whose acknowledgement was lost
                 // may hold the key, and nothing is known of the call, so let the key go.
-                Err(e) if e.is_transient() => match self.recorder.release_idempotency(&self.key).await {
+                Err(e) if e.is_transient() => match self.recorder.release_idempotency(&self.key, &self.token).await {
                     Ok(()) => None,
                     Err(e) => Some(Err(e.into())),
                 },
@@ -250,14 +258,27 @@ impl KeyedCall {
 
     /// Claims the key: `None` once claimed, else what the key holds instead.
     async fn claim(&self) -> Result<Option<Result<Value, EngineError>>, EngineError> {
-        Ok(match self.store.claim_idempotency(&self.key, &self.digest).await? {
-            IdempotencyClaim::Claimed => None,
-            // This is the process's one call under the key (`Engine::in_flight`), so a claim
-            // of this incarnation's is an earlier call's that is over: one whose claim
-            // committed as its reply was lost, so it ran nothing. This call takes it on.
-            IdempotencyClaim::InFlightHere => None,
-            held => Some(held_outcome(held, &self.digest)),
-        })
+        for _ in 0..CLAIM_ATTEMPTS {
+            match self
+                .store
+                .claim_idempotency(&self.key, &self.digest, &self.token)
+                .await?
+            {
+                IdempotencyClaim::Claimed => return Ok(None),
+                // This is the process's one call under the key (`Engine::in_flight`), so a
+                // claim of this incarnation's is an earlier call's that is over: one whose
+                // claim committed as its reply was lost, so it ran nothing. This call takes
+                // it on, so that call's late release cannot drop it; gone meanwhile (that
+                // release landed), the key is free to claim again.
+                IdempotencyClaim::InFlightHere => {
+                    if self.store.adopt_idempotency(&self.key, &self.token).await? {
+                        return Ok(None);
+                    }
+                }
+                held => return Ok(Some(held_outcome(held, &self.digest))),
+            }
+        }
+        Ok(Some(held_outcome(IdempotencyClaim::InFlight, &self.digest)))
     }
 
     /// Records the outcome of the work under the claimed key: `None` if it stands, else
@@ -268,9 +289,11 @@ impl KeyedCall {
             // A refusal changed nothing: the key stays free, so the caller may fix the
             // request and send it again. A store outage is no outcome either: the same call
             // may be retried (each write it made is its own to find again).
-            Err(e) if e.is_refusal() || e.is_transient() => {
-                self.recorder.release_idempotency(&self.key).await.map(|()| true)
-            }
+            Err(e) if e.is_refusal() || e.is_transient() => self
+                .recorder
+                .release_idempotency(&self.key, &self.token)
+                .await
+                .map(|()| true),
             Err(e) => self.recorder.complete_idempotency(&self.key, &e.to_json()).await,
         };
         match recorded {

@@ -11,7 +11,7 @@ use cursor_runner_domain::interaction::{
     Selection, cancelled_result,
 };
 use cursor_runner_domain::state::{Delivery, InteractionState};
-use cursor_runner_store::{IdempotencyKey, InteractionRecord, Write};
+use cursor_runner_store::{ClaimToken, IdempotencyKey, InteractionRecord, Write};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -118,7 +118,7 @@ fn answer_key() -> CallKey {
         operation: "AnswerInteraction".into(),
         request_id: "answer-1".into(),
     };
-    CallKey::new(key, "digest".into(), KeyProgress::Unclaimed)
+    CallKey::new(key, "digest".into(), ClaimToken::new(), KeyProgress::Unclaimed)
 }
 
 /// The interaction's row as a `Write` leaves it: (expected state, new state).

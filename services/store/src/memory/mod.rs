@@ -152,8 +152,16 @@ impl Store for MemoryStore {
         Ok(incarnation.map(|incarnation| self.replicas.lock().owner(&incarnation)))
     }
 
-    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
-        self.run("claim_idempotency", |t| t.claim_idempotency(key, request_digest))
+    async fn claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+        token: &ClaimToken,
+    ) -> StoreResult<IdempotencyClaim> {
+        self.run("claim_idempotency", |t| t.claim_idempotency(key, request_digest, token))
+    }
+    async fn adopt_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<bool> {
+        self.run("adopt_idempotency", |t| t.adopt_idempotency(key, token))
     }
     async fn find_idempotency(
         &self,
@@ -165,8 +173,8 @@ impl Store for MemoryStore {
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool> {
         self.run("complete_idempotency", |t| t.complete_idempotency(key, response))
     }
-    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
-        self.run("release_idempotency", |t| t.release_idempotency(key))
+    async fn release_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<()> {
+        self.run("release_idempotency", |t| t.release_idempotency(key, token))
     }
     async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64> {
         let live = self.replicas.lock().lease_live(claimed_by);

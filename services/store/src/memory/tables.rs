@@ -48,6 +48,7 @@ struct IdempotencyRow {
     response: Option<serde_json::Value>,
     created_at_ms: i64,
     claimed_by: String,
+    token: ClaimToken,
 }
 
 /// `LIMIT n` of a non-negative `n` (the callers' limits are).
@@ -60,7 +61,12 @@ fn missing_parent(what: &str) -> StoreError {
 }
 
 impl Tables {
-    pub(super) fn claim_idempotency(&mut self, key: &IdempotencyKey, digest: &str) -> IdempotencyClaim {
+    pub(super) fn claim_idempotency(
+        &mut self,
+        key: &IdempotencyKey,
+        digest: &str,
+        token: &ClaimToken,
+    ) -> IdempotencyClaim {
         if let Some(held) = self.find_idempotency(key, digest) {
             return held;
         }
@@ -69,6 +75,7 @@ impl Tables {
             response: None,
             created_at_ms: now_ms(),
             claimed_by: self.me.clone(),
+            token: token.clone(),
         };
         self.idempotency.insert(key.clone(), row);
         IdempotencyClaim::Claimed
@@ -109,11 +116,24 @@ impl Tables {
         }
     }
 
-    pub(super) fn release_idempotency(&mut self, key: &IdempotencyKey) {
+    pub(super) fn adopt_idempotency(&mut self, key: &IdempotencyKey, token: &ClaimToken) -> bool {
+        if self.me == LEGACY_INCARNATION {
+            return false;
+        }
+        match self.idempotency.get_mut(key) {
+            Some(row) if row.response.is_none() && row.claimed_by == self.me => {
+                row.token = token.clone();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn release_idempotency(&mut self, key: &IdempotencyKey, token: &ClaimToken) {
         if self
             .idempotency
             .get(key)
-            .is_some_and(|row| row.response.is_none() && row.claimed_by == self.me)
+            .is_some_and(|row| row.response.is_none() && row.claimed_by == self.me && row.token == *token)
         {
             self.idempotency.remove(key);
         }
@@ -636,8 +656,8 @@ impl Tables {
             Write::Execution { expected_state, record } => next.update_execution(*expected_state, record),
             Write::SettleTurn(turn) => next.settle_turn(turn),
             Write::Interaction { expected_state, record } => next.transition_interaction(*expected_state, record),
-            Write::ClaimIdempotency { key, digest } => {
-                let claimed = matches!(next.claim_idempotency(key, digest), IdempotencyClaim::Claimed);
+            Write::ClaimIdempotency { key, digest, token } => {
+                let claimed = matches!(next.claim_idempotency(key, digest, token), IdempotencyClaim::Claimed);
                 if !claimed {
                     inserted = Err(StoreError::KeyTaken);
                 }

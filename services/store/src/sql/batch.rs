@@ -49,8 +49,8 @@ impl SqlStore {
                     Write::Interaction { expected_state, record } => {
                         transition_interaction_on!(&mut *tx, sql, expected_state, record, me)
                     }
-                    Write::ClaimIdempotency { key, digest } => {
-                        let claimed = claim_idempotency_on!(&mut *tx, sql, key, digest, claimant);
+                    Write::ClaimIdempotency { key, digest, token } => {
+                        let claimed = claim_idempotency_on!(&mut *tx, sql, key, digest, claimant, token);
                         key_taken = claimed != 1;
                         claimed
                     }
@@ -111,7 +111,7 @@ impl SqlStore {
             let query = sqlx::query(sqlx::AssertSqlSafe(statements.of(&shape, fence.is_some())));
             let query = bind_transition_interaction!(query, expected_state, record, me);
             let query = match &shape {
-                Shape::Claim { key, digest } => bind_claim_idempotency!(query, key, *digest, claimant),
+                Shape::Claim { key, digest, token } => bind_claim_idempotency!(query, key, *digest, claimant, token),
                 Shape::Complete { key, response } => bind_complete_idempotency!(query, key, response, claimant),
             };
             let query = match fence {

@@ -159,8 +159,8 @@ impl Statements {
                  OR (session_checkpoints.generation, session_checkpoints.turn_count) <= (excluded.generation, excluded.turn_count)",
                 dialect.owned("$3", "$4", "$12")
             ),
-            claim_idempotency: "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms, claimed_by) \
-                 VALUES ($1, $2, $3, $4, 'in_flight', $5, $6) ON CONFLICT DO NOTHING"
+            claim_idempotency: "INSERT INTO idempotency_keys (tenant_id, operation, request_id, request_digest, state, created_at_ms, claimed_by, claim_token) \
+                 VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7) ON CONFLICT DO NOTHING"
                 .into(),
             // Only this incarnation's own claim, while its lease is live: once it has ended, a
             // survivor may have completed the key as interrupted, and that outcome stands.

@@ -6,10 +6,11 @@ use crate::contract::*;
 use crate::records::*;
 
 /// A claim's parameters (`Statements::claim_idempotency`), bound onto `$query` in their
-/// order: `$key` with the request's `$digest`, for `$me`.
+/// order: `$key` with the request's `$digest`, for `$me`'s call holding `$token`.
 macro_rules! bind_claim_idempotency {
-    ($query:expr, $key:expr, $digest:expr, $me:expr) => {{
+    ($query:expr, $key:expr, $digest:expr, $me:expr, $token:expr) => {{
         let key: &$crate::records::IdempotencyKey = $key;
+        let token: &$crate::records::ClaimToken = $token;
         $query
             .bind(&key.tenant_id)
             .bind(&key.operation)
@@ -17,16 +18,18 @@ macro_rules! bind_claim_idempotency {
             .bind($digest)
             .bind($crate::records::now_ms())
             .bind($me)
+            .bind(token.as_str())
     }};
 }
 pub(super) use bind_claim_idempotency;
 
-/// The claim of a free key for `$me`, run on `$executor` (a pool or an open transaction);
-/// evaluates to the rows affected (0: the key, or the tenant's request id, is taken).
+/// The claim of a free key for `$me`'s call holding `$token`, run on `$executor` (a pool or
+/// an open transaction); evaluates to the rows affected (0: the key, or the tenant's
+/// request id, is taken).
 macro_rules! claim_idempotency_on {
-    ($executor:expr, $sql:expr, $key:expr, $digest:expr, $me:expr) => {{
+    ($executor:expr, $sql:expr, $key:expr, $digest:expr, $me:expr, $token:expr) => {{
         let query = sqlx::query(sqlx::AssertSqlSafe($sql.claim_idempotency.as_str()));
-        $crate::sql::idempotency::bind_claim_idempotency!(query, $key, $digest, $me)
+        $crate::sql::idempotency::bind_claim_idempotency!(query, $key, $digest, $me, $token)
             .execute($executor)
             .await?
             .rows_affected()
@@ -72,11 +75,12 @@ impl SqlStore {
         &self,
         key: &IdempotencyKey,
         request_digest: &str,
+        token: &ClaimToken,
     ) -> StoreResult<IdempotencyClaim> {
         // The key can vanish between the insert that found it and the read (released after
         // a transient failure, or pruned by retention): it is free then, so claim it again.
         for _ in 0..CLAIM_ATTEMPTS {
-            match self.try_claim_idempotency(key, request_digest).await? {
+            match self.try_claim_idempotency(key, request_digest, token).await? {
                 Some(claim) => return Ok(claim),
                 None => continue,
             }
@@ -90,10 +94,18 @@ impl SqlStore {
         &self,
         key: &IdempotencyKey,
         request_digest: &str,
+        token: &ClaimToken,
     ) -> StoreResult<Option<IdempotencyClaim>> {
         let sql = &self.shared.statements;
         let me = self.shared.identity.me();
-        let inserted = on_pool!(self, |pool| claim_idempotency_on!(pool, sql, key, request_digest, me));
+        let inserted = on_pool!(self, |pool| claim_idempotency_on!(
+            pool,
+            sql,
+            key,
+            request_digest,
+            me,
+            token
+        ));
         if inserted == 1 {
             return Ok(Some(IdempotencyClaim::Claimed));
         }
@@ -141,17 +153,41 @@ impl SqlStore {
         Ok(completed == 1)
     }
 
-    pub(super) async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
+    pub(super) async fn adopt_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<bool> {
+        let me = self.shared.identity.me();
+        if !self.shared.identity.is_me(me) {
+            return Ok(false);
+        }
+        let adopted = on_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE idempotency_keys SET claim_token = $4 \
+                 WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 \
+                 AND state = 'in_flight' AND claimed_by = $5",
+            )
+            .bind(&key.tenant_id)
+            .bind(&key.operation)
+            .bind(&key.request_id)
+            .bind(token.as_str())
+            .bind(me)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(adopted == 1)
+    }
+
+    pub(super) async fn release_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<()> {
         let me = self.shared.identity.me();
         on_pool!(self, |pool| {
             sqlx::query(
                 "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND request_id = $3 \
-                 AND state = 'in_flight' AND claimed_by = $4",
+                 AND state = 'in_flight' AND claimed_by = $4 AND claim_token = $5",
             )
             .bind(&key.tenant_id)
             .bind(&key.operation)
             .bind(&key.request_id)
             .bind(me)
+            .bind(token.as_str())
             .execute(pool)
             .await?
             .rows_affected()

@@ -89,8 +89,16 @@ impl Store for SqlStore {
         SqlStore::execution_owner(self, tenant_id, execution_id).await
     }
 
-    async fn claim_idempotency(&self, key: &IdempotencyKey, request_digest: &str) -> StoreResult<IdempotencyClaim> {
-        SqlStore::claim_idempotency(self, key, request_digest).await
+    async fn claim_idempotency(
+        &self,
+        key: &IdempotencyKey,
+        request_digest: &str,
+        token: &ClaimToken,
+    ) -> StoreResult<IdempotencyClaim> {
+        SqlStore::claim_idempotency(self, key, request_digest, token).await
+    }
+    async fn adopt_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<bool> {
+        SqlStore::adopt_idempotency(self, key, token).await
     }
     async fn find_idempotency(
         &self,
@@ -102,8 +110,8 @@ impl Store for SqlStore {
     async fn complete_idempotency(&self, key: &IdempotencyKey, response: &serde_json::Value) -> StoreResult<bool> {
         SqlStore::complete_idempotency(self, key, response).await
     }
-    async fn release_idempotency(&self, key: &IdempotencyKey) -> StoreResult<()> {
-        SqlStore::release_idempotency(self, key).await
+    async fn release_idempotency(&self, key: &IdempotencyKey, token: &ClaimToken) -> StoreResult<()> {
+        SqlStore::release_idempotency(self, key, token).await
     }
     async fn complete_abandoned_idempotency(&self, claimed_by: &str, response: &serde_json::Value) -> StoreResult<u64> {
         SqlStore::complete_abandoned_idempotency(self, claimed_by, response).await

@@ -15,7 +15,7 @@
 use super::append_group::{EVENT_ARRAYS, insert_events_from_arrays};
 use super::fence::{Dialect, Statements};
 use crate::batch::{Batch, Write};
-use crate::records::IdempotencyKey;
+use crate::records::{ClaimToken, IdempotencyKey};
 
 /// The SQLSTATE `cr_refuse_batch` raises.
 const BATCH_REFUSED: &str = "CRB01";
@@ -23,7 +23,7 @@ const BATCH_REFUSED: &str = "CRB01";
 /// Parameters of `Statements::transition_interaction`, of `claim_idempotency` and of
 /// `complete_idempotency`.
 const TRANSITION_PARAMETERS: usize = 12;
-const CLAIM_PARAMETERS: usize = 6;
+const CLAIM_PARAMETERS: usize = 7;
 const COMPLETE_PARAMETERS: usize = 5;
 /// `$12` of the transition: the fence's owner, which the events' fence takes too.
 const FENCE_OWNER: usize = 12;
@@ -37,7 +37,11 @@ pub(super) struct OneStatements {
 /// What a batch of one of the shapes writes beside its interaction's transition, borrowed.
 pub(super) enum Shape<'b> {
     /// The claim of the call's key.
-    Claim { key: &'b IdempotencyKey, digest: &'b str },
+    Claim {
+        key: &'b IdempotencyKey,
+        digest: &'b str,
+        token: &'b ClaimToken,
+    },
     /// The completion of the call's key.
     Complete {
         key: &'b IdempotencyKey,
@@ -95,7 +99,10 @@ impl<'b> Shape<'b> {
     /// `batch`'s shape, when it has one of them; `None` sends it through a transaction.
     pub(super) fn of(batch: &'b Batch) -> Option<Self> {
         match batch.writes.as_slice() {
-            [Write::Interaction { .. }, Write::ClaimIdempotency { key, digest }] => Some(Shape::Claim { key, digest }),
+            [
+                Write::Interaction { .. },
+                Write::ClaimIdempotency { key, digest, token },
+            ] => Some(Shape::Claim { key, digest, token }),
             [Write::Interaction { .. }, Write::CompleteIdempotency { key, response }] => {
                 Some(Shape::Complete { key, response })
             }
@@ -193,6 +200,7 @@ mod tests {
         let claim = Write::ClaimIdempotency {
             key: key(),
             digest: "d".into(),
+            token: ClaimToken::new(),
         };
         let complete = Write::CompleteIdempotency {
             key: key(),
@@ -227,6 +235,7 @@ mod tests {
         let claim = Shape::Claim {
             key: &key(),
             digest: "d",
+            token: &ClaimToken::new(),
         };
         assert_eq!(
             parameters_in(statements.of(&claim, false)),

@@ -252,6 +252,7 @@ async fn a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later(
     let claim = Write::ClaimIdempotency {
         key: key.clone(),
         digest: "d".into(),
+        token: ClaimToken::new(),
     };
     assert!(
         store
@@ -264,7 +265,7 @@ async fn a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later(
     );
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::InFlight,
         "claimed with the answer"
     );
@@ -274,7 +275,7 @@ async fn a_batch_claiming_a_free_key_lands_with_its_rows_and_completes_it_later(
     };
     assert!(commit_alone(&*store, complete).await);
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::Completed(serde_json::json!({"interactionId": i.id}))
     );
 }
@@ -284,7 +285,7 @@ async fn a_batch_claiming_a_taken_key_writes_nothing_and_says_the_key_is_taken(s
     // Taken by another operation: a request id is the tenant's, whatever the RPC.
     let taken = call_key("StartTurn", "r-1");
     assert_eq!(
-        store.claim_idempotency(&taken, "d").await.unwrap(),
+        store.claim_idempotency(&taken, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::Claimed
     );
     let key = call_key("AnswerInteraction", "r-1");
@@ -306,6 +307,7 @@ fn answer(i: &InteractionRecord, key: &IdempotencyKey) -> Batch {
             Write::ClaimIdempotency {
                 key: key.clone(),
                 digest: "d".into(),
+                token: ClaimToken::new(),
             },
         ],
         events: vec![],
@@ -335,7 +337,7 @@ async fn nothing_of_the_answer_landed(
         "no event of the answer"
     );
     assert_eq!(
-        store.claim_idempotency(key, "d").await.unwrap(),
+        store.claim_idempotency(key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::Claimed,
         "the key was free"
     );
@@ -373,7 +375,7 @@ async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_to
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0);
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::InFlight
     );
     let answered_row = InteractionRecord {
@@ -400,7 +402,7 @@ async fn an_answer_and_its_delivery_each_land_their_transition_key_and_events_to
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "delivered");
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 2);
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::Completed(serde_json::json!({"interactionId": i.id}))
     );
 }
@@ -416,7 +418,7 @@ async fn an_answer_to_an_interaction_that_moved_on_writes_nothing_and_leaves_the
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "expired");
     assert_eq!(store.head_sequence(&e.id).await.unwrap(), 0, "no event");
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::Claimed,
         "the key was free: this claim is the first"
     );
@@ -503,7 +505,7 @@ async fn one_answer_sent_twice_at_once_lands_once(store: Arc<dyn Store>) {
     );
     assert_eq!(rows_as_they_are(&*store, &e, &t, &i).await[2], "answered");
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::InFlight
     );
 }
@@ -560,7 +562,7 @@ async fn postgres_an_answer_whose_session_is_ended_mid_statement_lands_through_t
     assert!(committing.await.unwrap().unwrap(), "landed on the retry");
     assert_eq!(rows_as_they_are(&store, &e, &t, &i).await[2], "answered");
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::InFlight,
         "claimed once, by the answer"
     );
@@ -592,7 +594,7 @@ async fn postgres_an_answer_whose_connection_is_lost_after_it_was_sent_and_that_
     assert!(committing.await.unwrap().unwrap(), "reported landed");
     assert_eq!(rows_as_they_are(&store, &e, &t, &i).await[2], "answered");
     assert_eq!(
-        store.claim_idempotency(&key, "d").await.unwrap(),
+        store.claim_idempotency(&key, "d", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::InFlight,
         "claimed once, by the answer"
     );

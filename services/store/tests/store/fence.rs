@@ -94,6 +94,7 @@ async fn every_write_at_the_generation(store: &dyn Store, o: &Owned) -> Vec<(&'s
                     request_id: "answer-1".into(),
                 },
                 digest: "d".into(),
+                token: ClaimToken::new(),
             },
         ],
         events: vec![event("e", 1, 1)],

@@ -11,7 +11,7 @@ on_every_backend!(
     a_new_key_is_claimed_and_while_it_runs_is_in_flight,
     a_completed_key_answers_with_its_stored_outcome,
     a_key_reused_with_another_request_is_a_digest_mismatch,
-    release_frees_an_in_flight_key_but_never_a_completed_one,
+    release_frees_a_call_s_own_claim_in_flight_never_another_s_or_a_completed_one,
     abandoned_claims_complete_with_the_given_outcome,
     prune_deletes_old_completed_keys_never_one_in_flight,
     a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight,
@@ -32,7 +32,10 @@ fn key(request_id: &str) -> IdempotencyKey {
 
 /// What claiming `request` of [`key`] with `digest` finds.
 async fn claim(store: &dyn Store, request: &str, digest: &str) -> IdempotencyClaim {
-    store.claim_idempotency(&key(request), digest).await.unwrap()
+    store
+        .claim_idempotency(&key(request), digest, &ClaimToken::new())
+        .await
+        .unwrap()
 }
 
 async fn a_new_key_is_claimed_and_while_it_runs_is_in_flight(store: Arc<dyn Store>) {
@@ -47,7 +50,7 @@ async fn a_new_key_is_claimed_and_while_it_runs_is_in_flight(store: Arc<dyn Stor
         key("r2"),
     ] {
         assert_eq!(
-            store.claim_idempotency(&k, "d1").await.unwrap(),
+            store.claim_idempotency(&k, "d1", &ClaimToken::new()).await.unwrap(),
             IdempotencyClaim::Claimed
         );
     }
@@ -62,12 +65,18 @@ async fn a_request_id_claimed_by_another_operation_is_a_digest_mismatch(store: A
     };
     claim(&*store, "r1", "d1").await;
     assert_eq!(
-        store.claim_idempotency(&start_turn, "d1").await.unwrap(),
+        store
+            .claim_idempotency(&start_turn, "d1", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::DigestMismatch { held: "d1".into() }
     );
     store.complete_idempotency(&key("r1"), &json!({"n": 1})).await.unwrap();
     assert_eq!(
-        store.claim_idempotency(&start_turn, "d1").await.unwrap(),
+        store
+            .claim_idempotency(&start_turn, "d1", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::DigestMismatch { held: "d1".into() }
     );
     assert_eq!(
@@ -97,17 +106,31 @@ async fn a_key_reused_with_another_request_is_a_digest_mismatch(store: Arc<dyn S
     );
 }
 
-async fn release_frees_an_in_flight_key_but_never_a_completed_one(store: Arc<dyn Store>) {
-    claim(&*store, "r1", "d1").await;
-    store.release_idempotency(&key("r1")).await.unwrap();
-    assert_eq!(claim(&*store, "r1", "d2").await, IdempotencyClaim::Claimed);
+async fn release_frees_a_call_s_own_claim_in_flight_never_another_s_or_a_completed_one(store: Arc<dyn Store>) {
+    let first = ClaimToken::new();
+    store.claim_idempotency(&key("r1"), "d1", &first).await.unwrap();
+    store.release_idempotency(&key("r1"), &ClaimToken::new()).await.unwrap();
+    assert_eq!(
+        claim(&*store, "r1", "d1").await,
+        IdempotencyClaim::InFlight,
+        "another call's release leaves it"
+    );
+    store.release_idempotency(&key("r1"), &first).await.unwrap();
+    let second = ClaimToken::new();
+    assert_eq!(
+        store.claim_idempotency(&key("r1"), "d2", &second).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
     store.complete_idempotency(&key("r1"), &json!("done")).await.unwrap();
-    store.release_idempotency(&key("r1")).await.unwrap();
+    store.release_idempotency(&key("r1"), &second).await.unwrap();
     assert_eq!(
         claim(&*store, "r1", "d2").await,
         IdempotencyClaim::Completed(json!("done"))
     );
-    store.release_idempotency(&key("never-claimed")).await.unwrap();
+    store
+        .release_idempotency(&key("never-claimed"), &ClaimToken::new())
+        .await
+        .unwrap();
 }
 
 async fn abandoned_claims_complete_with_the_given_outcome(store: Arc<dyn Store>) {
@@ -169,9 +192,9 @@ async fn a_claim_racing_the_prune_of_its_completed_key_is_never_told_in_flight(s
             .complete_idempotency(&key(&request), &json!({"n": n}))
             .await
             .unwrap();
-        let retried = key(&request);
+        let (retried, token) = (key(&request), ClaimToken::new());
         let (claimed, pruned) = tokio::join!(
-            store.claim_idempotency(&retried, "d"),
+            store.claim_idempotency(&retried, "d", &token),
             store.prune_idempotency(i64::MAX, 1_000),
         );
         pruned.unwrap();

@@ -16,6 +16,7 @@ on_every_backend!(
     an_execution_belongs_to_the_replica_that_inserted_it_or_gave_it_a_new_generation,
     in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them,
     a_key_this_incarnation_holds_is_found_in_flight_here_and_another_s_in_flight,
+    a_claim_taken_on_by_another_call_of_this_incarnation_is_released_by_that_call_only,
     a_release_lets_go_of_this_incarnation_s_claim_only,
     an_ended_replica_renews_its_lease_no_more,
     an_owner_is_read_with_its_advertised_address_and_whether_it_serves,
@@ -102,11 +103,12 @@ fn key(request_id: &str) -> IdempotencyKey {
 /// A call that cannot tell whether its first commit (which claims its key) landed lets the
 /// key go: only its own claim, never another incarnation's call in flight.
 async fn a_release_lets_go_of_this_incarnation_s_claim_only(store: Arc<dyn Store>) {
-    store.claim_idempotency(&key("legacy"), "d").await.unwrap();
+    let (legacy, mine) = (ClaimToken::new(), ClaimToken::new());
+    store.claim_idempotency(&key("legacy"), "d", &legacy).await.unwrap();
     store.register_replica("replica-a", None, terms()).await.unwrap();
-    store.claim_idempotency(&key("mine"), "d").await.unwrap();
-    store.release_idempotency(&key("legacy")).await.unwrap();
-    store.release_idempotency(&key("mine")).await.unwrap();
+    store.claim_idempotency(&key("mine"), "d", &mine).await.unwrap();
+    store.release_idempotency(&key("legacy"), &legacy).await.unwrap();
+    store.release_idempotency(&key("mine"), &mine).await.unwrap();
     assert_eq!(
         store.find_idempotency(&key("legacy"), "d").await.unwrap(),
         Some(IdempotencyClaim::InFlight),
@@ -120,21 +122,33 @@ async fn a_release_lets_go_of_this_incarnation_s_claim_only(store: Arc<dyn Store
 /// incarnation every unregistered process writes as, it is in flight elsewhere.
 async fn a_key_this_incarnation_holds_is_found_in_flight_here_and_another_s_in_flight(store: Arc<dyn Store>) {
     assert_eq!(
-        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("legacy"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Claimed
     );
     assert_eq!(
-        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("legacy"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::InFlight,
         "unregistered, a store is no incarnation of its own"
     );
     store.register_replica("replica-a", None, terms()).await.unwrap();
     assert_eq!(
-        store.claim_idempotency(&key("mine"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("mine"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Claimed
     );
     assert_eq!(
-        store.claim_idempotency(&key("mine"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("mine"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::InFlightHere
     );
     assert_eq!(
@@ -142,20 +156,64 @@ async fn a_key_this_incarnation_holds_is_found_in_flight_here_and_another_s_in_f
         Some(IdempotencyClaim::InFlightHere)
     );
     assert_eq!(
-        store.claim_idempotency(&key("mine"), "another body").await.unwrap(),
+        store
+            .claim_idempotency(&key("mine"), "another body", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::DigestMismatch { held: "d".into() }
     );
     assert_eq!(
-        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("legacy"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::InFlight
     );
 }
 
+/// A call of this incarnation takes on its own claim of the key another call of it left:
+/// the claim is the taker's from then on, so the call that left it can no longer let it
+/// go. An unregistered store has no claim of its own to take on.
+async fn a_claim_taken_on_by_another_call_of_this_incarnation_is_released_by_that_call_only(store: Arc<dyn Store>) {
+    let (left, taker) = (ClaimToken::new(), ClaimToken::new());
+    store.claim_idempotency(&key("legacy"), "d", &left).await.unwrap();
+    assert!(!store.adopt_idempotency(&key("legacy"), &taker).await.unwrap());
+    store.register_replica("replica-a", None, terms()).await.unwrap();
+    store.claim_idempotency(&key("mine"), "d", &left).await.unwrap();
+    assert_eq!(
+        store.claim_idempotency(&key("mine"), "d", &taker).await.unwrap(),
+        IdempotencyClaim::InFlightHere
+    );
+    assert!(store.adopt_idempotency(&key("mine"), &taker).await.unwrap());
+    store.release_idempotency(&key("mine"), &left).await.unwrap();
+    assert_eq!(
+        store.find_idempotency(&key("mine"), "d").await.unwrap(),
+        Some(IdempotencyClaim::InFlightHere),
+        "the call that left it lets go of it no more"
+    );
+    assert!(
+        !store.adopt_idempotency(&key("legacy"), &taker).await.unwrap(),
+        "not this incarnation's"
+    );
+    store.release_idempotency(&key("mine"), &taker).await.unwrap();
+    assert_eq!(store.find_idempotency(&key("mine"), "d").await.unwrap(), None);
+    assert!(
+        !store.adopt_idempotency(&key("mine"), &taker).await.unwrap(),
+        "none left"
+    );
+}
+
 async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_them(store: Arc<dyn Store>) {
-    store.claim_idempotency(&key("legacy"), "d").await.unwrap();
+    store
+        .claim_idempotency(&key("legacy"), "d", &ClaimToken::new())
+        .await
+        .unwrap();
     let me = store.register_replica("replica-a", None, terms()).await.unwrap();
     assert_eq!(me.predecessors.first().map(String::as_str), Some(LEGACY_INCARNATION));
-    store.claim_idempotency(&key("mine"), "d").await.unwrap();
+    store
+        .claim_idempotency(&key("mine"), "d", &ClaimToken::new())
+        .await
+        .unwrap();
     let interrupted = json!({"error": "REQUEST_INTERRUPTED"});
     assert_eq!(
         store
@@ -165,11 +223,17 @@ async fn in_flight_calls_are_completed_only_for_the_incarnation_that_claimed_the
         1
     );
     assert_eq!(
-        store.claim_idempotency(&key("legacy"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("legacy"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Completed(interrupted.clone())
     );
     assert_eq!(
-        store.claim_idempotency(&key("mine"), "d").await.unwrap(),
+        store
+            .claim_idempotency(&key("mine"), "d", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::InFlightHere,
         "a live replica's call is never completed for it"
     );

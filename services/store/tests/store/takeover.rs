@@ -108,7 +108,9 @@ async fn postgres_a_dead_replicas_call_in_flight_ends_once_and_its_late_completi
     let (scratch, url) = Scratch::postgres().await;
     let (a, a_me) = replica(&url, "replica-a").await;
     assert!(matches!(
-        a.claim_idempotency(&key("r1"), "digest").await.unwrap(),
+        a.claim_idempotency(&key("r1"), "digest", &ClaimToken::new())
+            .await
+            .unwrap(),
         IdempotencyClaim::Claimed
     ));
     let (b, _) = replica(&url, "replica-b").await;
@@ -139,7 +141,7 @@ async fn postgres_a_dead_replicas_call_in_flight_ends_once_and_its_late_completi
         "the late completion says it completed nothing"
     );
     assert!(matches!(
-        b.claim_idempotency(&key("r1"), "digest").await.unwrap(),
+        b.claim_idempotency(&key("r1"), "digest", &ClaimToken::new()).await.unwrap(),
         IdempotencyClaim::Completed(response) if response == interrupted
     ));
     assert_eq!(b.abandoned_incarnations().await.unwrap(), Vec::<String>::new());
