@@ -15,6 +15,8 @@ use sqlx::Connection;
 const CALL_PATIENCE: Duration = Duration::from_secs(30);
 /// The replicas' ownership lease.
 const LEASE_MS: u64 = 5_000;
+/// The request id of each test's one `CreateExecution`.
+const REQUEST_ID: &str = "create-1";
 
 /// The service on `database_url`, with `env` beside its own.
 fn serve(database_url: &str, dirs: &ServiceDirs, env: Vec<(String, String)>) -> ServiceProcess {
@@ -46,6 +48,44 @@ async fn holding_a_claim(url: &str, operation: &str, request_id: &str) -> sqlx::
     .await
     .unwrap();
     holder
+}
+
+/// `CreateExecution` under the request id every test here uses, in `workspace`.
+async fn create(
+    client: &Client,
+    workspace: &Path,
+) -> Result<tonic::Response<proto::CreateExecutionResponse>, tonic::Status> {
+    client
+        .clone()
+        .create_execution(proto::CreateExecutionRequest {
+            request_id: REQUEST_ID.into(),
+            workspace: workspace.display().to_string(),
+            ..Default::default()
+        })
+        .await
+}
+
+/// Spawns `CreateExecution` through `link` with the test holding its key's claim, and has
+/// the claim commit while the server's reply is dropped. `admin` is the test's own session;
+/// the backend that ran the claim is returned with the call, the link not yet cut.
+async fn create_whose_claim_reply_is_lost(
+    client: &Client,
+    workspace: &Path,
+    link: &Link,
+    database_url: &str,
+    admin: &mut sqlx::PgConnection,
+) -> (
+    tokio::task::JoinHandle<Result<tonic::Response<proto::CreateExecutionResponse>, tonic::Status>>,
+    i32,
+) {
+    let mut holder = holding_a_claim(database_url, "CreateExecution", REQUEST_ID).await;
+    let (client, workspace) = (client.clone(), workspace.to_owned());
+    let call = tokio::spawn(async move { create(&client, &workspace).await });
+    let claiming = wait_for_a_statement_waiting_on_a_lock(admin, "INSERT INTO idempotency_keys%").await;
+    link.swallow_replies(admin, claiming).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    wait_for_the_claim(admin, REQUEST_ID).await;
+    (call, claiming)
 }
 
 /// `call` until it returns anything but a retryable refusal (`UNAVAILABLE`, or `ABORTED`
@@ -80,44 +120,27 @@ async fn a_create_whose_claim_committed_with_its_reply_lost_is_created_once_on_r
     let link = Link::to(&database.url).await;
     let dirs = ServiceDirs::new();
     let service = serve(&link.url, &dirs, Vec::new());
-    let mut client = service.client().await;
-    let create = || {
-        let mut client = client.clone();
-        let workspace = dirs.workspace.display().to_string();
-        async move {
-            client
-                .create_execution(proto::CreateExecutionRequest {
-                    request_id: "create-1".into(),
-                    workspace,
-                    ..Default::default()
-                })
-                .await
-        }
-    };
+    let client = service.client().await;
 
-    let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
-    let first = tokio::spawn(create());
+    // Cut while the claim still waits: the server runs it to its end once the row is free.
+    let mut holder = holding_a_claim(&database.url, "CreateExecution", REQUEST_ID).await;
+    let first = tokio::spawn({
+        let (client, workspace) = (client.clone(), dirs.workspace.clone());
+        async move { create(&client, &workspace).await }
+    });
     let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
     let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
     link.cut_the_session(&mut admin, waiting).await;
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
-    let first = first.await.unwrap();
 
-    let created = match first {
+    let created = match first.await.unwrap() {
         Ok(created) => created,
-        Err(_) => retrying("CreateExecution retried", create).await,
+        Err(_) => retrying("CreateExecution retried", || create(&client, &dirs.workspace)).await,
     }
     .into_inner()
     .execution
     .expect("execution");
-    let listed = client
-        .list_executions(proto::ListExecutionsRequest::default())
-        .await
-        .expect("ListExecutions")
-        .into_inner()
-        .executions;
-    let ids: Vec<_> = listed.iter().map(|e| e.execution_id.as_str()).collect();
-    assert_eq!(ids, [created.execution_id.as_str()], "created once");
+    assert_eq!(executions(&mut admin).await, [created.execution_id], "created once");
     service.kill();
     drop((holder, admin, link));
     database.drop_database().await;
@@ -134,46 +157,27 @@ async fn a_create_whose_claim_reply_was_lost_on_one_replica_is_created_once_thro
     let a = serve(&link.url, &dirs_a, replica_env("replica-a", LEASE_MS));
     let b = serve(&database.url, &dirs_b, replica_env("replica-b", LEASE_MS));
     // One request, whichever replica it goes to: one workspace both may use.
-    let workspace = dirs_a.workspace.display().to_string();
-    let create = |client: &Client| {
-        let mut client = client.clone();
-        let workspace = workspace.clone();
-        async move {
-            client
-                .create_execution(proto::CreateExecutionRequest {
-                    request_id: "create-1".into(),
-                    workspace,
-                    ..Default::default()
-                })
-                .await
-        }
-    };
+    let workspace = &dirs_a.workspace;
     let (client_a, client_b) = (a.client().await, b.client().await);
 
-    let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
-    let first = tokio::spawn(create(&client_a));
     let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
-    let waiting = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
-    link.swallow_replies(&mut admin, waiting).await;
-    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
-    wait_for_the_claim(&mut admin, "create-1").await;
-    link.cut_the_session(&mut admin, waiting).await;
+    let (first, claiming) =
+        create_whose_claim_reply_is_lost(&client_a, workspace, &link, &database.url, &mut admin).await;
+    link.cut_the_session(&mut admin, claiming).await;
     let refused = first.await.unwrap().expect_err("the claim's reply was lost");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
 
-    let created = retrying("CreateExecution through the other replica", || create(&client_b))
-        .await
-        .into_inner()
-        .execution
-        .expect("execution");
-    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM executions")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(count, 1, "created once, as {}", created.execution_id);
+    let created = retrying("CreateExecution through the other replica", || {
+        create(&client_b, workspace)
+    })
+    .await
+    .into_inner()
+    .execution
+    .expect("execution");
+    assert_eq!(executions(&mut admin).await, [created.execution_id], "created once");
     a.kill();
     b.kill();
-    drop((holder, admin, link));
+    drop((admin, link));
     database.drop_database().await;
 }
 
@@ -207,30 +211,15 @@ async fn a_late_release_by_the_call_whose_claim_reply_was_lost_never_frees_the_r
     let dirs = ServiceDirs::new();
     let service = serve(&link.url, &dirs, Vec::new());
     let client = service.client().await;
-    let create = || {
-        let mut client = client.clone();
-        let workspace = dirs.workspace.display().to_string();
-        async move {
-            client
-                .create_execution(proto::CreateExecutionRequest {
-                    request_id: "create-1".into(),
-                    workspace,
-                    ..Default::default()
-                })
-                .await
-        }
-    };
 
-    let mut holder = holding_a_claim(&database.url, "CreateExecution", "create-1").await;
-    let first = tokio::spawn(create());
     let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
-    let claiming = wait_for_a_statement_waiting_on_a_lock(&mut admin, "INSERT INTO idempotency_keys%").await;
-    link.swallow_replies(&mut admin, claiming).await;
-    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
-    wait_for_the_claim(&mut admin, "create-1").await;
+    let (first, claiming) =
+        create_whose_claim_reply_is_lost(&client, &dirs.workspace, &link, &database.url, &mut admin).await;
     // The claim's row, locked: the failing call's release waits for it.
+    let mut holder = sqlx::PgConnection::connect(&database.url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM idempotency_keys WHERE request_id = 'create-1' FOR UPDATE")
+    sqlx::query("SELECT 1 FROM idempotency_keys WHERE request_id = $1 FOR UPDATE")
+        .bind(REQUEST_ID)
         .execute(&mut holder)
         .await
         .unwrap();
@@ -240,7 +229,10 @@ async fn a_late_release_by_the_call_whose_claim_reply_was_lost_never_frees_the_r
     let refused = first.await.unwrap().expect_err("the claim's reply was lost");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
 
-    let retry = tokio::spawn(create());
+    let retry = tokio::spawn({
+        let (client, workspace) = (client.clone(), dirs.workspace.clone());
+        async move { create(&client, &workspace).await }
+    });
     wait_for_a_statement_waiting_on_a_lock(&mut admin, "UPDATE idempotency_keys%").await;
     sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
     let created = retry
@@ -250,7 +242,7 @@ async fn a_late_release_by_the_call_whose_claim_reply_was_lost_never_frees_the_r
         .into_inner()
         .execution
         .expect("execution");
-    let again = retrying("CreateExecution retried again", create)
+    let again = retrying("CreateExecution retried again", || create(&client, &dirs.workspace))
         .await
         .into_inner()
         .execution
@@ -259,12 +251,16 @@ async fn a_late_release_by_the_call_whose_claim_reply_was_lost_never_frees_the_r
         again.execution_id, created.execution_id,
         "every retry gets the one execution"
     );
-    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM executions")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(count, 1, "created once");
+    assert_eq!(executions(&mut admin).await, [created.execution_id], "created once");
     service.kill();
     drop((holder, admin, link));
     database.drop_database().await;
+}
+
+/// The ids of every execution in the database.
+async fn executions(admin: &mut sqlx::PgConnection) -> Vec<String> {
+    sqlx::query_scalar("SELECT id FROM executions ORDER BY id")
+        .fetch_all(admin)
+        .await
+        .unwrap()
 }
