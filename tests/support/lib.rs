@@ -966,6 +966,34 @@ pub fn retry_delay(status: &tonic::Status) -> Option<Duration> {
 }
 
 /// The `ErrorInfo.reason` of a status.
+/// `call` until it returns anything but a status whose code is in `retryable` (each a
+/// refusal the service says to retry), for at most `patience`; `what` names it in a failure.
+pub async fn retrying_while<T, F, Fut>(
+    retryable: &[tonic::Code],
+    patience: std::time::Duration,
+    what: &str,
+    mut call: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let give_up = tokio::time::Instant::now() + patience;
+    loop {
+        match call().await {
+            Ok(value) => return value,
+            Err(status) if retryable.contains(&status.code()) => {
+                assert!(
+                    tokio::time::Instant::now() < give_up,
+                    "{what}: still refused after {patience:?}: {status:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{what}: {status:?}"),
+        }
+    }
+}
+
 pub fn reason(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
     status

@@ -90,25 +90,18 @@ async fn create_whose_claim_reply_is_lost(
 
 /// `call` until it returns anything but a retryable refusal (`UNAVAILABLE`, or `ABORTED`
 /// while another call holds the request id), within `CALL_PATIENCE`.
-async fn retrying<T, F, Fut>(what: &str, mut call: F) -> T
+async fn retrying<T, F, Fut>(what: &str, call: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
-    let give_up = tokio::time::Instant::now() + CALL_PATIENCE;
-    loop {
-        match call().await {
-            Ok(value) => return value,
-            Err(status) if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Aborted) => {
-                assert!(
-                    tokio::time::Instant::now() < give_up,
-                    "{what}: still refused after {CALL_PATIENCE:?}: {status:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("{what}: {status:?}"),
-        }
-    }
+    retrying_while(
+        &[tonic::Code::Unavailable, tonic::Code::Aborted],
+        CALL_PATIENCE,
+        what,
+        call,
+    )
+    .await
 }
 
 /// A `CreateExecution` whose key's claim committed while its reply was lost: the call and

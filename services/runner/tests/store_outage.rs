@@ -86,25 +86,12 @@ fn serve(database_url: &str, dirs: &ServiceDirs, scenario: &Path, args: &[&str])
 
 /// Runs `call` until it returns anything but `UNAVAILABLE` (the outage's typed answer),
 /// within `CALL_PATIENCE`.
-async fn retrying<T, F, Fut>(what: &str, mut call: F) -> T
+async fn retrying<T, F, Fut>(what: &str, call: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
-    let give_up = tokio::time::Instant::now() + CALL_PATIENCE;
-    loop {
-        match call().await {
-            Ok(value) => return value,
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                assert!(
-                    tokio::time::Instant::now() < give_up,
-                    "{what}: still unavailable: {status:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("{what}: {status:?}"),
-        }
-    }
+    retrying_while(&[tonic::Code::Unavailable], CALL_PATIENCE, what, call).await
 }
 
 /// `GetExecution`, retried while it meets the outage.
